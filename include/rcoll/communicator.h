@@ -1,0 +1,103 @@
+// The communicator: a group of ranks and the collectives between them.
+//
+//   rcoll::Communicator comm = rcoll::Communicator::create();   // from the environment
+//   std::vector<float> grad(n);
+//   comm.allreduce(rcoll::Buffer::of(grad), rcoll::ReduceOp::kSum);  // in place, blocking
+//
+// Every op has an async form (name_async) returning a Work, and a blocking form
+// that throws rcoll::Error. Ops run in issue order, one at a time per
+// communicator, on a progress thread the communicator owns. An op is in place
+// when its input and output are the same memory.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rcoll/options.h"
+#include "rcoll/status.h"
+#include "rcoll/types.h"
+
+namespace rcoll {
+
+class CommunicatorImpl;
+struct WorkState;
+
+// Handle to one issued op. Cheap to copy; all copies observe the same op.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
+
+  // Waits for the op. Returns its final Status, or kWaitTimeout if `timeout`
+  // expired first (the op keeps running and can be waited for again).
+  Status wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  bool done() const;
+  // The final status once done(); kOk while still running.
+  Status status() const;
+  // The op's sequence number on this communicator (1, 2, 3, ... in issue order).
+  uint64_t seq() const;
+
+ private:
+  std::shared_ptr<WorkState> state_;
+};
+
+struct Counters {
+  uint64_t ops = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t recoveries = 0;
+  uint64_t fallbacks = 0;
+  double recovery_seconds = 0;
+  int64_t epoch = 0;
+  std::string transport;
+};
+
+class Communicator {
+ public:
+  // Joins the group described by `options` and the environment. Blocks until
+  // every rank has connected or options.connect_timeout expires. Throws rcoll::Error.
+  static Communicator create(Options options = {});
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();  // closes: waits for issued ops, then tears down
+
+  int rank() const;
+  int size() const;
+  const Options& options() const;
+
+  // Point to point. The receiver's count and dtype must equal the sender's.
+  Work send_async(Buffer data, int peer, OpOptions op = {});
+  Work recv_async(Buffer data, int peer, OpOptions op = {});
+  // out = reduce(in of every rank). in.data == out.data: in place.
+  Work allreduce_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
+  // out (size * in.count elements) = concatenation of every rank's in, in rank order.
+  Work allgather_async(Buffer in, Buffer out, OpOptions op = {});
+  // in has size * out.count elements; rank r's out = reduce over ranks of block r of in.
+  Work reduce_scatter_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
+  // Every rank's data becomes root's data.
+  Work broadcast_async(Buffer data, int root, OpOptions op = {});
+  Work barrier_async(OpOptions op = {});
+
+  // Blocking forms: wait, and throw rcoll::Error on failure.
+  void send(Buffer data, int peer, OpOptions op = {});
+  void recv(Buffer data, int peer, OpOptions op = {});
+  void allreduce(Buffer data, ReduceOp reduce, OpOptions op = {});
+  void allreduce(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
+  void allgather(Buffer in, Buffer out, OpOptions op = {});
+  void reduce_scatter(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
+  void broadcast(Buffer data, int root, OpOptions op = {});
+  void barrier(OpOptions op = {});
+
+  // Waits for issued ops, then closes every connection. Later ops fail with kClosed.
+  void close();
+  Counters counters() const;
+
+ private:
+  explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  std::unique_ptr<CommunicatorImpl> impl_;
+};
+
+}  // namespace rcoll

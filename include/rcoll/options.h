@@ -1,0 +1,61 @@
+// Every knob of a communicator, in one object, so adding one never changes a
+// signature. Fields left at their defaults are filled from the environment
+// (RCOLL_* variables, then torchrun / Open MPI / Slurm ones), then defaults.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace rcoll {
+
+class Store;
+
+// kRing: reduce-scatter + allgather around a ring, bandwidth-optimal for large data.
+// kDirect: every rank sends its whole input to every other rank once and reduces
+// locally in rank order: one round of latency, for small data.
+enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect };
+
+struct Options {
+  // Identity. -1 = from the environment.
+  int rank = -1;
+  int world_size = -1;
+
+  // Rendezvous. If null, one is made from RCOLL_STORE_ADDR / MASTER_ADDR+MASTER_PORT
+  // (rank 0 hosts it when nobody else does) or RCOLL_STORE_FILE.
+  std::shared_ptr<Store> store;
+  // Namespace of this communicator in the store; several communicators may share a store.
+  std::string name = "world";
+  // Per-job secret checked on every connection (RCOLL_JOB_TOKEN). Empty = none.
+  std::string job_token;
+
+  // "auto", "tcp" (later "ucx", "nccl"). RCOLL_TRANSPORT overrides "auto".
+  std::string transport = "auto";
+  // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
+  std::string socket_ifname;
+
+  // Deadlines.
+  std::chrono::milliseconds connect_timeout{8000};  // per epoch: listeners, connects, hello
+  std::chrono::milliseconds store_timeout{30000};   // store waits during setup
+  // Progress deadline of one op; 0 = derived from size and measured link speed.
+  std::chrono::milliseconds op_timeout{0};
+
+  // Chunking. 0 = chosen by rcoll.
+  size_t chunk_bytes = 0;
+  int pipeline_depth = 0;
+  // Socket buffer size for the TCP transport; 0 = chosen by rcoll.
+  size_t socket_buffer_bytes = 0;
+
+  AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;
+  // Below this many bytes allreduce uses a latency-optimised algorithm (kAuto only).
+  size_t small_allreduce_bytes = 64 * 1024;
+};
+
+// Per-op knobs.
+struct OpOptions {
+  // Override of the op's progress deadline; 0 = the communicator's.
+  std::chrono::milliseconds timeout{0};
+};
+
+}  // namespace rcoll

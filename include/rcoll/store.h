@@ -1,0 +1,67 @@
+// The rendezvous key-value store: how ranks find each other, agree on an epoch
+// and exchange recovery state. Every call has a timeout; none blocks forever.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rcoll/status.h"
+
+namespace rcoll {
+
+using Bytes = std::vector<uint8_t>;
+
+// Implement this to plug in a caller's store (PyTorch passes its TCPStore).
+// All methods are thread-safe. A timeout error is ErrorCode::kTimeout and names
+// the key; a lost connection is ErrorCode::kStore and names the address.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual Status set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until the key exists or the timeout expires.
+  virtual Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Atomically adds delta to the integer stored at key (created as 0) and returns the new value.
+  virtual Result<int64_t> add(const std::string& key, int64_t delta) = 0;
+  // Blocks until every key exists or the timeout expires (the error names the missing keys).
+  virtual Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Non-blocking: does the key exist now?
+  virtual Result<bool> check(const std::string& key) = 0;
+  virtual Status erase(const std::string& key) = 0;
+};
+
+// Prepends "prefix/" to every key: one namespace per communicator and epoch.
+std::shared_ptr<Store> make_prefix_store(std::shared_ptr<Store> inner, std::string prefix);
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  // How long the client keeps retrying the initial connection.
+  std::chrono::milliseconds connect_timeout{8000};
+  // Shared secret: the server refuses clients that present a different one. Empty = none.
+  std::string token;
+};
+
+// A client of the built-in TCP store server. Connects (retrying) within
+// connect_timeout or fails with kPeerUnreachable naming host:port.
+Result<std::shared_ptr<Store>> connect_tcp_store(const TcpStoreOptions& options);
+
+// The built-in TCP store server (Boost.Asio, one thread it owns). Hosted by the
+// launcher or by rank 0. Stops and joins its thread on destruction.
+class TcpStoreServer {
+ public:
+  virtual ~TcpStoreServer() = default;
+  virtual uint16_t port() const = 0;
+  virtual std::string address() const = 0;  // "host:port"
+  virtual void stop() = 0;
+};
+// Binds host:port (port 0 = any free port) and starts serving.
+Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const TcpStoreOptions& options);
+
+// A store on a shared file system (one file per key under a directory, atomic
+// renames, polling for waits). Works across processes of one host or an NFS mount.
+Result<std::shared_ptr<Store>> open_file_store(const std::string& directory);
+
+}  // namespace rcoll

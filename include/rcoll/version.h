@@ -1,0 +1,10 @@
+#pragma once
+
+#define RCOLL_VERSION_MAJOR 0
+#define RCOLL_VERSION_MINOR 1
+#define RCOLL_VERSION_PATCH 0
+
+namespace rcoll {
+// "0.1.0 (transports: tcp[,ucx][,nccl])"
+const char* version_string();
+}  // namespace rcoll

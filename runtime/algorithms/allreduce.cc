@@ -1,0 +1,140 @@
+// Allreduce.
+//
+// Ring (large data): the buffer is cut into slices of size x piece elements;
+// each slice is a complete reduce-scatter + allgather around the ring, so a
+// slice is the unit the ledger records and a retry re-runs. A window of slices
+// moves in lockstep: at every ring step all slices of the window post their
+// receive and send, and each received piece is reduced as soon as it lands
+// while the others are still on the wire. Bytes sent per rank: 2(p-1)/p x N.
+//
+// Direct (small data): every rank sends its whole input to every other rank and
+// reduces all p inputs locally in rank order. One round of latency, and every
+// rank computes the same sequence of operations, so results are bitwise equal.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu_reduce.h"
+#include "runtime/algorithms/context.h"
+
+namespace rcoll {
+namespace {
+
+char* at(const Buffer& b, size_t element) { return static_cast<char*>(b.data) + element * size_of(b.dtype); }
+
+Status ring_allreduce(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size(), r = ctx.rank();
+  const int right = (r + 1) % p, left = (r - 1 + p) % p;
+  const size_t es = op.element_size();
+  const size_t n = op.out.count;
+  const size_t slice = ctx.piece_elements() * static_cast<size_t>(p);
+  const size_t slices = (n + slice - 1) / slice;
+  const size_t window = static_cast<size_t>(std::max(1, ctx.tuning().window));
+  const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
+  char* tmp = static_cast<char*>(ctx.scratch(window * ctx.piece_elements() * es));
+
+  std::vector<Request> sends(window), recvs(window);
+  for (size_t first = 0; first < slices; first += window) {
+    const size_t w = std::min(window, slices - first);
+    auto seg = [&](size_t k, int i, size_t* off, size_t* len) {
+      size_t base = (first + k) * slice, sl = std::min(slice, n - base);
+      *off = base + segment_begin(sl, p, i);
+      *len = base + segment_begin(sl, p, i + 1) - *off;
+    };
+    // Reduce-scatter: after p-1 steps this rank holds segment (r+1) of each slice.
+    for (int s = 0; s < p - 1; ++s) {
+      const int send_seg = ((r - s) % p + p) % p, recv_seg = ((r - s - 1) % p + p) % p;
+      for (size_t k = 0; k < w; ++k) {
+        size_t off, len;
+        seg(k, recv_seg, &off, &len);
+        ctx.recv(left, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), tmp + k * ctx.piece_elements() * es, len * es, &recvs[k]);
+        seg(k, send_seg, &off, &len);
+        const Buffer& src = s == 0 ? op.in : op.out;
+        ctx.send(right, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), at(src, off), len * es, &sends[k]);
+      }
+      for (size_t k = 0; k < w; ++k) {
+        if (Status st = ctx.wait(recvs[k]); !st.ok()) return st;
+        size_t off, len;
+        seg(k, recv_seg, &off, &len);
+        kernels::reduce(op.out.dtype, red, at(op.out, off), at(op.in, off), tmp + k * ctx.piece_elements() * es, len);
+      }
+      if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
+    }
+    if (op.reduce == ReduceOp::kAvg) {
+      for (size_t k = 0; k < w; ++k) {
+        size_t off, len;
+        seg(k, (r + 1) % p, &off, &len);
+        kernels::scale_avg(op.out.dtype, at(op.out, off), len, p);
+      }
+    }
+    // Allgather: pass the reduced segments around, straight into the output.
+    for (int s = 0; s < p - 1; ++s) {
+      const int send_seg = ((r + 1 - s) % p + p) % p, recv_seg = ((r - s) % p + p) % p;
+      const auto step = static_cast<uint16_t>(p - 1 + s);
+      for (size_t k = 0; k < w; ++k) {
+        size_t off, len;
+        seg(k, recv_seg, &off, &len);
+        ctx.recv(left, static_cast<uint32_t>(first + k), step, at(op.out, off), len * es, &recvs[k]);
+        seg(k, send_seg, &off, &len);
+        ctx.send(right, static_cast<uint32_t>(first + k), step, at(op.out, off), len * es, &sends[k]);
+      }
+      if (Status st = ctx.wait_all({recvs.data(), w}); !st.ok()) return st;
+      if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
+    }
+  }
+  return Status();
+}
+
+Status direct_allreduce(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t es = op.element_size(), n = op.out.count, bytes = n * es;
+  const size_t piece = ctx.piece_elements();
+  const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
+  char* others = static_cast<char*>(ctx.scratch(bytes * static_cast<size_t>(p)));
+  // The input may be the output (in place): keep a copy of this rank's own
+  // contribution so the rank-order reduction below reads the original.
+  char* mine = others + bytes * static_cast<size_t>(r);
+  if (bytes > 0) std::memcpy(mine, op.in.data, bytes);
+
+  std::vector<Request> reqs(2 * static_cast<size_t>(p - 1) * pieces);
+  size_t q = 0;
+  for (int d = 1; d < p; ++d) {
+    const int to = (r + d) % p, from = (r - d + p) % p;
+    for (size_t k = 0; k < pieces; ++k) {
+      const size_t off = k * piece, len = std::min(piece, n - std::min(n, off));
+      ctx.recv(from, static_cast<uint32_t>(k), 0, others + bytes * static_cast<size_t>(from) + off * es, len * es, &reqs[q++]);
+      ctx.send(to, static_cast<uint32_t>(k), 0, mine + off * es, len * es, &reqs[q++]);
+    }
+  }
+  if (Status st = ctx.wait_all(reqs); !st.ok()) return st;
+  const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
+  if (n > 0) {
+    kernels::reduce(op.out.dtype, red, op.out.data, others, others + bytes, n);
+    for (int j = 2; j < p; ++j) {
+      kernels::reduce_inplace(op.out.dtype, red, op.out.data, others + bytes * static_cast<size_t>(j), n);
+    }
+    if (op.reduce == ReduceOp::kAvg) kernels::scale_avg(op.out.dtype, op.out.data, n, p);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status run_allreduce(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size();
+  if (p == 1 || op.out.count == 0) {
+    if (!op.in_place() && op.out.bytes() > 0) std::memcpy(op.out.data, op.in.data, op.out.bytes());
+    return Status();
+  }
+  AllreduceAlgorithm algo = ctx.tuning().allreduce;
+  if (algo == AllreduceAlgorithm::kAuto) {
+    algo = op.out.bytes() <= ctx.tuning().small_allreduce_bytes ? AllreduceAlgorithm::kDirect
+                                                                 : AllreduceAlgorithm::kRing;
+  }
+  return algo == AllreduceAlgorithm::kDirect ? direct_allreduce(ctx) : ring_allreduce(ctx);
+}
+
+}  // namespace rcoll

@@ -1,0 +1,65 @@
+// Ring reduce-scatter. Input block j is what this rank contributes to rank j's
+// result. At step s a rank sends its running partial sum of block (r - s - 1)
+// to the right and receives the left neighbour's partial of block (r - s - 2),
+// adds its own input block to it, and passes it on; after p-1 steps the partial
+// that arrives is block r, complete, and is written straight to the output.
+// Partials live in a double-buffered staging area (the input is never written).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu_reduce.h"
+#include "runtime/algorithms/context.h"
+
+namespace rcoll {
+
+Status run_reduce_scatter(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size(), r = ctx.rank();
+  const int right = (r + 1) % p, left = (r - 1 + p) % p;
+  const size_t es = op.element_size();
+  const size_t n = op.out.count;  // per-rank block
+  const char* in = static_cast<const char*>(op.in.data);
+  char* out = static_cast<char*>(op.out.data);
+  const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
+  if (n == 0) return Status();
+  if (p == 1) {
+    std::memcpy(out, in, n * es);
+    return Status();
+  }
+
+  const size_t piece = ctx.piece_elements();
+  const size_t slices = (n + piece - 1) / piece;
+  const size_t window = static_cast<size_t>(std::max(1, ctx.tuning().window));
+  // Per window slot: one receive buffer and two partial-sum buffers.
+  char* scratch = static_cast<char*>(ctx.scratch(window * 3 * piece * es));
+  auto recv_buf = [&](size_t k) { return scratch + (k * 3) * piece * es; };
+  auto partial = [&](size_t k, int s) { return scratch + (k * 3 + 1 + (s & 1)) * piece * es; };
+  auto block = [&](int b, size_t off) { return in + (static_cast<size_t>(b) * n + off) * es; };
+
+  std::vector<Request> sends(window), recvs(window);
+  for (size_t first = 0; first < slices; first += window) {
+    const size_t w = std::min(window, slices - first);
+    for (int s = 0; s < p - 1; ++s) {
+      const int send_block = ((r - s - 1) % p + p) % p, recv_block = ((r - s - 2) % p + p) % p;
+      for (size_t k = 0; k < w; ++k) {
+        const size_t off = (first + k) * piece, len = std::min(piece, n - off);
+        const auto chunk = static_cast<uint32_t>(first + k);
+        ctx.recv(left, chunk, static_cast<uint16_t>(s), recv_buf(k), len * es, &recvs[k]);
+        const char* src = s == 0 ? block(send_block, off) : partial(k, s - 1);
+        ctx.send(right, chunk, static_cast<uint16_t>(s), src, len * es, &sends[k]);
+      }
+      for (size_t k = 0; k < w; ++k) {
+        if (Status st = ctx.wait(recvs[k]); !st.ok()) return st;
+        const size_t off = (first + k) * piece, len = std::min(piece, n - off);
+        char* dst = s == p - 2 ? out + off * es : partial(k, s);
+        kernels::reduce(op.out.dtype, red, dst, block(recv_block, off), recv_buf(k), len);
+        if (s == p - 2 && op.reduce == ReduceOp::kAvg) kernels::scale_avg(op.out.dtype, dst, len, p);
+      }
+      if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
+    }
+  }
+  return Status();
+}
+
+}  // namespace rcoll

@@ -1,0 +1,39 @@
+// A point in time by which something must happen. Every wait in rcoll takes one.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+
+namespace rcoll {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+class Deadline {
+ public:
+  static Deadline never() { return Deadline(Clock::time_point::max()); }
+  static Deadline after(Clock::duration d) {
+    if (d >= Clock::time_point::max() - Clock::now()) return never();
+    return Deadline(Clock::now() + d);
+  }
+  static Deadline at(Clock::time_point t) { return Deadline(t); }
+
+  bool is_never() const { return at_ == Clock::time_point::max(); }
+  bool expired() const { return !is_never() && Clock::now() >= at_; }
+  Clock::time_point time() const { return at_; }
+  Clock::duration remaining() const {
+    if (is_never()) return Clock::duration::max();
+    return std::max(Clock::duration::zero(), at_ - Clock::now());
+  }
+  Millis remaining_ms() const {
+    if (is_never()) return Millis::max();
+    return std::chrono::duration_cast<Millis>(remaining());
+  }
+  Deadline earlier(Deadline other) const { return at_ <= other.at_ ? *this : other; }
+
+ private:
+  explicit Deadline(Clock::time_point t) : at_(t) {}
+  Clock::time_point at_;
+};
+
+}  // namespace rcoll

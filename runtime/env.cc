@@ -1,0 +1,166 @@
+#include "runtime/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/log.h"
+
+namespace rcoll {
+
+std::optional<std::string> env_string(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+Result<std::optional<long long>> env_int(const char* name, long long lo, long long hi) {
+  auto s = env_string(name);
+  if (!s) return std::optional<long long>();
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s->c_str(), &end, 10);
+  if (errno != 0 || end == s->c_str() || *end != '\0' || v < lo || v > hi) {
+    return Status(ErrorCode::kInvalidArgument, std::string(name) + "='" + *s + "' is not an integer in [" +
+                                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return std::optional<long long>(v);
+}
+
+namespace {
+
+struct Identity {
+  const char* source;
+  const char* rank;
+  const char* size;
+};
+constexpr Identity kIdentities[] = {
+    {"RCOLL_RANK/RCOLL_WORLD_SIZE", "RCOLL_RANK", "RCOLL_WORLD_SIZE"},
+    {"torchrun (RANK/WORLD_SIZE)", "RANK", "WORLD_SIZE"},
+    {"Open MPI (OMPI_COMM_WORLD_RANK/SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    {"PMI (PMI_RANK/PMI_SIZE)", "PMI_RANK", "PMI_SIZE"},
+    {"Slurm (SLURM_PROCID/SLURM_NTASKS)", "SLURM_PROCID", "SLURM_NTASKS"},
+};
+
+Status resolve_identity(const Options& o, Bootstrap* b) {
+  if (o.rank >= 0 || o.world_size >= 0) {
+    if (o.rank < 0 || o.world_size < 1 || o.rank >= o.world_size) {
+      return Status(ErrorCode::kInvalidArgument, "Options.rank=" + std::to_string(o.rank) + " and Options.world_size=" +
+                                                     std::to_string(o.world_size) + " must satisfy 0 <= rank < world_size");
+    }
+    b->rank = o.rank;
+    b->size = o.world_size;
+    b->identity_source = "options";
+    return Status();
+  }
+  for (const auto& id : kIdentities) {
+    auto rank = env_int(id.rank, 0, 1 << 20);
+    auto size = env_int(id.size, 1, 1 << 20);
+    if (!rank.ok()) return rank.status();
+    if (!size.ok()) return size.status();
+    if (!rank.value() && !size.value()) continue;
+    if (!rank.value() || !size.value()) {
+      return Status(ErrorCode::kInvalidArgument, std::string(id.rank) + " and " + id.size + " must be set together");
+    }
+    if (*rank.value() >= *size.value()) {
+      return Status(ErrorCode::kInvalidArgument, std::string(id.rank) + "=" + std::to_string(*rank.value()) + " is not below " +
+                                                     id.size + "=" + std::to_string(*size.value()));
+    }
+    b->rank = static_cast<int>(*rank.value());
+    b->size = static_cast<int>(*size.value());
+    b->identity_source = id.source;
+    return Status();
+  }
+  b->rank = 0;
+  b->size = 1;
+  b->identity_source = "default (no launcher variables: a single rank)";
+  return Status();
+}
+
+Result<std::pair<std::string, uint16_t>> split_host_port(const std::string& addr, const char* var) {
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
+    return Status(ErrorCode::kInvalidArgument, std::string(var) + "='" + addr + "' is not HOST:PORT");
+  }
+  std::string host = addr.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  char* end = nullptr;
+  long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535) {
+    return Status(ErrorCode::kInvalidArgument, std::string(var) + "='" + addr + "' has no valid port");
+  }
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+Status connect_store(const Options& o, Bootstrap* b, const std::string& host, uint16_t port, bool serve,
+                     const std::string& origin) {
+  TcpStoreOptions so;
+  so.host = host;
+  so.port = port;
+  so.token = b->job_token;
+  so.connect_timeout = o.connect_timeout;
+  if (serve) {
+    TcpStoreOptions server_opts = so;
+    auto server = start_tcp_store_server(server_opts);
+    if (!server.ok()) {
+      return Status(server.status().code(), ErrorContext{b->rank, -1, 0, -1, ""},
+                    "rank " + std::to_string(b->rank) + " could not host the store on " + host + ":" +
+                        std::to_string(port) + " (" + origin + "): " + server.status().message());
+    }
+    b->hosted_store = std::move(server).value();
+    so.port = b->hosted_store->port();
+  }
+  auto client = connect_tcp_store(so);
+  if (!client.ok()) {
+    return Status(client.status().code(), ErrorContext{b->rank, -1, 0, -1, ""},
+                  "rank " + std::to_string(b->rank) + " could not reach the store named by " + origin + ": " +
+                      client.status().message());
+  }
+  b->store = std::move(client).value();
+  b->store_description = "tcp store " + host + ":" + std::to_string(so.port) + (serve ? " (hosted here)" : "");
+  return Status();
+}
+
+}  // namespace
+
+Result<Bootstrap> bootstrap(const Options& o) {
+  Bootstrap b;
+  if (Status s = resolve_identity(o, &b); !s.ok()) return s;
+  b.job_token = !o.job_token.empty() ? o.job_token : env_string("RCOLL_JOB_TOKEN").value_or("");
+
+  if (o.store) {
+    b.store = o.store;
+    b.store_description = "caller's store";
+  } else if (auto addr = env_string("RCOLL_STORE_ADDR")) {
+    auto hp = split_host_port(*addr, "RCOLL_STORE_ADDR");
+    if (!hp.ok()) return hp.status();
+    auto serve = env_int("RCOLL_STORE_SERVE", 0, 1);
+    if (!serve.ok()) return serve.status();
+    // RCOLL_STORE_SERVE=1: rank 0 hosts the store at that address (mpirun, Slurm).
+    bool host_here = serve.value().value_or(0) == 1 && b.rank == 0;
+    if (Status s = connect_store(o, &b, hp.value().first, hp.value().second, host_here, "RCOLL_STORE_ADDR=" + *addr); !s.ok()) return s;
+  } else if (auto dir = env_string("RCOLL_STORE_FILE")) {
+    auto fs = open_file_store(*dir);
+    if (!fs.ok()) return fs.status();
+    b.store = std::move(fs).value();
+    b.store_description = "file store " + *dir;
+  } else if (auto master = env_string("MASTER_ADDR")) {
+    // torchrun hosts its own store at MASTER_PORT; rcoll's lives one port above,
+    // hosted by rank 0.
+    auto port = env_int("MASTER_PORT", 1, 65534);
+    if (!port.ok()) return port.status();
+    if (!port.value()) return Status(ErrorCode::kInvalidArgument, "MASTER_ADDR is set but MASTER_PORT is not");
+    auto p = static_cast<uint16_t>(*port.value() + 1);
+    if (Status s = connect_store(o, &b, *master, p, b.rank == 0, "MASTER_ADDR/MASTER_PORT (+1)"); !s.ok()) return s;
+  } else if (b.size == 1) {
+    if (Status s = connect_store(o, &b, "127.0.0.1", 0, true, "a single rank's private store"); !s.ok()) return s;
+  } else {
+    return Status(ErrorCode::kInvalidArgument,
+                  "rank " + std::to_string(b.rank) + " of " + std::to_string(b.size) +
+                      " has no rendezvous: set RCOLL_STORE_ADDR=HOST:PORT (rcoll-run does), "
+                      "RCOLL_STORE_FILE=DIR, or MASTER_ADDR/MASTER_PORT, or pass Options.store");
+  }
+  return b;
+}
+
+}  // namespace rcoll

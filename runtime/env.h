@@ -1,0 +1,32 @@
+// Bootstrap from the environment: who am I, how many are we, where is the store.
+// Recognises rcoll's own variables and those of torchrun, Open MPI, PMI and Slurm.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rcoll/options.h"
+#include "rcoll/status.h"
+#include "rcoll/store.h"
+
+namespace rcoll {
+
+struct Bootstrap {
+  int rank = 0;
+  int size = 1;
+  std::string identity_source;  // "RCOLL_RANK", "torchrun", "Open MPI", "Slurm", "options", "default"
+  std::shared_ptr<Store> store;
+  std::string store_description;  // "tcp store 127.0.0.1:29500", "file store /tmp/x", ...
+  std::unique_ptr<TcpStoreServer> hosted_store;  // when this rank hosts the store
+  std::string job_token;
+};
+
+Result<Bootstrap> bootstrap(const Options& options);
+
+// Strict integer parse of an environment variable: nullopt when unset, an
+// error naming the variable when it is set but not an integer in [lo, hi].
+Result<std::optional<long long>> env_int(const char* name, long long lo, long long hi);
+std::optional<std::string> env_string(const char* name);
+
+}  // namespace rcoll

@@ -1,0 +1,112 @@
+#include "runtime/op.h"
+
+#include <string>
+
+#include "kernels/cpu_reduce.h"
+
+namespace rcoll {
+
+FrameHeader Op::frame_template(uint32_t epoch, int sender_rank) const {
+  FrameHeader h;
+  h.type = FrameType::kData;
+  h.op_kind = kind;
+  h.dtype = static_cast<uint8_t>(out.dtype);
+  h.redop = static_cast<uint8_t>(kind == OpKind::kAllreduce || kind == OpKind::kReduceScatter ? reduce : ReduceOp::kSum);
+  h.epoch = epoch;
+  h.op_seq = match_seq;
+  switch (kind) {
+    case OpKind::kSendRecv: h.root = sender_rank; h.count = out.count; break;
+    case OpKind::kBroadcast: h.root = root; h.count = out.count; break;
+    case OpKind::kAllgather: h.count = in.count; break;          // per-rank count
+    case OpKind::kReduceScatter: h.count = out.count; break;     // per-rank count
+    default: h.count = out.count; break;
+  }
+  return h;
+}
+
+std::string Op::describe() const {
+  std::string s = kind == OpKind::kSendRecv ? (is_send ? "send" : "recv") : to_string(kind);
+  s += " seq " + std::to_string(seq) + " (";
+  s += to_string(out.dtype);
+  s += " x " + std::to_string(kind == OpKind::kAllgather ? in.count : out.count);
+  if (kind == OpKind::kAllreduce || kind == OpKind::kReduceScatter) s += std::string(", ") + to_string(reduce);
+  if (kind == OpKind::kBroadcast) s += ", root " + std::to_string(root);
+  if (kind == OpKind::kSendRecv) s += (is_send ? ", to rank " : ", from rank ") + std::to_string(peer);
+  s += ")";
+  return s;
+}
+
+namespace {
+
+Status invalid(const Op& op, int rank, const std::string& what) {
+  return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, op.peer, op.seq, -1, ""},
+                op.describe() + ": " + what + "; nothing was sent");
+}
+
+Status check_buffer(const Op& op, int rank, const Buffer& b, const char* name) {
+  if (static_cast<int>(b.dtype) >= kNumDataTypes) {
+    return invalid(op, rank, std::string(name) + " has an invalid dtype value " + std::to_string(static_cast<int>(b.dtype)));
+  }
+  if (b.data == nullptr && b.count > 0) {
+    return invalid(op, rank, std::string(name) + " is null but has " + std::to_string(b.count) + " elements");
+  }
+  if (b.memory != MemoryKind::kHost) {
+    return Status(ErrorCode::kUnsupported, ErrorContext{rank, -1, op.seq, -1, ""},
+                  op.describe() + ": " + name + " is device memory; this build's transports take host memory only");
+  }
+  if (b.count > (uint64_t{1} << 62) / 8) return invalid(op, rank, std::string(name) + " count is implausibly large");
+  return Status();
+}
+
+bool overlap(const Buffer& a, const Buffer& b) {
+  auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a.bytes() > 0 && b.bytes() > 0 && a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+}  // namespace
+
+Status validate(const Op& op, int rank, int size) {
+  if (Status s = check_buffer(op, rank, op.in, "input"); !s.ok()) return s;
+  if (Status s = check_buffer(op, rank, op.out, "output"); !s.ok()) return s;
+  const bool reducing = op.kind == OpKind::kAllreduce || op.kind == OpKind::kReduceScatter;
+  if (reducing && static_cast<int>(op.reduce) >= kNumReduceOps) {
+    return invalid(op, rank, "invalid reduce op value " + std::to_string(static_cast<int>(op.reduce)));
+  }
+  if (reducing && !kernels::supports(op.out.dtype, op.reduce)) {
+    return invalid(op, rank, std::string("reduce op ") + to_string(op.reduce) + " is not defined for " +
+                                 to_string(op.out.dtype) + " (avg of integers would truncate; use sum)");
+  }
+  if (op.in.dtype != op.out.dtype) {
+    return invalid(op, rank, std::string("input dtype ") + to_string(op.in.dtype) + " differs from output dtype " + to_string(op.out.dtype));
+  }
+  const size_t n = static_cast<size_t>(size);
+  switch (op.kind) {
+    case OpKind::kSendRecv:
+      if (op.peer < 0 || op.peer >= size) return invalid(op, rank, "peer " + std::to_string(op.peer) + " is out of range [0, " + std::to_string(size) + ")");
+      if (op.peer == rank) return invalid(op, rank, "peer is this rank; send/recv to self is not supported");
+      break;
+    case OpKind::kAllreduce:
+      if (op.in.count != op.out.count) return invalid(op, rank, "input has " + std::to_string(op.in.count) + " elements but output has " + std::to_string(op.out.count));
+      if (!op.in_place() && overlap(op.in, op.out)) return invalid(op, rank, "input and output overlap without being the same buffer");
+      break;
+    case OpKind::kAllgather: {
+      if (op.out.count != op.in.count * n) return invalid(op, rank, "output must have size x input = " + std::to_string(op.in.count * n) + " elements, has " + std::to_string(op.out.count));
+      auto slot = static_cast<const char*>(op.out.data) + op.in.bytes() * static_cast<size_t>(rank);
+      if (op.in.data != slot && overlap(op.in, op.out)) return invalid(op, rank, "input overlaps output without being this rank's slot of it");
+      break;
+    }
+    case OpKind::kReduceScatter:
+      if (op.in.count != op.out.count * n) return invalid(op, rank, "input must have size x output = " + std::to_string(op.out.count * n) + " elements, has " + std::to_string(op.in.count));
+      if (overlap(op.in, op.out)) return invalid(op, rank, "input and output overlap; reduce_scatter needs separate buffers");
+      break;
+    case OpKind::kBroadcast:
+      if (op.root < 0 || op.root >= size) return invalid(op, rank, "root " + std::to_string(op.root) + " is out of range [0, " + std::to_string(size) + ")");
+      break;
+    case OpKind::kBarrier:
+    case OpKind::kNone:
+      break;
+  }
+  return Status();
+}
+
+}  // namespace rcoll

@@ -1,0 +1,63 @@
+// One issued op as the runtime sees it: what it is, its place in the op
+// sequence, its buffers and the Work its caller waits on.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rcoll/communicator.h"
+#include "rcoll/options.h"
+#include "rcoll/types.h"
+#include "transports/frame.h"
+
+namespace rcoll {
+
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  uint64_t seq = 0;
+
+  void finish(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
+struct Op {
+  OpKind kind = OpKind::kNone;
+  bool is_send = false;  // for kSendRecv
+  // Local issue order on this rank: 1, 2, 3, ... (the `op` of RCOLL_INJECT).
+  uint64_t seq = 0;
+  // The number peers match on: the collective sequence for collectives (equal
+  // on every rank), the per-peer send/recv sequence for point to point.
+  uint64_t match_seq = 0;
+  Buffer in;
+  Buffer out;
+  ReduceOp reduce = ReduceOp::kSum;
+  int root = -1;  // broadcast
+  int peer = -1;  // send/recv
+  OpOptions options;
+  std::shared_ptr<WorkState> work;
+
+  size_t element_size() const { return size_of(out.dtype); }
+  bool in_place() const { return in.data == out.data; }
+  // The header every frame of this op starts from (fingerprint filled in).
+  FrameHeader frame_template(uint32_t epoch, int sender_rank) const;
+  // "allreduce seq 7 (float32 x 1048576, sum)"
+  std::string describe() const;
+};
+
+// Checks an op against the communicator it is issued on. Returns
+// kInvalidArgument with a message that names the problem and the values.
+Status validate(const Op& op, int rank, int size);
+
+}  // namespace rcoll

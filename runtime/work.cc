@@ -1,0 +1,36 @@
+#include <chrono>
+
+#include "rcoll/communicator.h"
+#include "runtime/op.h"
+
+namespace rcoll {
+
+Status Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return Status(ErrorCode::kInvalidArgument, "wait() on an empty Work handle");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  auto ready = [this] { return state_->done; };
+  if (timeout == std::chrono::milliseconds::max()) {
+    state_->cv.wait(lock, ready);
+  } else if (!state_->cv.wait_for(lock, timeout, ready)) {
+    return Status(ErrorCode::kWaitTimeout, ErrorContext{-1, -1, state_->seq, -1, ""},
+                  "op " + std::to_string(state_->seq) + " still running after waiting " +
+                      std::to_string(timeout.count()) + " ms; it keeps running and can be waited for again");
+  }
+  return state_->status;
+}
+
+bool Work::done() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+Status Work::status() const {
+  if (!state_) return Status(ErrorCode::kInvalidArgument, "status() of an empty Work handle");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done ? state_->status : Status();
+}
+
+uint64_t Work::seq() const { return state_ ? state_->seq : 0; }
+
+}  // namespace rcoll

@@ -1,0 +1,355 @@
+// Multi-process correctness suite, one rank per process, started by rcoll-run:
+//
+//   rcoll-run -n 4 -- rcoll-correctness-worker [--sizes 0,1,7,4K+3,1M,64M] [--ops all]
+//                                              [--dtypes all] [--big-dtypes all]
+//
+// Every rank fills its inputs from a formula of (rank, element, op), so every
+// rank can compute the expected result of every op on its own, in plain scalar
+// code that shares nothing with rcoll's kernels: integer reductions wrap in the
+// dtype's width, floating ones are computed in double. Inputs are small
+// integers (and, for prod, +-1 and +-2), so sums and products are exact in every
+// floating dtype and any wrong element, wrong placement or wrong order shows up
+// as an exact mismatch. One pass with fractional float32 values checks the
+// tolerance path. Exit code 0 = every check passed; 1 = a mismatch (printed).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rcoll/rcoll.h"
+
+namespace {
+
+using rcoll::Buffer;
+using rcoll::DataType;
+using rcoll::ReduceOp;
+
+int g_failures = 0;
+int g_checks = 0;
+
+// The value rank r contributes at element i of an op salted with `salt`.
+int base_value(int r, size_t i, int salt, ReduceOp op, bool is_unsigned) {
+  if (op == ReduceOp::kProd) {
+    static constexpr int kProdValues[] = {1, -1, 2, -2};
+    int v = kProdValues[(i * 5 + static_cast<size_t>(r) * 3 + static_cast<size_t>(salt)) % 4];
+    return is_unsigned ? (v < 0 ? -v : v) : v;
+  }
+  int v = static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(salt) * 5) % 9);
+  return is_unsigned ? v : v - 4;
+}
+
+bool is_unsigned(DataType d) {
+  return d == DataType::kUint8 || d == DataType::kUint32 || d == DataType::kUint64;
+}
+
+void store_value(DataType d, void* base, size_t i, double v) {
+  switch (d) {
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kFloat16: static_cast<rcoll::float16*>(base)[i] = rcoll::to_float16(static_cast<float>(v)); break;
+    case DataType::kBfloat16: static_cast<rcoll::bfloat16*>(base)[i] = rcoll::to_bfloat16(static_cast<float>(v)); break;
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+  }
+}
+
+double load_value(DataType d, const void* base, size_t i) {
+  switch (d) {
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat16: return rcoll::to_float(static_cast<const rcoll::float16*>(base)[i]);
+    case DataType::kBfloat16: return rcoll::to_float(static_cast<const rcoll::bfloat16*>(base)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+  }
+  return 0;
+}
+
+// Wraps an exact integer into the dtype's width, as two's complement hardware does.
+double wrap(DataType d, int64_t v) {
+  switch (d) {
+    case DataType::kInt8: return static_cast<int8_t>(static_cast<uint8_t>(v));
+    case DataType::kUint8: return static_cast<uint8_t>(v);
+    case DataType::kInt32: return static_cast<int32_t>(static_cast<uint32_t>(v));
+    case DataType::kUint32: return static_cast<uint32_t>(v);
+    default: return static_cast<double>(v);
+  }
+}
+
+// Fractional float32 inputs for the tolerance pass.
+double frac_value(int r, size_t i, int salt) {
+  return static_cast<double>(static_cast<float>(0.001 * static_cast<double>((i * 31 + static_cast<size_t>(r) * 17 + static_cast<size_t>(salt)) % 1000) - 0.37));
+}
+
+struct Case {
+  DataType dtype;
+  ReduceOp op;
+  size_t count;
+  int salt;
+  bool fractional = false;
+};
+
+double input(const Case& c, int r, size_t i) {
+  if (c.fractional) return frac_value(r, i, c.salt);
+  return base_value(r, i, c.salt, c.op, is_unsigned(c.dtype));
+}
+
+// The expected reduction over all ranks of element i.
+double expected_reduce(const Case& c, int p, size_t i) {
+  if (c.fractional) {
+    double acc = 0;
+    for (int r = 0; r < p; ++r) acc += input(c, r, i);
+    return c.op == ReduceOp::kAvg ? acc / p : acc;
+  }
+  int64_t acc = static_cast<int64_t>(input(c, 0, i));
+  for (int r = 1; r < p; ++r) {
+    auto v = static_cast<int64_t>(input(c, r, i));
+    switch (c.op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMin: acc = v < acc ? v : acc; break;
+      case ReduceOp::kMax: acc = v > acc ? v : acc; break;
+    }
+  }
+  if (c.op == ReduceOp::kAvg) return static_cast<double>(acc) / p;
+  return wrap(c.dtype, acc);
+}
+
+double tolerance(const Case& c, double expected) {
+  if (!c.fractional && c.op != ReduceOp::kAvg) return 0;  // exact
+  double rel = 0;
+  switch (c.dtype) {
+    case DataType::kFloat16: rel = 4e-3; break;
+    case DataType::kBfloat16: rel = 3e-2; break;
+    case DataType::kFloat32: rel = 1e-5; break;
+    default: rel = 1e-12; break;
+  }
+  return rel * (std::fabs(expected) + 1.0);
+}
+
+std::string describe(const char* what, const Case& c, int p) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s %s x %zu %s%s at %d ranks", what, rcoll::to_string(c.dtype), c.count,
+                rcoll::to_string(c.op), c.fractional ? " (fractional)" : "", p);
+  return buf;
+}
+
+// Compares `got` with `want(i)` for i in [0, n); prints the first mismatches.
+template <typename Want>
+void check(const std::string& what, int rank, const Case& c, const void* got, size_t n, Want want) {
+  ++g_checks;
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double w = want(i), g = load_value(c.dtype, got, i);
+    if (std::fabs(g - w) > tolerance(c, w) || std::isnan(g)) {
+      if (bad < 5) std::fprintf(stderr, "MISMATCH rank %d: %s: element %zu is %.9g, expected %.9g\n", rank, what.c_str(), i, g, w);
+      ++bad;
+    }
+  }
+  if (bad > 0) {
+    std::fprintf(stderr, "FAIL rank %d: %s: %zu of %zu elements wrong\n", rank, what.c_str(), bad, n);
+    ++g_failures;
+  }
+}
+
+std::vector<char> make_buffer(const Case& c, size_t count) {
+  return std::vector<char>(count * rcoll::size_of(c.dtype) + 1);  // +1: never a zero-size data() ambiguity
+}
+
+void fill(const Case& c, int r, char* dst, size_t count, size_t index_offset = 0) {
+  for (size_t i = 0; i < count; ++i) store_value(c.dtype, dst, i, input(c, r, index_offset + i));
+}
+
+void test_allreduce(rcoll::Communicator& comm, const Case& c, bool in_place) {
+  const int p = comm.size(), r = comm.rank();
+  auto in = make_buffer(c, c.count);
+  fill(c, r, in.data(), c.count);
+  Buffer bin{in.data(), c.count, c.dtype};
+  if (in_place) {
+    comm.allreduce(bin, c.op);
+    check(describe(in_place ? "allreduce in place" : "allreduce", c, p), r, c, in.data(), c.count,
+          [&](size_t i) { return expected_reduce(c, p, i); });
+  } else {
+    auto out = make_buffer(c, c.count);
+    comm.allreduce(bin, Buffer{out.data(), c.count, c.dtype}, c.op);
+    check(describe("allreduce", c, p), r, c, out.data(), c.count, [&](size_t i) { return expected_reduce(c, p, i); });
+    // The input must be untouched.
+    check(describe("allreduce input untouched", c, p), r, c, in.data(), c.count, [&](size_t i) { return input(c, r, i); });
+  }
+}
+
+// Allgather: rank q's block holds input(q, i) for i in [0, count).
+void test_allgather(rcoll::Communicator& comm, const Case& c, bool in_place) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t es = rcoll::size_of(c.dtype);
+  auto out = make_buffer(c, c.count * static_cast<size_t>(p));
+  std::vector<char> in;
+  Buffer bin;
+  if (in_place) {
+    fill(c, r, out.data() + c.count * es * static_cast<size_t>(r), c.count);
+    bin = Buffer{out.data() + c.count * es * static_cast<size_t>(r), c.count, c.dtype};
+  } else {
+    in = make_buffer(c, c.count);
+    fill(c, r, in.data(), c.count);
+    bin = Buffer{in.data(), c.count, c.dtype};
+  }
+  comm.allgather(bin, Buffer{out.data(), c.count * static_cast<size_t>(p), c.dtype});
+  check(describe(in_place ? "allgather in place" : "allgather", c, p), r, c, out.data(), c.count * static_cast<size_t>(p),
+        [&](size_t i) { return input(c, static_cast<int>(i / c.count), i % c.count); });
+}
+
+// Reduce-scatter: input element i of rank q is input(q, i); rank r receives
+// block r of the reduction, i.e. expected_reduce(r * count + j).
+void test_reduce_scatter(rcoll::Communicator& comm, const Case& c) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t total = c.count * static_cast<size_t>(p);
+  auto in = make_buffer(c, total);
+  fill(c, r, in.data(), total);
+  auto out = make_buffer(c, c.count);
+  comm.reduce_scatter(Buffer{in.data(), total, c.dtype}, Buffer{out.data(), c.count, c.dtype}, c.op);
+  const size_t base = c.count * static_cast<size_t>(r);
+  check(describe("reduce_scatter", c, p), r, c, out.data(), c.count, [&](size_t j) { return expected_reduce(c, p, base + j); });
+}
+
+void test_broadcast(rcoll::Communicator& comm, const Case& c, int root) {
+  const int p = comm.size(), r = comm.rank();
+  auto buf = make_buffer(c, c.count);
+  fill(c, r, buf.data(), c.count);
+  comm.broadcast(Buffer{buf.data(), c.count, c.dtype}, root);
+  check(describe(("broadcast from root " + std::to_string(root)).c_str(), c, p), r, c, buf.data(), c.count,
+        [&](size_t i) { return input(c, root, i); });
+}
+
+// Ring send/recv: every rank sends to r+1 and receives from r-1. Even ranks
+// send first, odd ranks receive first, so blocking calls cannot deadlock.
+void test_send_recv(rcoll::Communicator& comm, const Case& c) {
+  const int p = comm.size(), r = comm.rank();
+  if (p == 1) return;
+  auto out = make_buffer(c, c.count), in = make_buffer(c, c.count);
+  fill(c, r, out.data(), c.count);
+  const int to = (r + 1) % p, from = (r - 1 + p) % p;
+  Buffer bout{out.data(), c.count, c.dtype}, bin{in.data(), c.count, c.dtype};
+  if (r % 2 == 0) {
+    comm.send(bout, to);
+    comm.recv(bin, from);
+  } else {
+    comm.recv(bin, from);
+    comm.send(bout, to);
+  }
+  check(describe("send/recv", c, p), r, c, in.data(), c.count, [&](size_t i) { return input(c, from, i); });
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "4K+3" = 4 KiB worth of elements plus 3 elements; "1M" = 1 MiB worth.
+size_t parse_count(const std::string& spec, DataType d) {
+  size_t plus = spec.find('+');
+  std::string bytes_part = spec.substr(0, plus);
+  size_t extra = plus == std::string::npos ? 0 : std::stoul(spec.substr(plus + 1));
+  size_t mult = 1;
+  char last = bytes_part.empty() ? '0' : bytes_part.back();
+  if (last == 'K') mult = 1024;
+  if (last == 'M') mult = 1024 * 1024;
+  if (mult > 1) {
+    size_t bytes = std::stoul(bytes_part.substr(0, bytes_part.size() - 1)) * mult;
+    return bytes / rcoll::size_of(d) + extra;
+  }
+  return std::stoul(bytes_part) + extra;  // a plain number is an element count
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string sizes = "0,1,7,4K+3,1M,64M";
+  std::string ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier";
+  std::string dtypes = "int8,uint8,int32,uint32,int64,uint64,float16,bfloat16,float32,float64";
+  std::string big_dtypes = "all";  // dtypes that run at sizes >= 16 MiB
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--sizes") sizes = argv[i + 1];
+    else if (k == "--ops") ops = argv[i + 1];
+    else if (k == "--dtypes") dtypes = argv[i + 1];
+    else if (k == "--big-dtypes") big_dtypes = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (ops == "all") ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier";
+  auto has = [](const std::string& list, const std::string& item) {
+    for (const auto& x : split(list))
+      if (x == item) return true;
+    return false;
+  };
+
+  try {
+    rcoll::Communicator comm = rcoll::Communicator::create();
+    const int p = comm.size(), r = comm.rank();
+    int salt = 0;
+    for (const auto& dname : split(dtypes)) {
+      DataType d = *rcoll::parse_data_type(dname);
+      for (const auto& sspec : split(sizes)) {
+        const size_t count = parse_count(sspec, d);
+        if (count * rcoll::size_of(d) >= (16u << 20) && big_dtypes != "all" && !has(big_dtypes, dname)) continue;
+        ++salt;
+        for (int o = 0; o < rcoll::kNumReduceOps; ++o) {
+          auto op = static_cast<ReduceOp>(o);
+          if (op == ReduceOp::kAvg && !rcoll::is_floating(d)) continue;
+          Case c{d, op, count, salt + o};
+          if (has(ops, "allreduce")) {
+            test_allreduce(comm, c, false);
+            test_allreduce(comm, c, true);
+          }
+          if (has(ops, "reduce_scatter")) test_reduce_scatter(comm, c);
+        }
+        Case c{d, ReduceOp::kSum, count, salt};
+        if (has(ops, "allgather")) {
+          test_allgather(comm, c, false);
+          test_allgather(comm, c, true);
+        }
+        if (has(ops, "broadcast")) test_broadcast(comm, c, salt % p);
+        if (has(ops, "sendrecv")) test_send_recv(comm, c);
+        if (has(ops, "barrier")) comm.barrier();
+        if (d == DataType::kFloat32) {
+          Case f{d, ReduceOp::kSum, count, salt, true};
+          if (has(ops, "allreduce")) test_allreduce(comm, f, false);
+          if (has(ops, "reduce_scatter")) test_reduce_scatter(comm, f);
+          f.op = ReduceOp::kAvg;
+          if (has(ops, "allreduce")) test_allreduce(comm, f, true);
+        }
+      }
+      if (r == 0) std::printf("%s: done (%d checks so far, %d failed)\n", dname.c_str(), g_checks, g_failures);
+      std::fflush(stdout);
+    }
+    comm.barrier();
+    rcoll::Counters counters = comm.counters();
+    std::printf("rank %d/%d: %d checks, %d failed, %llu ops, %llu bytes sent\n", r, p, g_checks, g_failures,
+                static_cast<unsigned long long>(counters.ops), static_cast<unsigned long long>(counters.bytes_sent));
+  } catch (const rcoll::Error& e) {
+    std::fprintf(stderr, "rcoll error: %s\n", e.what());
+    return 3;
+  }
+  return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,74 @@
+// The wire format shared by every byte-stream transport. Each message is a
+// fixed 48-byte header followed by `payload_bytes` of data. The header carries
+// the recovery identity of the bytes (epoch, op seq, chunk, step) and the op's
+// fingerprint (kind, dtype, reduce op, root/peer, count), so a receiver can
+// drop stale epochs and detect a desync at the first frame that disagrees.
+//
+// Layout (little-endian):
+//   0 magic u32 | 4 type u8 | 5 op_kind u8 | 6 dtype u8 | 7 redop u8
+//   8 epoch u32 | 12 root i32 | 16 op_seq u64 | 24 count u64
+//  32 chunk u32 | 36 step u16 | 38 flags u16 | 40 payload_bytes u64
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "rcoll/status.h"
+
+namespace rcoll {
+
+inline constexpr uint32_t kFrameMagic = 0x31434352;  // "RCC1"
+inline constexpr size_t kFrameHeaderBytes = 48;
+// No frame may carry more than this; a header that claims more is hostile or corrupt.
+inline constexpr uint64_t kMaxFramePayload = uint64_t{1} << 31;
+
+enum class FrameType : uint8_t { kData = 1, kHello = 2, kHelloAck = 3, kAbort = 4 };
+
+enum class OpKind : uint8_t {
+  kNone = 0,
+  kSendRecv,
+  kAllreduce,
+  kAllgather,
+  kReduceScatter,
+  kBroadcast,
+  kBarrier,
+};
+const char* to_string(OpKind kind);
+
+struct FrameHeader {
+  FrameType type = FrameType::kData;
+  OpKind op_kind = OpKind::kNone;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  uint32_t epoch = 0;
+  int32_t root = -1;  // broadcast root, or the sender's rank for send/recv
+  uint64_t op_seq = 0;
+  uint64_t count = 0;  // element count of the op (fingerprint), not of this frame
+  uint32_t chunk = 0;
+  uint16_t step = 0;
+  uint16_t flags = 0;
+  uint64_t payload_bytes = 0;
+
+  // Same op (kind, seq and fingerprint)?
+  bool same_op(const FrameHeader& o) const {
+    return op_kind == o.op_kind && op_seq == o.op_seq && dtype == o.dtype && redop == o.redop &&
+           root == o.root && count == o.count;
+  }
+  // Same place inside the op?
+  bool same_position(const FrameHeader& o) const {
+    return chunk == o.chunk && step == o.step && payload_bytes == o.payload_bytes;
+  }
+};
+
+using FrameBytes = std::array<uint8_t, kFrameHeaderBytes>;
+FrameBytes encode(const FrameHeader& h);
+// Rejects a wrong magic, an unknown type or kind, an out-of-range dtype/redop and
+// a payload above kMaxFramePayload.
+Result<FrameHeader> decode_frame_header(const uint8_t* data, size_t size);
+
+// "allreduce seq 7 (float32 x 1048576, sum) chunk 3 step 2"
+std::string describe_op(const FrameHeader& h);
+std::string describe_frame(const FrameHeader& h);
+
+}  // namespace rcoll

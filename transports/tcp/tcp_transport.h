@@ -1,0 +1,34 @@
+// The TCP transport on Boost.Asio: one connection per peer pair, framed
+// messages (transports/frame.h), single-threaded. The runtime's progress
+// thread drives all I/O through progress(), so a completed receive is handed to
+// the algorithm without a thread hop.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rcoll/store.h"
+#include "transports/transport.h"
+
+namespace rcoll {
+
+struct TcpConnectParams {
+  int rank = 0;
+  int size = 1;
+  uint32_t epoch = 0;
+  // Already namespaced for this communicator; keys "tcp/<epoch>/<rank>" are written here.
+  std::shared_ptr<Store> store;
+  std::string ifname_spec;     // RCOLL_SOCKET_IFNAME syntax
+  bool prefer_loopback = true;  // every rank on this host
+  std::string job_token;
+  size_t socket_buffer_bytes = 0;  // 0 = leave the kernel's default
+  Deadline deadline = Deadline::never();
+};
+
+// Listens, publishes the address, connects to every peer (lower ranks are
+// dialled, higher ranks are accepted), exchanges hellos and checks the job
+// token. Fails within the deadline with kPeerUnreachable naming the peers and
+// addresses not reached, or kInvalidArgument for a bad interface spec.
+Result<std::unique_ptr<Transport>> connect_tcp_transport(const TcpConnectParams& params);
+
+}  // namespace rcoll
