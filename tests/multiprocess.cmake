@@ -13,3 +13,14 @@ foreach(np 1 2 3 4 8)
            COMMAND ${RCOLL_RUN} -n ${np} --timeout 900 -- ${RCOLL_CORRECTNESS} --sizes 0,1,7,4K+3,1M,64M)
   set_tests_properties(correctness_np${np} PROPERTIES TIMEOUT 1000 LABELS multiprocess)
 endforeach()
+
+# The README's C++ example is compiled from the README itself and run at 2 ranks.
+file(READ ${PROJECT_SOURCE_DIR}/README.md readme_text)
+string(REGEX MATCH "```cpp\n([^`]*)```" readme_block "${readme_text}")
+set(readme_code "${CMAKE_MATCH_1}")
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/readme_example.cc
+     "#include <chrono>\n#include <cstdio>\n#include <vector>\n${readme_code}")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/README.md)
+add_executable(rcoll-readme-example ${CMAKE_CURRENT_BINARY_DIR}/readme_example.cc)
+target_link_libraries(rcoll-readme-example PRIVATE rcoll_static)
+add_test(NAME readme_example COMMAND ${RCOLL_RUN} -n 2 --timeout 60 -- $<TARGET_FILE:rcoll-readme-example>)

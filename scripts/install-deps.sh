@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what rcoll needs to build, test and benchmark, from Debian packages.
+# Safe to run again: packages already present are not fetched.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libboost-dev            # Boost.Asio (TCP transport, store)
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev             # baseline for rcoll-bench comparisons
+  libopenmpi-dev openmpi-bin
+  libucx-dev              # optional UCX transport
+  iproute2                # network-namespace chaos tests
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} > 0)); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all packages present"
+fi
