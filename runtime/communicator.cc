@@ -1,7 +1,9 @@
 #include "rcoll/communicator.h"
 
 #include <algorithm>
+#include <csignal>
 #include <string>
+#include <thread>
 
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
@@ -15,9 +17,23 @@ const char* version_string() { return "0.1.0 (transports: tcp)"; }
 // ---------------------------------------------------------------- the runtime
 
 Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options options) {
+  std::vector<Fault> faults;
+  if (auto spec = env_string("RCOLL_INJECT")) {
+    auto parsed = parse_fault_spec(*spec);
+    if (!parsed.ok()) return parsed.status();
+    faults = std::move(parsed).value();
+  }
   auto boot = bootstrap(options);
   if (!boot.ok()) return boot.status();
   std::unique_ptr<CommunicatorImpl> impl(new CommunicatorImpl(std::move(options), std::move(boot).value()));
+  impl->faults_ = std::move(faults);
+  for (const Fault& f : impl->faults_) {
+    if (f.kind == FaultKind::kRandom) impl->random_state_ = f.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(impl->rank_) + 1;
+  }
+  if (!impl->faults_.empty()) {
+    RCOLL_LOG(kWarn, "fault injection is on (RCOLL_INJECT=%s): %zu fault(s) planned", env_string("RCOLL_INJECT")->c_str(),
+              impl->faults_.size());
+  }
   if (Status s = impl->connect_epoch(0); !s.ok()) return s;
   impl->progress_ = std::thread([p = impl.get()] { p->progress_loop(); });
   return impl;
@@ -71,6 +87,14 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch) {
   p.job_token = boot_.job_token;
   p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : 4u << 20;
   p.deadline = Deadline::after(options_.connect_timeout);
+  for (Fault& f : faults_) {
+    if (f.kind == FaultKind::kFailConnect && f.transport == "tcp" && f.count > 0) {
+      --f.count;
+      ++injected_;
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, "tcp"},
+                    "connect of epoch " + std::to_string(epoch) + " failed by fault injection (fail-connect)");
+    }
+  }
   auto t_or = connect_tcp_transport(p);
   if (!t_or.ok()) return t_or.status();
   transport_ = std::move(t_or).value();
@@ -125,6 +149,7 @@ Status CommunicatorImpl::execute(const Op& op) {
                       " was aborted by an earlier failure (" + fatal_.to_string() + ")");
   }
   AlgoContext ctx(*transport_, op, deadline_for(op), tuning_, scratch_);
+  if (!faults_.empty()) inject_before(op, ctx);
   Status s;
   switch (op.kind) {
     case OpKind::kSendRecv: s = op.is_send ? run_send(ctx) : run_recv(ctx); break;
@@ -143,6 +168,58 @@ Status CommunicatorImpl::execute(const Op& op) {
               s.to_string().c_str(), epoch_);
   }
   return s;
+}
+
+namespace {
+
+// The first peer an op talks to: the link a close-link fault without a peer breaks.
+int first_peer(const Op& op, int rank, int size) {
+  if (op.kind == OpKind::kSendRecv) return op.peer;
+  return (rank + 1) % size;
+}
+
+uint64_t next_random(uint64_t* state) {  // splitmix64
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
+  for (const Fault& planned : faults_) {
+    Fault f = planned;
+    if (f.kind == FaultKind::kRandom) {
+      const double draw = static_cast<double>(next_random(&random_state_) >> 11) / 9007199254740992.0;
+      if (draw >= f.rate || size_ < 2) continue;
+      f.kind = f.random_kinds[next_random(&random_state_) % f.random_kinds.size()];
+      f.rank = rank_;
+      f.op = op.seq;
+      f.ms = 50;
+    }
+    if (f.kind == FaultKind::kFailConnect || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    ++injected_;
+    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_);
+    switch (f.kind) {
+      case FaultKind::kStall:
+        RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
+        std::this_thread::sleep_for(Millis(f.ms));
+        break;
+      case FaultKind::kKill:
+        RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s", op.describe().c_str());
+        std::raise(SIGKILL);
+        break;
+      case FaultKind::kCloseLink:
+        RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d at %s", peer, op.describe().c_str());
+        transport_->break_link(peer);
+        break;
+      case FaultKind::kDelayChunk: ctx.inject_first_send(f.ms, false); break;
+      case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
+      case FaultKind::kFailConnect:
+      case FaultKind::kRandom: break;
+    }
+  }
 }
 
 void CommunicatorImpl::progress_loop() {
@@ -180,6 +257,7 @@ Counters CommunicatorImpl::counters() const {
   c.bytes_sent = bytes_sent_;
   c.bytes_received = bytes_received_;
   c.epoch = epoch_;
+  c.faults_injected = injected_;
   c.transport = "tcp";
   return c;
 }

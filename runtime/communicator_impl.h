@@ -13,6 +13,7 @@
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
 #include "runtime/env.h"
+#include "runtime/inject.h"
 #include "runtime/op.h"
 #include "transports/transport.h"
 
@@ -38,6 +39,8 @@ class CommunicatorImpl {
   void progress_loop();
   Status execute(const Op& op);
   Deadline deadline_for(const Op& op) const;
+  // Applies the injected faults due at this op; sets the first-send faults on ctx.
+  void inject_before(const Op& op, AlgoContext& ctx);
 
   Options options_;
   Bootstrap boot_;
@@ -48,6 +51,9 @@ class CommunicatorImpl {
   Scratch scratch_;
   std::unique_ptr<Transport> transport_;
   uint32_t epoch_ = 0;
+  std::vector<Fault> faults_;  // from RCOLL_INJECT
+  uint64_t random_state_ = 0;
+  uint64_t injected_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;

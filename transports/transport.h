@@ -49,6 +49,10 @@ class Transport {
   // Fails every pending request with `why`, closes every connection. Idempotent.
   virtual void abort(const Status& why) = 0;
 
+  // Fault injection: closes the connection to `peer` as a failing link would.
+  // Pending and later requests on it fail; the peer sees the connection drop.
+  virtual void break_link(int peer) = 0;
+
   // Bytes moved so far, for counters.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;

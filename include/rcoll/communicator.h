@@ -50,6 +50,7 @@ struct Counters {
   uint64_t recoveries = 0;
   uint64_t fallbacks = 0;
   double recovery_seconds = 0;
+  uint64_t faults_injected = 0;  // RCOLL_INJECT faults applied on this rank
   int64_t epoch = 0;
   std::string transport;
 };

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
+
+#include "runtime/log.h"
 
 namespace rcoll {
 
@@ -14,6 +17,18 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
   h.chunk = chunk;
   h.step = step;
   h.payload_bytes = bytes;
+  if (inject_delay_ms_ > 0) {
+    RCOLL_LOG(kWarn, "fault injection: holding back %s chunk %u to rank %d for %lld ms", op_.describe().c_str(), chunk, peer,
+              static_cast<long long>(inject_delay_ms_));
+    std::this_thread::sleep_for(std::chrono::milliseconds(inject_delay_ms_));
+    inject_delay_ms_ = 0;
+  }
+  if (inject_drop_) {
+    RCOLL_LOG(kWarn, "fault injection: dropping %s chunk %u step %u to rank %d", op_.describe().c_str(), chunk, step, peer);
+    inject_drop_ = false;
+    r->state = Request::State::kDone;
+    return;
+  }
   pending_.push_back({r, peer, true, chunk, step});
   t_.post_send(peer, h, data, r);
 }

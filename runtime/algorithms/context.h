@@ -53,6 +53,13 @@ class AlgoContext {
   // Drives the transport until `r` finishes or the op's deadline passes.
   Status wait(Request& r);
   Status wait_all(std::span<Request> rs);
+  // Fault injection on this op's first frame sent: hold it back `delay_ms`, or
+  // never send it at all (the request completes locally, the peer never sees it).
+  void inject_first_send(int64_t delay_ms, bool drop) {
+    inject_delay_ms_ = delay_ms;
+    inject_drop_ = drop;
+  }
+
   // Aborts the transport (failing every pending request) and returns `why` with
   // this op named in it. Every algorithm failure goes through here.
   Status fail(Status why);
@@ -64,6 +71,8 @@ class AlgoContext {
   const Tuning& tuning_;
   Scratch& scratch_;
   FrameHeader header_;
+  int64_t inject_delay_ms_ = 0;
+  bool inject_drop_ = false;
   // Who each pending request is waiting on, for the timeout message.
   struct Pending {
     Request* req;

@@ -84,6 +84,12 @@ class TcpTransport final : public Transport {
 
   void abort(const Status& why) override { shutdown(why, true); }
 
+  void break_link(int peer) override {
+    if (peer < 0 || peer >= size_ || !peers_[peer].socket) return;
+    fail_peer(peer, Status(ErrorCode::kTransport, context(peer),
+                           "link to rank " + std::to_string(peer) + " closed by fault injection"));
+  }
+
  private:
   struct SendItem {
     FrameBytes header;
@@ -269,6 +275,21 @@ class TcpTransport final : public Transport {
     if (closed_) return;
     closed_ = true;
     aborting_ = !log;
+    // Tell every peer whose stream is at a frame boundary that this epoch is
+    // over, so it fails with kAborted at once instead of reading an EOF that
+    // looks like a dead process. Best effort: never blocks.
+    FrameHeader notice;
+    notice.type = FrameType::kAbort;
+    notice.epoch = epoch_;
+    notice.root = rank_;
+    const FrameBytes bytes = encode(notice);
+    for (int p = 0; p < size_; ++p) {
+      Peer& pr = peers_[p];
+      if (!log || !pr.socket || !pr.error.ok() || pr.writing) continue;
+      error_code ignored;
+      pr.socket->non_blocking(true, ignored);
+      pr.socket->write_some(asio::buffer(bytes), ignored);
+    }
     for (int p = 0; p < size_; ++p) {
       if (peers_[p].socket) fail_peer(p, why);
     }

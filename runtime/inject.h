@@ -1,0 +1,47 @@
+// Fault injection, built into the runtime and off unless RCOLL_INJECT (or
+// rcoll-run --inject) names faults. The other piece of global state besides the
+// logger: one process-wide plan, parsed once, strictly (a malformed spec is an
+// error at start-up, never ignored).
+//
+//   RCOLL_INJECT="close-link:rank=1,peer=2,op=20;stall:rank=3,op=40,ms=2000"
+//
+// Kinds and keys (op = the rank's op sequence number, 1, 2, 3, ...):
+//   close-link   rank, peer, op        close the connection rank<->peer during op
+//   stall        rank, op, ms          the rank reaches op ms late (a straggler)
+//   kill         rank, op              the rank's process dies (SIGKILL) at op
+//   delay-chunk  rank, op, ms          the rank holds back a chunk of op for ms
+//   drop-chunk   rank, op              the rank never sends one chunk of op
+//   fail-connect transport, count      the next `count` connects of transport fail
+//   random       rate, seed, kinds     each op of each rank gets a fault of `kinds`
+//                                      ('+'-separated) with probability rate
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rcoll/status.h"
+
+namespace rcoll {
+
+enum class FaultKind : uint8_t { kCloseLink, kStall, kKill, kDelayChunk, kDropChunk, kFailConnect, kRandom };
+const char* to_string(FaultKind kind);
+
+struct Fault {
+  FaultKind kind;
+  int rank = -1;      // -1: any rank
+  int peer = -1;      // close-link: -1 = the op's first peer
+  uint64_t op = 0;    // 0: not tied to an op
+  int64_t ms = 0;
+  std::string transport;
+  int count = 0;
+  double rate = 0;
+  uint64_t seed = 0;
+  std::vector<FaultKind> random_kinds;
+};
+
+// Parses a whole RCOLL_INJECT value. Errors are kInvalidArgument naming the
+// fault, the key and what was expected.
+Result<std::vector<Fault>> parse_fault_spec(const std::string& spec);
+
+}  // namespace rcoll

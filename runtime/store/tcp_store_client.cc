@@ -1,0 +1,479 @@
+// The client of the built-in TCP store, on plain POSIX sockets: every socket is
+// non-blocking and every send/recv waits in poll() against a Deadline, so no
+// call outlives its timeout. A blocking get/wait is parked on the server (which
+// answers at the timeout) and guarded here by a deadline kGuardSlack longer.
+//
+// Thread safety: calls check a connection out of a small pool and return it
+// afterwards, so a thread parked in get() never holds up a set() from another
+// thread of the same process (one shared connection would deadlock that).
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "rcoll/store.h"
+#include "runtime/deadline.h"
+#include "runtime/log.h"
+#include "runtime/store/tcp_store_protocol.h"
+
+namespace rcoll {
+namespace {
+
+using store_wire::Op;
+using store_wire::Reply;
+using store_wire::Request;
+using store_wire::Response;
+
+// How much longer than a get/wait's own timeout the client waits for the
+// server's answer before it gives up on the connection.
+constexpr Millis kGuardSlack{2000};
+// Budget of a non-blocking request (set/add/check/erase) and of reading a
+// response body once its header has arrived.
+constexpr Millis kRequestTimeout{30000};
+// Idle connections kept for reuse.
+constexpr size_t kMaxIdle = 8;
+// Backoff between connection attempts.
+constexpr Millis kFirstBackoff{10};
+constexpr Millis kMaxBackoff{500};
+
+std::string host_port(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+std::string key_text(const std::string& key) {
+  constexpr size_t kShown = 200;
+  if (key.size() <= kShown) return "\"" + key + "\"";
+  return "\"" + key.substr(0, kShown) + "...\" (" + std::to_string(key.size()) + " bytes)";
+}
+
+std::string key_list(const std::vector<std::string>& keys) {
+  constexpr size_t kShown = 16;
+  std::string out;
+  for (size_t i = 0; i < keys.size() && i < kShown; ++i) {
+    if (i) out += ", ";
+    out += key_text(keys[i]);
+  }
+  if (keys.size() > kShown) out += " and " + std::to_string(keys.size() - kShown) + " more";
+  return out;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+int poll_ms(const Deadline& d) {
+  auto ms = d.remaining_ms().count();
+  // Round up so a sub-millisecond remainder still waits instead of spinning.
+  if (ms == 0 && !d.expired()) ms = 1;
+  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+}
+
+// Why an I/O step failed: timed out, or the connection broke.
+struct IoFailure {
+  bool timed_out = false;
+  std::string what;
+};
+
+// Waits for `events` on fd; false (and `failure`) on timeout or error.
+bool wait_for(int fd, short events, const Deadline& d, IoFailure& failure) {
+  for (;;) {
+    if (d.expired()) {
+      failure = {true, "timed out"};
+      return false;
+    }
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, poll_ms(d));
+    if (n > 0) return true;  // readiness or an error: the next syscall reports it
+    if (n < 0 && errno != EINTR) {
+      failure = {false, "poll failed: " + errno_text(errno)};
+      return false;
+    }
+  }
+}
+
+bool send_all(int fd, const uint8_t* data, size_t size, const Deadline& d, IoFailure& failure) {
+  while (size > 0) {
+    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(fd, POLLOUT, d, failure)) return false;
+      continue;
+    }
+    failure = {false, "send failed: " + errno_text(errno)};
+    return false;
+  }
+  return true;
+}
+
+bool recv_exact(int fd, uint8_t* data, size_t size, const Deadline& d, IoFailure& failure) {
+  while (size > 0) {
+    ssize_t n = ::recv(fd, data, size, 0);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      failure = {false, "the store closed the connection"};
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(fd, POLLIN, d, failure)) return false;
+      continue;
+    }
+    failure = {false, "recv failed: " + errno_text(errno)};
+    return false;
+  }
+  return true;
+}
+
+// One request/response exchange. `header_deadline` bounds the wait for the
+// answer to start; the body then gets kRequestTimeout of its own.
+Result<Response> exchange(int fd, const Bytes& frame, const Deadline& header_deadline,
+                          IoFailure& failure, bool& sent) {
+  sent = false;
+  if (!send_all(fd, frame.data(), frame.size(), header_deadline, failure)) {
+    return Status(ErrorCode::kStore, failure.what);
+  }
+  sent = true;
+  std::array<uint8_t, store_wire::kHeaderBytes> header{};
+  if (!recv_exact(fd, header.data(), header.size(), header_deadline, failure)) {
+    return Status(ErrorCode::kStore, failure.what);
+  }
+  auto h = store_wire::decode_header(header, store_wire::kResponseMagic);
+  if (!h.ok()) {
+    failure = {false, "it answered badly: " + h.status().message()};
+    return h.status();
+  }
+  Bytes body(h.value().body_length);
+  Deadline body_deadline = Deadline::after(kRequestTimeout);
+  if (!recv_exact(fd, body.data(), body.size(), body_deadline, failure)) {
+    return Status(ErrorCode::kStore, failure.what);
+  }
+  auto r = store_wire::decode_response_body(h.value().kind, body);
+  if (!r.ok()) failure = {false, "it answered badly: " + r.status().message()};
+  return r;
+}
+
+// One TCP connection attempt (every address the host resolves to), no retry.
+Result<Fd> connect_once(const std::string& host, uint16_t port, const Deadline& d) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* list = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &list);
+  if (rc != 0) {
+    return Status(ErrorCode::kPeerUnreachable,
+                  std::string("cannot resolve the host: ") + gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(list, &::freeaddrinfo);
+  std::string last = "no address";
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd.valid()) {
+      last = "socket() failed: " + errno_text(errno);
+      continue;
+    }
+    int err = 0;
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last = errno_text(errno);
+        continue;
+      }
+      IoFailure f;
+      if (!wait_for(fd.get(), POLLOUT, d, f)) {
+        last = f.timed_out ? "connection attempt timed out" : f.what;
+        continue;
+      }
+      socklen_t len = sizeof(err);
+      if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err != 0) {
+        last = errno_text(err);
+        continue;
+      }
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+  }
+  return Status(ErrorCode::kPeerUnreachable, last);
+}
+
+class TcpStoreClient final : public Store {
+ public:
+  explicit TcpStoreClient(TcpStoreOptions options)
+      : options_(std::move(options)), address_(host_port(options_.host, options_.port)) {}
+
+  // Connects, retrying refused and failed attempts with backoff until
+  // `budget` (retry = false: one attempt), and says hello.
+  Result<Fd> open(Millis budget, bool retry) {
+    Deadline deadline = Deadline::after(budget);
+    Millis backoff = kFirstBackoff;
+    std::string last;
+    for (;;) {
+      auto fd = connect_once(options_.host, options_.port, deadline);
+      if (fd.ok()) {
+        Status s = hello(fd.value().get(), deadline);
+        if (s.ok()) return std::move(fd).value();
+        if (s.code() != ErrorCode::kPeerUnreachable) return s;  // refused: retrying won't help
+        last = s.message();
+      } else {
+        last = fd.status().message();
+      }
+      if (!retry || deadline.expired()) break;
+      auto pause = std::min<Clock::duration>(backoff, deadline.remaining());
+      std::this_thread::sleep_for(pause);
+      backoff = std::min(backoff * 2, kMaxBackoff);
+    }
+    return Status(ErrorCode::kPeerUnreachable, "cannot reach the rcoll store at " + address_ +
+                                                   " within " + std::to_string(budget.count()) +
+                                                   " ms: " + last +
+                                                   "; check RCOLL_STORE_ADDR / MASTER_ADDR");
+  }
+
+  Status set(const std::string& key, const Bytes& value) override {
+    Request q{Op::kSet, {key}, value, 0};
+    auto r = call(q, Deadline::after(kRequestTimeout), /*idempotent=*/true,
+                  "set(" + key_text(key) + ")");
+    return r.status();
+  }
+
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    int64_t ms = clamp_timeout(timeout);
+    Request q{Op::kGet, {key}, {}, ms};
+    auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true, "get(" + key_text(key) + ")");
+    if (!r.ok()) return r.status();
+    if (r.value().reply == Reply::kTimeout) {
+      return Status(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) +
+                                             " ms waiting for store key " + key_text(key) + " at " +
+                                             address_);
+    }
+    return std::move(r.value().value);
+  }
+
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    Request q{Op::kAdd, {key}, {}, delta};
+    // Not idempotent: never re-sent once it may have reached the server.
+    auto r = call(q, Deadline::after(kRequestTimeout), false, "add(" + key_text(key) + ")");
+    if (!r.ok()) return r.status();
+    return r.value().integer;
+  }
+
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    if (keys.empty()) return Status();
+    int64_t ms = clamp_timeout(timeout);
+    Request q{Op::kWait, keys, {}, ms};
+    auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true,
+                  "wait(" + std::to_string(keys.size()) + " keys)");
+    if (!r.ok()) return r.status();
+    if (r.value().reply == Reply::kTimeout) {
+      const auto& absent = r.value().keys.empty() ? keys : r.value().keys;
+      return Status(ErrorCode::kTimeout,
+                    "timed out after " + std::to_string(ms) + " ms waiting for store key" +
+                        (absent.size() == 1 ? " " : "s ") + key_list(absent) + " (" +
+                        std::to_string(absent.size()) + " of " + std::to_string(keys.size()) +
+                        " missing) at " + address_);
+    }
+    return Status();
+  }
+
+  Result<bool> check(const std::string& key) override {
+    Request q{Op::kCheck, {key}, {}, 0};
+    auto r = call(q, Deadline::after(kRequestTimeout), true, "check(" + key_text(key) + ")");
+    if (!r.ok()) return r.status();
+    return r.value().integer != 0;
+  }
+
+  Status erase(const std::string& key) override {
+    Request q{Op::kErase, {key}, {}, 0};
+    auto r = call(q, Deadline::after(kRequestTimeout), true, "erase(" + key_text(key) + ")");
+    return r.status();
+  }
+
+  void adopt(Fd fd) { checkin(std::move(fd)); }
+
+ private:
+  static int64_t clamp_timeout(Millis timeout) {
+    return std::clamp<int64_t>(timeout.count(), 0, store_wire::kMaxTimeoutMs);
+  }
+
+  Status hello(int fd, const Deadline& d) {
+    Request q{Op::kHello, {}, Bytes(options_.token.begin(), options_.token.end()), 0};
+    IoFailure failure;
+    bool sent = false;
+    // The hello must fit the connect budget but gets at least a second: a
+    // server that accepted the connection is alive and answers quickly.
+    Deadline hd = d.expired() ? Deadline::after(Millis(1000)) : d;
+    auto r = exchange(fd, store_wire::encode_request(q), hd, failure, sent);
+    if (!r.ok()) {
+      return Status(ErrorCode::kPeerUnreachable, "no answer to hello: " + failure.what);
+    }
+    if (r.value().reply == Reply::kRefused) {
+      return Status(ErrorCode::kStore,
+                    "the store at " + address_ + " refused this client: job token mismatch");
+    }
+    if (r.value().reply != Reply::kOk) {
+      return Status(ErrorCode::kStore,
+                    "the store at " + address_ + " refused this client: " +
+                        std::string(r.value().value.begin(), r.value().value.end()));
+    }
+    return Status();
+  }
+
+  // A pooled connection, or a new one (reused = false).
+  Result<Fd> checkout(const Deadline& d, bool& reused) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!idle_.empty()) {
+        Fd fd = std::move(idle_.back());
+        idle_.pop_back();
+        // An idle connection has nothing to read; if it has (EOF, reset), it is dead.
+        pollfd p{fd.get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) == 0) {
+          reused = true;
+          return fd;
+        }
+      }
+    }
+    reused = false;
+    auto budget = std::min(options_.connect_timeout, d.remaining_ms());
+    return open(std::max(budget, Millis(1)), /*retry=*/true);
+  }
+
+  void checkin(Fd fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (idle_.size() < kMaxIdle) idle_.push_back(std::move(fd));
+  }
+
+  // Sends q and returns the server's answer (kOk or kTimeout); every other
+  // outcome becomes an error naming the store address and the call.
+  Result<Response> call(const Request& q, const Deadline& d, bool idempotent,
+                        const std::string& what) {
+    if (Status s = store_wire::validate(q); !s.ok()) return s;
+    Bytes frame = store_wire::encode_request(q);
+    std::string first_failure;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      bool reused = false;
+      Result<Fd> fd =
+          attempt == 0
+              ? checkout(d, reused)
+              : open(std::max(std::min(options_.connect_timeout, d.remaining_ms()), Millis(1)),
+                     /*retry=*/false);
+      if (!fd.ok()) {
+        if (attempt == 0) return fd.status();
+        return Status(ErrorCode::kStore, "lost the connection to the rcoll store at " + address_ +
+                                             " during " + what + ": " + first_failure +
+                                             "; reconnecting failed: " + fd.status().message());
+      }
+      IoFailure failure;
+      bool sent = false;
+      auto r = exchange(fd.value().get(), frame, d, failure, sent);
+      if (r.ok()) {
+        const Response& resp = r.value();
+        if (resp.reply == Reply::kOk || resp.reply == Reply::kTimeout) {
+          checkin(std::move(fd).value());
+          return r;
+        }
+        std::string reason(resp.value.begin(), resp.value.end());
+        if (resp.reply == Reply::kError) {
+          checkin(std::move(fd).value());
+          return Status(ErrorCode::kInvalidArgument,
+                        "the rcoll store at " + address_ + " rejected " + what + ": " + reason);
+        }
+        return Status(ErrorCode::kStore, "the rcoll store at " + address_ + " rejected " + what +
+                                             " (" + store_wire::to_string(resp.reply) +
+                                             "): " + reason);
+      }
+      // The connection is in an unknown state now: it is dropped (fd goes out of scope).
+      if (failure.timed_out) {
+        std::string keys = key_list(q.keys);
+        return Status(ErrorCode::kTimeout, "the rcoll store at " + address_ + " did not answer " +
+                                               what + " for key " + keys +
+                                               " in time; dropping that connection");
+      }
+      first_failure = failure.what;
+      // A pooled connection may have gone stale (server restarted): retry once on a
+      // fresh one, unless the request may already have run and is not idempotent.
+      bool may_retry = reused && (idempotent || !sent) && !d.expired();
+      if (!may_retry) break;
+      RCOLL_LOG(kInfo, "store connection to %s broke during %s (%s); reconnecting once",
+                address_.c_str(), what.c_str(), first_failure.c_str());
+    }
+    return Status(ErrorCode::kStore, "lost the connection to the rcoll store at " + address_ +
+                                         " during " + what + ": " + first_failure);
+  }
+
+  TcpStoreOptions options_;
+  std::string address_;
+  std::mutex mu_;
+  std::vector<Fd> idle_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Store>> connect_tcp_store(const TcpStoreOptions& options) {
+  if (options.host.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "the rcoll store address has no host");
+  }
+  if (options.port == 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "the rcoll store address " + options.host + ":0 has no port");
+  }
+  if (options.token.size() > store_wire::kMaxKeyLength) {
+    return Status(ErrorCode::kInvalidArgument, "the store job token is longer than " +
+                                                   std::to_string(store_wire::kMaxKeyLength) +
+                                                   " bytes");
+  }
+  auto client = std::make_shared<TcpStoreClient>(options);
+  auto fd = client->open(std::max(options.connect_timeout, Millis(0)), /*retry=*/true);
+  if (!fd.ok()) return fd.status();
+  client->adopt(std::move(fd).value());
+  return std::shared_ptr<Store>(std::move(client));
+}
+
+}  // namespace rcoll
