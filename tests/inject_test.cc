@@ -1,0 +1,81 @@
+// The RCOLL_INJECT grammar: every documented form parses to the right faults,
+// and every malformed one is refused with a message naming the problem.
+#include <gtest/gtest.h>
+
+#include "runtime/inject.h"
+
+namespace rcoll {
+namespace {
+
+TEST(InjectSpec, ParsesTheDesignExample) {
+  auto r = parse_fault_spec("close-link:rank=1,peer=2,op=20;stall:rank=3,op=40,ms=2000");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r.value().size(), 2u);
+  const Fault& a = r.value()[0];
+  EXPECT_EQ(a.kind, FaultKind::kCloseLink);
+  EXPECT_EQ(a.rank, 1);
+  EXPECT_EQ(a.peer, 2);
+  EXPECT_EQ(a.op, 20u);
+  const Fault& b = r.value()[1];
+  EXPECT_EQ(b.kind, FaultKind::kStall);
+  EXPECT_EQ(b.rank, 3);
+  EXPECT_EQ(b.op, 40u);
+  EXPECT_EQ(b.ms, 2000);
+}
+
+TEST(InjectSpec, ParsesEveryKind) {
+  auto r = parse_fault_spec(
+      "kill:rank=0,op=3; delay-chunk:rank=1,op=2,ms=5 ;drop-chunk:rank=2,op=9;"
+      "fail-connect:transport=tcp,count=2;random:rate=0.05,seed=7,kinds=close-link+delay-chunk;");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r.value().size(), 5u);
+  EXPECT_EQ(r.value()[0].kind, FaultKind::kKill);
+  EXPECT_EQ(r.value()[1].kind, FaultKind::kDelayChunk);
+  EXPECT_EQ(r.value()[1].ms, 5);
+  EXPECT_EQ(r.value()[2].kind, FaultKind::kDropChunk);
+  EXPECT_EQ(r.value()[3].transport, "tcp");
+  EXPECT_EQ(r.value()[3].count, 2);
+  EXPECT_DOUBLE_EQ(r.value()[4].rate, 0.05);
+  EXPECT_EQ(r.value()[4].seed, 7u);
+  ASSERT_EQ(r.value()[4].random_kinds.size(), 2u);
+  EXPECT_EQ(r.value()[4].random_kinds[1], FaultKind::kDelayChunk);
+}
+
+TEST(InjectSpec, EmptySpecIsNoFaults) {
+  auto r = parse_fault_spec("");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.value().empty());
+}
+
+struct BadSpec {
+  const char* spec;
+  const char* must_mention;
+};
+
+class InjectSpecRejects : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(InjectSpecRejects, WithAMessageNamingTheProblem) {
+  auto r = parse_fault_spec(GetParam().spec);
+  ASSERT_FALSE(r.ok()) << GetParam().spec;
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(GetParam().must_mention), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("RCOLL_INJECT"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Malformed, InjectSpecRejects,
+    ::testing::Values(BadSpec{"close-lnk:rank=1,op=2", "unknown kind 'close-lnk'"},
+                      BadSpec{"stall:rank=1,op=2", "missing key 'ms'"},
+                      BadSpec{"stall:rank=1,op=2,ms=abc", "ms='abc'"},
+                      BadSpec{"stall:rank=1,op=0,ms=5", "op='0'"},
+                      BadSpec{"kill:rank=-1,op=2", "rank='-1'"},
+                      BadSpec{"kill:rank=1,op=2,color=red", "unknown key 'color'"},
+                      BadSpec{"kill:rank=1,rank=2,op=2", "given twice"},
+                      BadSpec{"kill:rank1,op=2", "not key=value"},
+                      BadSpec{"fail-connect:transport=smoke,count=1", "transport 'smoke'"},
+                      BadSpec{"random:rate=2,seed=1", "rate='2'"},
+                      BadSpec{"random:rate=0.1,seed=1,kinds=kill+random", "cannot be drawn"},
+                      BadSpec{"stall:rank=1,op=2,ms=99999999999", "ms='99999999999'"}));
+
+}  // namespace
+}  // namespace rcoll
