@@ -17,6 +17,7 @@ const char* version_string() { return "0.1.0 (transports: tcp)"; }
 // ---------------------------------------------------------------- the runtime
 
 Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options options) {
+  if (Status s = apply_env_overrides(&options); !s.ok()) return s;
   std::vector<Fault> faults;
   if (auto spec = env_string("RCOLL_INJECT")) {
     auto parsed = parse_fault_spec(*spec);
@@ -47,10 +48,6 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot)
   if (options_.pipeline_depth > 0) tuning_.window = options_.pipeline_depth;
   tuning_.allreduce = options_.allreduce_algorithm;
   tuning_.small_allreduce_bytes = options_.small_allreduce_bytes;
-  if (options_.socket_ifname.empty()) options_.socket_ifname = env_string("RCOLL_SOCKET_IFNAME").value_or("");
-  if (options_.transport == "auto") {
-    options_.transport = env_string("RCOLL_TRANSPORT").value_or("auto");
-  }
 }
 
 CommunicatorImpl::~CommunicatorImpl() { close(); }
@@ -223,6 +220,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
 }
 
 void CommunicatorImpl::progress_loop() {
+  log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
   for (;;) {
     Op op;
     {

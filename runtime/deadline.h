@@ -12,9 +12,15 @@ using Millis = std::chrono::milliseconds;
 class Deadline {
  public:
   static Deadline never() { return Deadline(Clock::time_point::max()); }
-  static Deadline after(Clock::duration d) {
-    if (d >= Clock::time_point::max() - Clock::now()) return never();
-    return Deadline(Clock::now() + d);
+  // Any duration type; one too large to add to now (milliseconds::max(), say)
+  // is never, compared in the caller's unit so the conversion cannot overflow.
+  template <typename Rep, typename Period>
+  static Deadline after(std::chrono::duration<Rep, Period> d) {
+    using D = std::chrono::duration<Rep, Period>;
+    const auto now = Clock::now();
+    const auto headroom = Clock::time_point::max() - now;
+    if (d >= std::chrono::duration_cast<D>(headroom)) return never();
+    return Deadline(now + std::chrono::duration_cast<Clock::duration>(d));
   }
   static Deadline at(Clock::time_point t) { return Deadline(t); }
 

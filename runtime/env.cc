@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/deadline.h"
 #include "runtime/log.h"
 
 namespace rcoll {
@@ -161,6 +162,26 @@ Result<Bootstrap> bootstrap(const Options& o) {
                       "RCOLL_STORE_FILE=DIR, or MASTER_ADDR/MASTER_PORT, or pass Options.store");
   }
   return b;
+}
+
+Status apply_env_overrides(Options* o) {
+  if (o->transport == "auto") {
+    o->transport = env_string("RCOLL_TRANSPORT").value_or("auto");
+    if (o->transport != "auto" && o->transport != "tcp" && o->transport != "ucx" && o->transport != "nccl") {
+      return Status(ErrorCode::kInvalidArgument, "RCOLL_TRANSPORT='" + o->transport + "' is not auto, tcp, ucx or nccl");
+    }
+  }
+  if (o->socket_ifname.empty()) o->socket_ifname = env_string("RCOLL_SOCKET_IFNAME").value_or("");
+  auto op_timeout = env_int("RCOLL_OP_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
+  if (!op_timeout.ok()) return op_timeout.status();
+  if (op_timeout.value() && o->op_timeout.count() == 0) o->op_timeout = Millis(*op_timeout.value());
+  auto connect_timeout = env_int("RCOLL_CONNECT_TIMEOUT_MS", 1, 24LL * 3600 * 1000);
+  if (!connect_timeout.ok()) return connect_timeout.status();
+  if (connect_timeout.value()) o->connect_timeout = Millis(*connect_timeout.value());
+  auto chunk = env_int("RCOLL_CHUNK_BYTES", 64, 1LL << 30);
+  if (!chunk.ok()) return chunk.status();
+  if (chunk.value() && o->chunk_bytes == 0) o->chunk_bytes = static_cast<size_t>(*chunk.value());
+  return Status();
 }
 
 }  // namespace rcoll

@@ -24,6 +24,11 @@ struct Bootstrap {
 
 Result<Bootstrap> bootstrap(const Options& options);
 
+// Fills options the caller left at their defaults from RCOLL_* variables
+// (RCOLL_TRANSPORT, RCOLL_SOCKET_IFNAME, RCOLL_OP_TIMEOUT_MS,
+// RCOLL_CONNECT_TIMEOUT_MS, RCOLL_CHUNK_BYTES). A malformed value is an error.
+Status apply_env_overrides(Options* options);
+
 // Strict integer parse of an environment variable: nullopt when unset, an
 // error naming the variable when it is set but not an integer in [lo, hi].
 Result<std::optional<long long>> env_int(const char* name, long long lo, long long hi);

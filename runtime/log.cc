@@ -49,7 +49,11 @@ const char* level_name(Level level) {
   return "?";
 }
 
+thread_local std::string t_identity;
+
 }  // namespace
+
+void set_thread_identity(const std::string& identity) { t_identity = identity; }
 
 bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(logger().level); }
 
@@ -80,7 +84,8 @@ void write(Level level, const char* file, int line, const char* fmt, ...) {
   Logger& l = logger();
   std::lock_guard<std::mutex> lock(l.mu);
   std::fprintf(l.out, "rcoll %lld.%03lld %s [%s] %s (%s:%d)\n", static_cast<long long>(now / 1000),
-               static_cast<long long>(now % 1000), level_name(level), l.identity.c_str(), body,
+               static_cast<long long>(now % 1000), level_name(level),
+               t_identity.empty() ? l.identity.c_str() : t_identity.c_str(), body,
                base, line);
   std::fflush(l.out);
 }

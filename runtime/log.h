@@ -16,6 +16,10 @@ enum class Level : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 
 bool enabled(Level level);
 // Sets the process-wide prefix, e.g. "rank 2/4". Called once the rank is known.
 void set_identity(const std::string& identity);
+// Overrides the identity for lines logged by the calling thread (a
+// communicator's progress thread), so several communicators in one process
+// each log as their own rank.
+void set_thread_identity(const std::string& identity);
 void write(Level level, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -1,5 +1,6 @@
 #include "runtime/op.h"
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/cpu_reduce.h"
@@ -90,12 +91,14 @@ Status validate(const Op& op, int rank, int size) {
       if (!op.in_place() && overlap(op.in, op.out)) return invalid(op, rank, "input and output overlap without being the same buffer");
       break;
     case OpKind::kAllgather: {
+      if (op.in.count > SIZE_MAX / n) return invalid(op, rank, "input count times world size overflows");
       if (op.out.count != op.in.count * n) return invalid(op, rank, "output must have size x input = " + std::to_string(op.in.count * n) + " elements, has " + std::to_string(op.out.count));
       auto slot = static_cast<const char*>(op.out.data) + op.in.bytes() * static_cast<size_t>(rank);
       if (op.in.data != slot && overlap(op.in, op.out)) return invalid(op, rank, "input overlaps output without being this rank's slot of it");
       break;
     }
     case OpKind::kReduceScatter:
+      if (op.out.count > SIZE_MAX / n) return invalid(op, rank, "output count times world size overflows");
       if (op.in.count != op.out.count * n) return invalid(op, rank, "input must have size x output = " + std::to_string(op.out.count * n) + " elements, has " + std::to_string(op.in.count));
       if (overlap(op.in, op.out)) return invalid(op, rank, "input and output overlap; reduce_scatter needs separate buffers");
       break;

@@ -1,6 +1,7 @@
 #include <chrono>
 
 #include "rcoll/communicator.h"
+#include "runtime/deadline.h"
 #include "runtime/op.h"
 
 namespace rcoll {
@@ -9,9 +10,10 @@ Status Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return Status(ErrorCode::kInvalidArgument, "wait() on an empty Work handle");
   std::unique_lock<std::mutex> lock(state_->mu);
   auto ready = [this] { return state_->done; };
-  if (timeout == std::chrono::milliseconds::max()) {
+  const Deadline deadline = Deadline::after(timeout);
+  if (deadline.is_never()) {
     state_->cv.wait(lock, ready);
-  } else if (!state_->cv.wait_for(lock, timeout, ready)) {
+  } else if (!state_->cv.wait_until(lock, deadline.time(), ready)) {
     return Status(ErrorCode::kWaitTimeout, ErrorContext{-1, -1, state_->seq, -1, ""},
                   "op " + std::to_string(state_->seq) + " still running after waiting " +
                       std::to_string(timeout.count()) + " ms; it keeps running and can be waited for again");

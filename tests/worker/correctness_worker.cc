@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -386,6 +388,9 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(counters.ops), static_cast<unsigned long long>(counters.bytes_sent));
   } catch (const rcoll::Error& e) {
     std::fprintf(stderr, "rcoll error: %s\n", e.what());
+    // Give the other ranks a moment to report their side of the failure before
+    // this exit makes rcoll-run stop them.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     return 3;
   }
   return g_failures == 0 ? 0 : 1;

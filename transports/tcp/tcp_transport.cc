@@ -225,15 +225,24 @@ class TcpTransport final : public Transport {
                           std::to_string(got.count) + " (p2p seq " + std::to_string(got.op_seq) +
                           "); counts and dtypes of a send and its recv must match");
       }
+      // Collective sequence numbers are equal on every rank, so a peer that is
+      // already past this op sent its frames for it: they were lost. The same
+      // holds within the send/recv sequence. A different op at the same
+      // sequence number is a desync.
+      const bool same_sequence_space = (got.op_kind == OpKind::kSendRecv) == (want.op_kind == OpKind::kSendRecv);
+      if (same_sequence_space && got.op_seq != want.op_seq) {
+        return Status(ErrorCode::kTransport, ctx,
+                      "frames lost: " + me + " still waits for " + describe_frame(want) + " but " + them +
+                          " sent " + describe_frame(got) + "; frames of one of these ops never arrived");
+      }
       return Status(ErrorCode::kDesync, ctx,
-                    "desync: " + me + " is at " + describe_op(want) + " but " + them +
-                        " sent data for " + describe_op(got) +
+                    me + " is at " + describe_op(want) + " but " + them + " sent data for " + describe_op(got) +
                         "; every rank must issue the same collectives in the same order");
     }
     if (!got.same_position(want)) {
-      return Status(ErrorCode::kInternal, ctx,
-                    me + " expected " + describe_frame(want) + " from " + them + " but got " +
-                        describe_frame(got));
+      return Status(ErrorCode::kTransport, ctx,
+                    "frames lost: " + me + " expected " + describe_frame(want) + " from " + them + " but got " +
+                        describe_frame(got) + "; the stream to this rank lost data");
     }
     return Status();
   }
@@ -252,12 +261,29 @@ class TcpTransport final : public Transport {
                       (code == ErrorCode::kPeerDead ? "; the peer closed its connection" : ""));
   }
 
+  // A failure this side detected (not an I/O error from the peer) is announced
+  // with an abort frame first, so the peer reports "rank X aborted" rather than
+  // a dead process. Best effort and non-blocking; skipped mid-frame.
+  void send_abort_notice(Peer& pr) {
+    if (!pr.socket || pr.writing) return;
+    FrameHeader notice;
+    notice.type = FrameType::kAbort;
+    notice.epoch = epoch_;
+    notice.root = rank_;
+    const FrameBytes bytes = encode(notice);
+    error_code ignored;
+    pr.socket->non_blocking(true, ignored);
+    pr.socket->write_some(asio::buffer(bytes), ignored);
+  }
+
   void fail_peer(int peer, Status why) {
     Peer& pr = peers_[peer];
     if (!pr.error.ok()) return;
     if (!aborting_) {
       RCOLL_LOG(kWarn, "%s", why.to_string().c_str());
     }
+    const bool peer_went_away = why.code() == ErrorCode::kPeerDead || why.code() == ErrorCode::kAborted;
+    if (!peer_went_away && !aborting_) send_abort_notice(pr);
     pr.error = why;
     if (pr.socket) {
       error_code ignored;
@@ -275,21 +301,7 @@ class TcpTransport final : public Transport {
     if (closed_) return;
     closed_ = true;
     aborting_ = !log;
-    // Tell every peer whose stream is at a frame boundary that this epoch is
-    // over, so it fails with kAborted at once instead of reading an EOF that
-    // looks like a dead process. Best effort: never blocks.
-    FrameHeader notice;
-    notice.type = FrameType::kAbort;
-    notice.epoch = epoch_;
-    notice.root = rank_;
-    const FrameBytes bytes = encode(notice);
-    for (int p = 0; p < size_; ++p) {
-      Peer& pr = peers_[p];
-      if (!log || !pr.socket || !pr.error.ok() || pr.writing) continue;
-      error_code ignored;
-      pr.socket->non_blocking(true, ignored);
-      pr.socket->write_some(asio::buffer(bytes), ignored);
-    }
+    // fail_peer announces the abort to every peer still connected.
     for (int p = 0; p < size_; ++p) {
       if (peers_[p].socket) fail_peer(p, why);
     }

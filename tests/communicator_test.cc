@@ -1,0 +1,964 @@
+// The public Communicator API, in process: N ranks as N threads of this test,
+// each with its own store client and communicator, over loopback TCP. Results
+// are checked element by element; bad input must give a typed error that names
+// the op and the offending value and must leave the communicator usable;
+// timeouts, desyncs and mismatched send/recv must end in a typed error, not a
+// hang. Loopback (127.0.0.1, interface lo) only.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "rcoll/rcoll.h"
+
+namespace rcoll {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+long ms_since(Clock::time_point t) {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+}
+
+std::string unique_name() {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string(info ? info->name() : "test") + "_" + std::to_string(counter.fetch_add(1));
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Runs `body` on `size` ranks, one thread each, with communicators created
+// concurrently against one TCP store server on loopback. `tweak` may adjust
+// each rank's Options before creation. Every wait in here is bounded: the
+// connect and op timeouts are a few seconds, so a broken library fails the
+// test instead of hanging it.
+void run_ranks(int size, const std::function<void(Communicator&)>& body,
+               const std::function<void(int rank, Options&)>& tweak = {}) {
+  TcpStoreOptions server_opts;
+  server_opts.host = "127.0.0.1";
+  server_opts.port = 0;
+  auto server = start_tcp_store_server(server_opts);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const uint16_t port = server.value()->port();
+  const std::string name = unique_name();
+
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      TcpStoreOptions so;
+      so.host = "127.0.0.1";
+      so.port = port;
+      so.connect_timeout = 5000ms;
+      auto store = connect_tcp_store(so);
+      if (!store.ok()) {
+        ADD_FAILURE() << "rank " << r << ": " << store.status().to_string();
+        return;
+      }
+      Options o;
+      o.rank = r;
+      o.world_size = size;
+      o.store = store.value();
+      o.name = name;
+      o.socket_ifname = "=lo";
+      o.connect_timeout = 5000ms;
+      o.op_timeout = 10000ms;  // a broken op fails the test instead of hanging it
+      if (tweak) tweak(r, o);
+      try {
+        Communicator comm = Communicator::create(o);
+        EXPECT_EQ(comm.rank(), r);
+        EXPECT_EQ(comm.size(), size);
+        body(comm);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Element-by-element comparison that reports the first few mismatches only.
+template <typename T, typename F>
+::testing::AssertionResult matches(const std::vector<T>& got, F expected, const std::string& what) {
+  int bad = 0;
+  std::string report;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const T want = expected(i);
+    if (!(got[i] == want)) {
+      if (bad < 5) report += "\n  [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want);
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " wrong" << report;
+}
+
+// Values that stay exact in float32 under sum, prod, min and max of 3 ranks.
+float fval(int rank, size_t i) { return static_cast<float>((rank + 1) * static_cast<int>(i % 13 + 1)); }
+
+const std::vector<size_t> kSizes = {0, 1, 7, 1000, 20000, 300001};
+
+// ---- Results -----------------------------------------------------------------
+
+void check_allreduce(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  ASSERT_EQ(p, 3);
+  for (size_t n : kSizes) {
+    std::vector<float> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = fval(r, i);
+    // x = (i % 13 + 1); rank values are x, 2x, 3x.
+    auto x = [](size_t i) { return static_cast<float>(i % 13 + 1); };
+    struct Case {
+      ReduceOp op;
+      std::function<float(size_t)> want;
+    };
+    const Case cases[] = {
+        {ReduceOp::kSum, [&](size_t i) { return 6 * x(i); }},
+        {ReduceOp::kProd, [&](size_t i) { return 6 * x(i) * x(i) * x(i); }},
+        {ReduceOp::kMin, [&](size_t i) { return x(i); }},
+        {ReduceOp::kMax, [&](size_t i) { return 3 * x(i); }},
+    };
+    for (const auto& cs : cases) {
+      const std::string what = std::string("allreduce ") + to_string(cs.op) + " n=" + std::to_string(n);
+      // Out of place: the input is left alone.
+      std::vector<float> out(n, -1.0f);
+      c.allreduce(Buffer::of(in), Buffer::of(out), cs.op);
+      EXPECT_TRUE(matches(out, cs.want, what + " out of place"));
+      EXPECT_TRUE(matches(in, [&](size_t i) { return fval(r, i); }, what + " input untouched"));
+      // In place.
+      std::vector<float> io = in;
+      c.allreduce(Buffer::of(io), cs.op);
+      EXPECT_TRUE(matches(io, cs.want, what + " in place"));
+    }
+    // Average: 6x / 3 = 2x, allowing the rounding of a division.
+    std::vector<float> avg = in;
+    c.allreduce(Buffer::of(avg), ReduceOp::kAvg);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_FLOAT_EQ(avg[i], 2 * x(i)) << "allreduce avg n=" << n << " at " << i;
+    }
+    // Integers, out of place.
+    std::vector<int32_t> iin(n), iout(n, -1);
+    for (size_t i = 0; i < n; ++i) iin[i] = static_cast<int32_t>(i) * (r + 1) - 5;
+    c.allreduce(Buffer::of(iin), Buffer::of(iout), ReduceOp::kSum);
+    EXPECT_TRUE(matches(iout, [](size_t i) { return static_cast<int32_t>(i) * 6 - 15; }, "int32 sum n=" + std::to_string(n)));
+  }
+}
+
+void check_allgather(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  for (size_t n : kSizes) {
+    std::vector<int64_t> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = static_cast<int64_t>(r) * 1'000'000'000 + static_cast<int64_t>(i);
+    auto want = [n](size_t j) { return static_cast<int64_t>(j / n) * 1'000'000'000 + static_cast<int64_t>(j % n); };
+    std::vector<int64_t> out(n * static_cast<size_t>(p), -1);
+    c.allgather(Buffer::of(in), Buffer::of(out));
+    EXPECT_TRUE(matches(out, want, "allgather n=" + std::to_string(n)));
+    // In place: the input is this rank's slot of the output.
+    std::vector<int64_t> io(n * static_cast<size_t>(p), -1);
+    std::copy(in.begin(), in.end(), io.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(r)));
+    c.allgather(Buffer::of(io.data() + n * static_cast<size_t>(r), n), Buffer::of(io));
+    EXPECT_TRUE(matches(io, want, "allgather in place n=" + std::to_string(n)));
+  }
+}
+
+void check_reduce_scatter(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  for (size_t n : kSizes) {
+    // Rank q contributes q + 1 + 10 * block + element to block `block`.
+    std::vector<int32_t> in(n * static_cast<size_t>(p));
+    for (size_t j = 0; j < in.size(); ++j) in[j] = r + 1 + static_cast<int32_t>(10 * (j / std::max<size_t>(n, 1)) + j % std::max<size_t>(n, 1));
+    std::vector<int32_t> out(n, -1);
+    c.reduce_scatter(Buffer::of(in), Buffer::of(out), ReduceOp::kSum);
+    EXPECT_TRUE(matches(out, [&](size_t i) { return 6 + 3 * static_cast<int32_t>(10 * r + i); },
+                        "reduce_scatter sum n=" + std::to_string(n)));
+    std::vector<int32_t> mx(n, -1);
+    c.reduce_scatter(Buffer::of(in), Buffer::of(mx), ReduceOp::kMax);
+    EXPECT_TRUE(matches(mx, [&](size_t i) { return 3 + static_cast<int32_t>(10 * r + i); },
+                        "reduce_scatter max n=" + std::to_string(n)));
+    // Average of floats.
+    std::vector<float> fin(n * static_cast<size_t>(p)), fout(n, -1.0f);
+    for (size_t j = 0; j < fin.size(); ++j) fin[j] = static_cast<float>(3 * (r + 1)) + static_cast<float>(j % 7);
+    c.reduce_scatter(Buffer::of(fin), Buffer::of(fout), ReduceOp::kAvg);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_FLOAT_EQ(fout[i], 6.0f + static_cast<float>((static_cast<size_t>(r) * n + i) % 7))
+          << "reduce_scatter avg n=" << n << " at " << i;
+    }
+  }
+}
+
+void check_broadcast(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  for (size_t n : kSizes) {
+    for (int root = 0; root < p; ++root) {
+      std::vector<double> data(n);
+      for (size_t i = 0; i < n; ++i) data[i] = r == root ? 0.5 * static_cast<double>(i) + root : -1.0 - r;
+      c.broadcast(Buffer::of(data), root);
+      EXPECT_TRUE(matches(data, [&](size_t i) { return 0.5 * static_cast<double>(i) + root; },
+                          "broadcast n=" + std::to_string(n) + " root " + std::to_string(root)));
+    }
+  }
+}
+
+void check_send_recv(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  // Every ordered pair in turn, so a large message never waits on a cycle.
+  for (size_t n : kSizes) {
+    for (int src = 0; src < p; ++src) {
+      for (int dst = 0; dst < p; ++dst) {
+        if (src == dst || (r != src && r != dst)) continue;
+        auto value = [&](size_t i) { return static_cast<uint32_t>(src * 100000 + dst * 1000 + static_cast<int>(i % 997)); };
+        std::vector<uint32_t> buf(n);
+        if (r == src) {
+          for (size_t i = 0; i < n; ++i) buf[i] = value(i);
+          c.send(Buffer::of(buf), dst);
+        } else {
+          std::fill(buf.begin(), buf.end(), 0xDEADBEEF);
+          c.recv(Buffer::of(buf), src);
+          EXPECT_TRUE(matches(buf, value, "recv n=" + std::to_string(n) + " " + std::to_string(src) + "->" + std::to_string(dst)));
+        }
+      }
+    }
+    c.barrier();  // keep the pairs of one size apart from the next
+  }
+  // A ring of small messages, all in flight at once.
+  std::vector<uint8_t> out(1000), in(1000, 0);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(r * 7 + i);
+  Work s = c.send_async(Buffer::of(out), (r + 1) % p);
+  Work q = c.recv_async(Buffer::of(in), (r - 1 + p) % p);
+  ASSERT_TRUE(s.wait(5000ms).ok());
+  Status st = q.wait(5000ms);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const int left = (r - 1 + p) % p;
+  EXPECT_TRUE(matches(in, [&](size_t i) { return static_cast<uint8_t>(left * 7 + i); }, "ring recv"));
+}
+
+void check_barrier(Communicator& c) {
+  static std::atomic<int> arrived{0};
+  // Each rank in turn arrives late; nobody may leave the barrier before it.
+  for (int late = 0; late < c.size(); ++late) {
+    if (c.rank() == late) {
+      std::this_thread::sleep_for(200ms);
+      arrived.store(late + 1);
+    }
+    c.barrier();
+    EXPECT_EQ(arrived.load(), late + 1) << "rank " << c.rank() << " left barrier " << late << " before rank " << late << " arrived";
+    c.barrier();  // nobody starts the next round early
+  }
+}
+
+TEST(CommunicatorTest, AllreduceResults) { run_ranks(3, check_allreduce); }
+TEST(CommunicatorTest, AllgatherResults) { run_ranks(3, check_allgather); }
+TEST(CommunicatorTest, ReduceScatterResults) { run_ranks(3, check_reduce_scatter); }
+TEST(CommunicatorTest, BroadcastResults) { run_ranks(3, check_broadcast); }
+TEST(CommunicatorTest, SendRecvResults) { run_ranks(3, check_send_recv); }
+TEST(CommunicatorTest, BarrierWaitsForEveryRank) { run_ranks(3, check_barrier); }
+
+// Tiny frames: many slices and several pipeline windows per op, the paths a
+// default-sized test never reaches at these sizes.
+TEST(CommunicatorTest, ResultsWithSmallChunksAndRingAllreduce) {
+  run_ranks(
+      3,
+      [](Communicator& c) {
+        check_allreduce(c);
+        check_allgather(c);
+        check_reduce_scatter(c);
+        check_broadcast(c);
+      },
+      [](int, Options& o) {
+        o.chunk_bytes = 1024;
+        o.pipeline_depth = 2;
+        o.allreduce_algorithm = AllreduceAlgorithm::kRing;
+      });
+}
+
+TEST(CommunicatorTest, DirectAllreduceForcedOnLargeData) {
+  run_ranks(3, [](Communicator& c) { check_allreduce(c); },
+            [](int, Options& o) { o.allreduce_algorithm = AllreduceAlgorithm::kDirect; });
+}
+
+// ---- Async forms ---------------------------------------------------------------
+
+TEST(CommunicatorTest, AsyncWorkReportsDoneStatusAndSequence) {
+  run_ranks(3, [](Communicator& c) {
+    const int r = c.rank();
+    std::vector<float> a(100, static_cast<float>(r + 1));
+    Work w1 = c.allreduce_async(Buffer::of(a), Buffer::of(a), ReduceOp::kSum);
+    EXPECT_EQ(w1.seq(), 1u);
+    Status s = w1.wait();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_TRUE(w1.done());
+    EXPECT_TRUE(w1.status().ok());
+    EXPECT_TRUE(matches(a, [](size_t) { return 6.0f; }, "allreduce async"));
+    // A copy of a Work observes the same op.
+    Work copy = w1;
+    EXPECT_TRUE(copy.done());
+    EXPECT_EQ(copy.seq(), 1u);
+
+    Work w2 = c.barrier_async();
+    EXPECT_EQ(w2.seq(), 2u);
+    std::vector<int32_t> b(4, r == 1 ? 42 : 0);
+    Work w3 = c.broadcast_async(Buffer::of(b), 1);
+    EXPECT_EQ(w3.seq(), 3u);
+    // Waiting again on a finished op returns the same status at once.
+    ASSERT_TRUE(w3.wait().ok());
+    ASSERT_TRUE(w3.wait(0ms).ok());
+    ASSERT_TRUE(w2.done()) << "ops complete in issue order";
+    EXPECT_TRUE(matches(b, [](size_t) { return 42; }, "broadcast async"));
+    EXPECT_EQ(c.barrier_async().seq(), 4u);
+    c.barrier();
+  });
+}
+
+TEST(CommunicatorTest, EmptyWorkHandleIsAnErrorNotACrash) {
+  Work w;
+  EXPECT_FALSE(w.done());
+  EXPECT_EQ(w.seq(), 0u);
+  EXPECT_EQ(w.wait().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(w.wait(10ms).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(w.status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(CommunicatorTest, ManyAsyncOpsWaitedInReverseOrder) {
+  run_ranks(3, [](Communicator& c) {
+    const int r = c.rank(), p = c.size();
+    constexpr size_t n = 5000;
+    std::vector<float> ar(n);
+    for (size_t i = 0; i < n; ++i) ar[i] = fval(r, i);
+    std::vector<int32_t> ag_in(n, r), ag_out(n * 3, -1);
+    std::vector<int32_t> rs_in(n * 3), rs_out(n, -1);
+    for (size_t j = 0; j < rs_in.size(); ++j) rs_in[j] = static_cast<int32_t>(j);
+    std::vector<double> bc(n, r == 2 ? 3.25 : 0.0);
+    std::vector<uint8_t> sr_out(n, static_cast<uint8_t>(r + 10)), sr_in(n, 0);
+
+    std::vector<Work> works;
+    works.push_back(c.allreduce_async(Buffer::of(ar), Buffer::of(ar), ReduceOp::kSum));
+    works.push_back(c.allgather_async(Buffer::of(ag_in), Buffer::of(ag_out)));
+    works.push_back(c.reduce_scatter_async(Buffer::of(rs_in), Buffer::of(rs_out), ReduceOp::kSum));
+    works.push_back(c.broadcast_async(Buffer::of(bc), 2));
+    works.push_back(c.send_async(Buffer::of(sr_out), (r + 1) % p));
+    works.push_back(c.recv_async(Buffer::of(sr_in), (r + 2) % p));
+    works.push_back(c.barrier_async());
+    for (size_t k = 0; k < works.size(); ++k) EXPECT_EQ(works[k].seq(), k + 1);
+    for (size_t k = works.size(); k-- > 0;) {
+      Status s = works[k].wait(8000ms);
+      ASSERT_TRUE(s.ok()) << "op " << k + 1 << ": " << s.to_string();
+    }
+    for (const auto& w : works) EXPECT_TRUE(w.done());
+    EXPECT_TRUE(matches(ar, [](size_t i) { return 6.0f * static_cast<float>(i % 13 + 1); }, "allreduce"));
+    EXPECT_TRUE(matches(ag_out, [](size_t j) { return static_cast<int32_t>(j / n); }, "allgather"));
+    EXPECT_TRUE(matches(rs_out, [&](size_t i) { return 3 * static_cast<int32_t>(static_cast<size_t>(r) * n + i); }, "reduce_scatter"));
+    EXPECT_TRUE(matches(bc, [](size_t) { return 3.25; }, "broadcast"));
+    EXPECT_TRUE(matches(sr_in, [&](size_t) { return static_cast<uint8_t>((r + 2) % p + 10); }, "recv"));
+  });
+}
+
+// ---- Bad input -----------------------------------------------------------------
+
+// One invalid call: its async and blocking forms, what error it must give and
+// what the message must mention.
+struct BadCall {
+  std::string label;
+  std::function<Work(Communicator&)> async;
+  std::function<void(Communicator&)> blocking;
+  ErrorCode code;
+  std::vector<std::string> needles;
+};
+
+std::vector<BadCall> bad_calls(std::vector<float>& f, std::vector<int32_t>& i32) {
+  // f has 64 floats, i32 has 64 ints; the size is 3 and this is rank 1.
+  const ErrorCode kInv = ErrorCode::kInvalidArgument;
+  auto F = [&f](size_t off, size_t n) { return Buffer::of(f.data() + off, n); };
+  std::vector<BadCall> v;
+  auto add = [&v](std::string label, std::function<Work(Communicator&)> a, std::function<void(Communicator&)> b,
+                  ErrorCode code, std::vector<std::string> needles) {
+    v.push_back(BadCall{std::move(label), std::move(a), std::move(b), code, std::move(needles)});
+  };
+  const Buffer null_in{nullptr, 4, DataType::kFloat32};
+  add("null input", [=](Communicator& c) { return c.allreduce_async(null_in, F(0, 4), ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(null_in, F(0, 4), ReduceOp::kSum); }, kInv, {"allreduce", "null", "4 elements"});
+  add("null output of allgather", [=](Communicator& c) { return c.allgather_async(F(0, 4), Buffer{nullptr, 12, DataType::kFloat32}); },
+      [=](Communicator& c) { c.allgather(F(0, 4), Buffer{nullptr, 12, DataType::kFloat32}); }, kInv, {"allgather", "null", "12"});
+  add("null send", [](Communicator& c) { return c.send_async(Buffer{nullptr, 3, DataType::kInt8}, 0); },
+      [](Communicator& c) { c.send(Buffer{nullptr, 3, DataType::kInt8}, 0); }, kInv, {"send", "null", "3 elements"});
+  add("allreduce count mismatch", [=](Communicator& c) { return c.allreduce_async(F(0, 4), F(8, 5), ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(F(0, 4), F(8, 5), ReduceOp::kSum); }, kInv, {"allreduce", "4", "5"});
+  add("allgather out != size x in", [=](Communicator& c) { return c.allgather_async(F(0, 4), F(8, 11)); },
+      [=](Communicator& c) { c.allgather(F(0, 4), F(8, 11)); }, kInv, {"allgather", "12", "11"});
+  add("reduce_scatter in != size x out", [=](Communicator& c) { return c.reduce_scatter_async(F(0, 11), F(16, 4), ReduceOp::kSum); },
+      [=](Communicator& c) { c.reduce_scatter(F(0, 11), F(16, 4), ReduceOp::kSum); }, kInv, {"reduce_scatter", "12", "11"});
+  add("dtype mismatch", [=, &i32](Communicator& c) { return c.allreduce_async(F(0, 4), Buffer::of(i32.data(), 4), ReduceOp::kSum); },
+      [=, &i32](Communicator& c) { c.allreduce(F(0, 4), Buffer::of(i32.data(), 4), ReduceOp::kSum); }, kInv, {"allreduce", "float32", "int32"});
+  add("avg on int32", [&](Communicator& c) { return c.allreduce_async(Buffer::of(i32.data(), 4), Buffer::of(i32.data(), 4), ReduceOp::kAvg); },
+      [&](Communicator& c) { c.allreduce(Buffer::of(i32.data(), 4), ReduceOp::kAvg); }, kInv, {"allreduce", "avg", "int32"});
+  add("avg on int32 reduce_scatter", [&](Communicator& c) { return c.reduce_scatter_async(Buffer::of(i32.data(), 12), Buffer::of(i32.data() + 20, 4), ReduceOp::kAvg); },
+      [&](Communicator& c) { c.reduce_scatter(Buffer::of(i32.data(), 12), Buffer::of(i32.data() + 20, 4), ReduceOp::kAvg); }, kInv, {"reduce_scatter", "avg", "int32"});
+  add("send peer out of range", [=](Communicator& c) { return c.send_async(F(0, 4), 3); },
+      [=](Communicator& c) { c.send(F(0, 4), 3); }, kInv, {"send", "peer 3", "[0, 3)"});
+  add("recv peer negative", [=](Communicator& c) { return c.recv_async(F(0, 4), -1); },
+      [=](Communicator& c) { c.recv(F(0, 4), -1); }, kInv, {"recv", "peer -1"});
+  add("send to self", [=](Communicator& c) { return c.send_async(F(0, 4), 1); },
+      [=](Communicator& c) { c.send(F(0, 4), 1); }, kInv, {"send", "rank 1", "self"});
+  add("recv from self", [=](Communicator& c) { return c.recv_async(F(0, 4), 1); },
+      [=](Communicator& c) { c.recv(F(0, 4), 1); }, kInv, {"recv", "rank 1", "self"});
+  add("broadcast root out of range", [=](Communicator& c) { return c.broadcast_async(F(0, 4), 3); },
+      [=](Communicator& c) { c.broadcast(F(0, 4), 3); }, kInv, {"broadcast", "root 3", "[0, 3)"});
+  add("broadcast root negative", [=](Communicator& c) { return c.broadcast_async(F(0, 4), -2); },
+      [=](Communicator& c) { c.broadcast(F(0, 4), -2); }, kInv, {"broadcast", "root -2"});
+  Buffer bad_dtype = F(0, 4);
+  bad_dtype.dtype = static_cast<DataType>(77);
+  add("invalid dtype", [=](Communicator& c) { return c.allreduce_async(bad_dtype, bad_dtype, ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(bad_dtype, ReduceOp::kSum); }, kInv, {"allreduce", "dtype", "77"});
+  add("invalid dtype of a send", [=](Communicator& c) { return c.send_async(bad_dtype, 0); },
+      [=](Communicator& c) { c.send(bad_dtype, 0); }, kInv, {"send", "dtype", "77"});
+  add("invalid reduce op", [=](Communicator& c) { return c.allreduce_async(F(0, 4), F(8, 4), static_cast<ReduceOp>(77)); },
+      [=](Communicator& c) { c.allreduce(F(0, 4), F(8, 4), static_cast<ReduceOp>(77)); }, kInv, {"allreduce", "reduce op", "77"});
+  add("allreduce partial overlap", [=](Communicator& c) { return c.allreduce_async(F(0, 8), F(2, 8), ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(F(0, 8), F(2, 8), ReduceOp::kSum); }, kInv, {"allreduce", "overlap"});
+  add("allgather input overlaps output off its slot", [=](Communicator& c) { return c.allgather_async(F(1, 4), F(0, 12)); },
+      [=](Communicator& c) { c.allgather(F(1, 4), F(0, 12)); }, kInv, {"allgather", "overlap"});
+  add("reduce_scatter overlap", [=](Communicator& c) { return c.reduce_scatter_async(F(0, 12), F(10, 4), ReduceOp::kSum); },
+      [=](Communicator& c) { c.reduce_scatter(F(0, 12), F(10, 4), ReduceOp::kSum); }, kInv, {"reduce_scatter", "overlap"});
+  Buffer cuda = F(0, 4);
+  cuda.memory = MemoryKind::kCuda;
+  add("cuda buffer", [=](Communicator& c) { return c.allreduce_async(cuda, cuda, ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(cuda, ReduceOp::kSum); }, ErrorCode::kUnsupported, {"allreduce", "device memory"});
+  add("cuda buffer of a broadcast", [=](Communicator& c) { return c.broadcast_async(cuda, 0); },
+      [=](Communicator& c) { c.broadcast(cuda, 0); }, ErrorCode::kUnsupported, {"broadcast", "device memory"});
+  return v;
+}
+
+TEST(CommunicatorTest, BadInputGivesTypedErrorsAndLosesNothing) {
+  run_ranks(3, [](Communicator& c) {
+    const int r = c.rank();
+    std::vector<float> f(64, 1.0f);
+    std::vector<int32_t> i32(64, 1);
+    // Only rank 1 makes the bad calls: if one consumed a sequence number or
+    // reached the wire, the next allreduce would desync or hang.
+    const std::vector<BadCall> calls = bad_calls(f, i32);
+    uint64_t good_seq = 0;
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const BadCall& bc = calls[k];
+      if (r == 1) {
+        const auto t0 = Clock::now();
+        Work w = bc.async(c);
+        EXPECT_TRUE(w.done()) << bc.label << ": a rejected op must be done at once";
+        Status s = w.wait(1000ms);
+        EXPECT_LT(ms_since(t0), 500) << bc.label;
+        EXPECT_EQ(s.code(), bc.code) << bc.label << ": " << s.to_string();
+        EXPECT_EQ(w.status().code(), bc.code) << bc.label;
+        for (const auto& needle : bc.needles) {
+          EXPECT_TRUE(contains(s.message(), needle)) << bc.label << ": message lacks '" << needle << "': " << s.message();
+        }
+        EXPECT_EQ(s.context().rank, 1) << bc.label << ": " << s.to_string();
+        try {
+          bc.blocking(c);
+          ADD_FAILURE() << bc.label << ": the blocking form did not throw";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), bc.code) << bc.label << ": " << e.what();
+          EXPECT_EQ(e.status().message(), s.message()) << bc.label;
+          EXPECT_TRUE(contains(e.what(), s.message())) << bc.label;
+        }
+      }
+      // Every rank: a correct allreduce right after, with the next sequence number.
+      std::vector<int32_t> v(17);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = (r + 1) * static_cast<int32_t>(k) + static_cast<int32_t>(i);
+      Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum);
+      EXPECT_EQ(w.seq(), ++good_seq) << "after '" << bc.label << "' on rank " << r;
+      Status s = w.wait(8000ms);
+      ASSERT_TRUE(s.ok()) << "allreduce after '" << bc.label << "' on rank " << r << ": " << s.to_string();
+      EXPECT_TRUE(matches(v, [&](size_t i) { return 6 * static_cast<int32_t>(k) + 3 * static_cast<int32_t>(i); },
+                          "allreduce after " + bc.label));
+    }
+    EXPECT_EQ(c.counters().ops, calls.size()) << "rejected calls must not count as ops";
+  });
+}
+
+// ---- Close -------------------------------------------------------------------------
+
+TEST(CommunicatorTest, OpsAfterCloseFailWithClosed) {
+  run_ranks(2, [](Communicator& c) {
+    std::vector<float> v(8, 1.0f);
+    c.allreduce(Buffer::of(v), ReduceOp::kSum);
+    EXPECT_TRUE(matches(v, [](size_t) { return 2.0f; }, "allreduce before close"));
+    c.barrier();
+    c.close();
+    const std::vector<std::pair<std::string, std::function<Work()>>> ops = {
+        {"allreduce", [&] { return c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum); }},
+        {"allgather", [&] { return c.allgather_async(Buffer::of(v.data(), 4), Buffer::of(v)); }},
+        {"reduce_scatter", [&] { return c.reduce_scatter_async(Buffer::of(v), Buffer::of(v.data(), 4), ReduceOp::kSum); }},
+        {"broadcast", [&] { return c.broadcast_async(Buffer::of(v), 0); }},
+        {"send", [&] { return c.send_async(Buffer::of(v), 1 - c.rank()); }},
+        {"recv", [&] { return c.recv_async(Buffer::of(v), 1 - c.rank()); }},
+        {"barrier", [&] { return c.barrier_async(); }},
+    };
+    for (const auto& [name, op] : ops) {
+      const auto t0 = Clock::now();
+      Work w = op();
+      Status s = w.wait(2000ms);
+      EXPECT_LT(ms_since(t0), 1000) << name;
+      EXPECT_TRUE(w.done()) << name;
+      EXPECT_EQ(s.code(), ErrorCode::kClosed) << name << ": " << s.to_string();
+      EXPECT_TRUE(contains(s.message(), name)) << s.message();
+      EXPECT_TRUE(contains(s.message(), "closed")) << s.message();
+    }
+    try {
+      c.barrier();
+      ADD_FAILURE() << "blocking barrier after close did not throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kClosed) << e.what();
+    }
+    EXPECT_THROW(c.allreduce(Buffer::of(v), ReduceOp::kSum), Error);
+    c.close();  // twice is fine
+    c.close();
+    EXPECT_EQ(c.counters().ops, 2u);
+    // The destructor runs after close when the body returns.
+  });
+}
+
+TEST(CommunicatorTest, CloseWaitsForIssuedOps) {
+  std::atomic<bool> rank0_closing{false};
+  run_ranks(2, [&](Communicator& c) {
+    std::vector<float> v(1000, static_cast<float>(c.rank() + 1));
+    if (c.rank() == 0) {
+      Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum);
+      rank0_closing = true;
+      c.close();  // must let the allreduce finish, not cut it off
+      EXPECT_TRUE(w.done());
+      Status s = w.status();
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce finished by close"));
+    } else {
+      while (!rank0_closing) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(200ms);  // rank 0 is inside close() by now
+      c.allreduce(Buffer::of(v), ReduceOp::kSum);
+      EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce on rank 1"));
+    }
+  });
+}
+
+TEST(CommunicatorTest, MovedCommunicatorKeepsWorking) {
+  run_ranks(2, [](Communicator& c) {
+    Communicator moved = std::move(c);
+    std::vector<int64_t> v(3, moved.rank() + 1);
+    moved.allreduce(Buffer::of(v), ReduceOp::kSum);
+    EXPECT_TRUE(matches(v, [](size_t) { return int64_t{3}; }, "allreduce on a moved communicator"));
+  });
+}
+
+// ---- Waiting, timeouts, mismatches -----------------------------------------------
+
+TEST(CommunicatorTest, WaitWithTimeoutReturnsWaitTimeoutThenCompletes) {
+  std::latch rank0_waited(1);
+  run_ranks(2, [&](Communicator& c) {
+    std::vector<float> v(10, static_cast<float>(c.rank() + 1));
+    if (c.rank() == 0) {
+      Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum);
+      auto t0 = Clock::now();
+      Status s = w.wait(200ms);
+      const long waited = ms_since(t0);
+      EXPECT_EQ(s.code(), ErrorCode::kWaitTimeout) << s.to_string();
+      EXPECT_GE(waited, 150);
+      EXPECT_LT(waited, 1500);
+      EXPECT_EQ(s.context().op_seq, 1u) << s.to_string();
+      EXPECT_FALSE(w.done());
+      EXPECT_TRUE(w.status().ok()) << "status() of a running op is ok";
+      rank0_waited.count_down();
+      s = w.wait(8000ms);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_TRUE(w.done());
+      EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce after a wait timeout"));
+      // The communicator is fine afterwards.
+      c.barrier();
+    } else {
+      rank0_waited.wait();
+      c.allreduce(Buffer::of(v), ReduceOp::kSum);
+      EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce on rank 1"));
+      c.barrier();
+    }
+  });
+}
+
+TEST(CommunicatorTest, SendRecvCountMismatchFailsBothSides) {
+  std::latch receiver_done(1);
+  run_ranks(2, [&](Communicator& c) {
+    OpOptions three_s;
+    three_s.timeout = 3000ms;
+    if (c.rank() == 0) {
+      std::vector<float> data(100, 1.0f);
+      const auto t0 = Clock::now();
+      Status s = c.send_async(Buffer::of(data), 1, three_s).wait(10000ms);
+      EXPECT_NE(s.code(), ErrorCode::kWaitTimeout) << "send hung: " << s.to_string();
+      EXPECT_LT(ms_since(t0), 5000);
+      if (s.ok()) {
+        // A send completes when its bytes are handed to the transport, so the
+        // sender may learn of the mismatch only at its next op: that op must
+        // fail at once (the receiver dropped the connection), not time out.
+        receiver_done.wait();
+        const auto t1 = Clock::now();
+        std::vector<float> more(1);
+        Status next = c.recv_async(Buffer::of(more), 1, three_s).wait(10000ms);
+        EXPECT_FALSE(next.ok()) << "the sender never learned that its send was refused";
+        EXPECT_NE(next.code(), ErrorCode::kTimeout) << next.to_string();
+        EXPECT_NE(next.code(), ErrorCode::kWaitTimeout) << next.to_string();
+        EXPECT_LT(ms_since(t1), 2000) << next.to_string();
+      } else {
+        EXPECT_TRUE(contains(s.to_string(), "rank 1")) << s.to_string();
+        receiver_done.wait();
+      }
+    } else {
+      std::vector<float> data(200, 0.0f);
+      const auto t0 = Clock::now();
+      Status s = c.recv_async(Buffer::of(data), 0, three_s).wait(10000ms);
+      EXPECT_LT(ms_since(t0), 5000);
+      EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+      EXPECT_TRUE(contains(s.message(), "100")) << s.message();
+      EXPECT_TRUE(contains(s.message(), "200")) << s.message();
+      EXPECT_TRUE(contains(s.message(), "rank 0")) << s.message();
+      EXPECT_TRUE(std::all_of(data.begin() + 100, data.end(), [](float x) { return x == 0.0f; }))
+          << "the tail of the receive buffer was written";
+      receiver_done.count_down();
+    }
+  });
+}
+
+TEST(CommunicatorTest, SendRecvDtypeMismatchNamesBothDtypes) {
+  std::latch receiver_done(1);
+  run_ranks(2, [&](Communicator& c) {
+    OpOptions three_s;
+    three_s.timeout = 3000ms;
+    if (c.rank() == 0) {
+      std::vector<int32_t> data(10, 7);
+      Status s = c.send_async(Buffer::of(data), 1, three_s).wait(10000ms);
+      EXPECT_NE(s.code(), ErrorCode::kWaitTimeout) << s.to_string();
+      receiver_done.wait();
+    } else {
+      std::vector<float> data(10, 0.0f);
+      const auto t0 = Clock::now();
+      Status s = c.recv_async(Buffer::of(data), 0, three_s).wait(10000ms);
+      EXPECT_LT(ms_since(t0), 5000);
+      EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+      EXPECT_TRUE(contains(s.message(), "int32")) << s.message();
+      EXPECT_TRUE(contains(s.message(), "float32")) << s.message();
+      EXPECT_TRUE(std::all_of(data.begin(), data.end(), [](float x) { return x == 0.0f; }))
+          << "data of the wrong type landed in the receive buffer";
+      receiver_done.count_down();
+    }
+  });
+}
+
+TEST(CommunicatorTest, DesyncIsReportedNotHung) {
+  std::mutex mu;
+  std::vector<Status> results(3);
+  std::latch all_done(3);
+  run_ranks(3, [&](Communicator& c) {
+    OpOptions five_s;
+    five_s.timeout = 5000ms;
+    const int r = c.rank();
+    std::vector<float> in(16, 1.0f), out(48, 0.0f);
+    const auto t0 = Clock::now();
+    Work w = r == 1 ? c.allgather_async(Buffer::of(in), Buffer::of(out), five_s)
+                    : c.allreduce_async(Buffer::of(in), Buffer::of(in), ReduceOp::kSum, five_s);
+    Status s = w.wait(12000ms);
+    EXPECT_LT(ms_since(t0), 6500) << "rank " << r << ": " << s.to_string();
+    EXPECT_NE(s.code(), ErrorCode::kWaitTimeout) << "rank " << r << " hung";
+    EXPECT_FALSE(s.ok()) << "rank " << r << " completed a desynced op";
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      results[static_cast<size_t>(r)] = s;
+    }
+    all_done.count_down();
+    all_done.wait();  // nobody closes before everyone has its verdict
+  });
+  int desyncs = 0;
+  for (size_t r = 0; r < results.size(); ++r) {
+    const Status& s = results[r];
+    if (s.code() != ErrorCode::kDesync) continue;
+    ++desyncs;
+    EXPECT_TRUE(contains(s.message(), "allgather")) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "allreduce")) << s.to_string();
+    // Both ranks are named: this one and the one whose frame disagreed.
+    EXPECT_TRUE(contains(s.message(), "rank " + std::to_string(r))) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "rank " + std::to_string(s.context().peer))) << s.to_string();
+    EXPECT_NE(s.context().peer, static_cast<int>(r)) << s.to_string();
+  }
+  EXPECT_GE(desyncs, 1) << "rank 0: " << results[0].to_string() << "\nrank 1: " << results[1].to_string()
+                        << "\nrank 2: " << results[2].to_string();
+}
+
+TEST(CommunicatorTest, PerOpTimeoutNamesTheAwaitedPeer) {
+  std::latch rank0_done(1);
+  run_ranks(2, [&](Communicator& c) {
+    if (c.rank() == 0) {
+      OpOptions half_s;
+      half_s.timeout = 500ms;
+      std::vector<float> v(10, 1.0f);
+      const auto t0 = Clock::now();
+      Status s = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum, half_s).wait(10000ms);
+      const long took = ms_since(t0);
+      rank0_done.count_down();
+      EXPECT_EQ(s.code(), ErrorCode::kTimeout) << s.to_string();
+      EXPECT_GE(took, 400) << s.to_string();
+      EXPECT_LT(took, 3000) << s.to_string();
+      EXPECT_TRUE(contains(s.message(), "rank 1")) << s.message();
+      EXPECT_TRUE(contains(s.message(), "allreduce")) << s.message();
+      EXPECT_EQ(s.context().peer, 1) << s.to_string();
+      EXPECT_EQ(s.context().op_seq, 1u) << s.to_string();
+      // A blocking op on the same communicator fails fast now, rather than hanging.
+      const auto t1 = Clock::now();
+      EXPECT_THROW(c.barrier(half_s), Error);
+      EXPECT_LT(ms_since(t1), 2000);
+    } else {
+      rank0_done.wait();  // never issues the allreduce, but stays connected
+    }
+  });
+}
+
+// "Wait as long as it takes" written as a huge duration must mean exactly
+// that: neither an instant timeout (from an overflowing time_point or a
+// milliseconds-to-nanoseconds conversion) nor a crash. One test per knob.
+TEST(CommunicatorTest, HugeConnectTimeoutMeansNoTimeout) {
+  run_ranks(
+      2,
+      [](Communicator& c) {
+        std::vector<float> v(10, static_cast<float>(c.rank() + 1));
+        c.allreduce(Buffer::of(v), ReduceOp::kSum);
+        EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce"));
+      },
+      [](int, Options& o) { o.connect_timeout = std::chrono::milliseconds::max(); });
+}
+
+// Rank 0 issues an allreduce whose deadline is "never"; rank 1 joins 300 ms later.
+void run_late_allreduce(OpOptions op_options, const std::function<void(int, Options&)>& tweak) {
+  std::latch rank0_issued(1);
+  run_ranks(
+      2,
+      [&](Communicator& c) {
+        std::vector<float> v(10, static_cast<float>(c.rank() + 1));
+        if (c.rank() == 0) {
+          Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum, op_options);
+          rank0_issued.count_down();
+          Status s = w.wait(5000ms);
+          EXPECT_TRUE(s.ok()) << s.to_string();
+        } else {
+          rank0_issued.wait();
+          std::this_thread::sleep_for(300ms);
+          Status s = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum, op_options).wait(5000ms);
+          EXPECT_TRUE(s.ok()) << s.to_string();
+        }
+        EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce with a huge timeout"));
+      },
+      tweak);
+}
+
+TEST(CommunicatorTest, HugeOpOptionsTimeoutMeansNoTimeout) {
+  OpOptions forever;
+  forever.timeout = std::chrono::milliseconds::max();
+  run_late_allreduce(forever, {});
+}
+
+TEST(CommunicatorTest, HugeOptionsOpTimeoutMeansNoTimeout) {
+  run_late_allreduce(OpOptions{}, [](int, Options& o) { o.op_timeout = std::chrono::milliseconds::max(); });
+}
+
+TEST(CommunicatorTest, WaitWithHugeTimeoutWaits) {
+  std::latch rank0_issued(1);
+  run_ranks(2, [&](Communicator& c) {
+    std::vector<float> v(10, static_cast<float>(c.rank() + 1));
+    if (c.rank() == 0) {
+      Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum);
+      rank0_issued.count_down();
+      const auto t0 = Clock::now();
+      Status s = w.wait(std::chrono::hours(24 * 365 * 1000));  // a thousand years
+      EXPECT_TRUE(s.ok()) << "after " << ms_since(t0) << " ms: " << s.to_string();
+      if (s.code() == ErrorCode::kWaitTimeout) s = w.wait(5000ms);  // let rank 1 finish cleanly
+      EXPECT_TRUE(w.done());
+    } else {
+      rank0_issued.wait();
+      std::this_thread::sleep_for(300ms);
+      c.allreduce(Buffer::of(v), ReduceOp::kSum);
+    }
+    EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce"));
+  });
+}
+
+// A desynced or failed rank aborts its data plane; its peers must learn that it
+// aborted (kAborted / kDesync), not be told it died: rank 1 is alive here.
+TEST(CommunicatorTest, DesyncIsNotReportedAsADeadPeer) {
+  std::mutex mu;
+  std::vector<Status> results(3);
+  std::latch all_done(3);
+  run_ranks(3, [&](Communicator& c) {
+    OpOptions five_s;
+    five_s.timeout = 5000ms;
+    const int r = c.rank();
+    std::vector<float> in(16, 1.0f), out(48, 0.0f);
+    Work w = r == 1 ? c.allgather_async(Buffer::of(in), Buffer::of(out), five_s)
+                    : c.allreduce_async(Buffer::of(in), Buffer::of(in), ReduceOp::kSum, five_s);
+    Status s = w.wait(12000ms);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      results[static_cast<size_t>(r)] = s;
+    }
+    all_done.count_down();
+    all_done.wait();
+  });
+  for (size_t r = 0; r < results.size(); ++r) {
+    const Status& s = results[r];
+    EXPECT_FALSE(s.ok()) << "rank " << r;
+    EXPECT_NE(s.code(), ErrorCode::kPeerDead) << "rank " << r << " was told a live peer died: " << s.to_string();
+    EXPECT_TRUE(s.code() == ErrorCode::kDesync || s.code() == ErrorCode::kAborted)
+        << "rank " << r << ": " << s.to_string();
+  }
+}
+
+// ---- Counters --------------------------------------------------------------------
+
+TEST(CommunicatorTest, CountersGrowWithOpsAndBytes) {
+  run_ranks(3, [](Communicator& c) {
+    Counters c0 = c.counters();
+    EXPECT_EQ(c0.ops, 0u);
+    EXPECT_EQ(c0.transport, "tcp");
+    EXPECT_EQ(c0.epoch, 0);
+    EXPECT_EQ(c0.recoveries, 0u);
+    constexpr size_t n = 10000;
+    std::vector<float> v(n, 1.0f);
+    c.allreduce(Buffer::of(v), ReduceOp::kSum);
+    Counters c1 = c.counters();
+    EXPECT_EQ(c1.ops, 1u);
+    // Any allreduce algorithm sends at least 2(p-1)/p of the data and receives as much.
+    EXPECT_GE(c1.bytes_sent - c0.bytes_sent, n * 4 * 4 / 3) << c1.bytes_sent;
+    EXPECT_GE(c1.bytes_received - c0.bytes_received, n * 4 * 4 / 3) << c1.bytes_received;
+    std::vector<float> g(n * 3);
+    c.allgather(Buffer::of(v), Buffer::of(g));
+    c.barrier();
+    Counters c2 = c.counters();
+    EXPECT_EQ(c2.ops, 3u);
+    EXPECT_GE(c2.bytes_sent - c1.bytes_sent, n * 4 * 2);
+    EXPECT_GE(c2.bytes_received - c1.bytes_received, n * 4 * 2);
+  });
+}
+
+// ---- Several communicators on one store --------------------------------------------
+
+// Runs body(rank, store, name) on `size` threads sharing one store server.
+void run_with_store(int size, const std::function<void(int, std::shared_ptr<Store>, const std::string&)>& body) {
+  TcpStoreOptions server_opts;
+  server_opts.host = "127.0.0.1";
+  auto server = start_tcp_store_server(server_opts);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const std::string name = unique_name();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      TcpStoreOptions so;
+      so.host = "127.0.0.1";
+      so.port = server.value()->port();
+      auto store = connect_tcp_store(so);
+      if (!store.ok()) {
+        ADD_FAILURE() << store.status().to_string();
+        return;
+      }
+      try {
+        body(r, store.value(), name);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+Options options_for(int rank, int size, std::shared_ptr<Store> store, const std::string& name) {
+  Options o;
+  o.rank = rank;
+  o.world_size = size;
+  o.store = std::move(store);
+  o.name = name;
+  o.socket_ifname = "=lo";
+  o.connect_timeout = 5000ms;
+  o.op_timeout = 10000ms;
+  return o;
+}
+
+TEST(CommunicatorTest, TwoCommunicatorsShareAStoreAndInterleave) {
+  run_with_store(3, [](int r, std::shared_ptr<Store> store, const std::string& name) {
+    Communicator a = Communicator::create(options_for(r, 3, store, name + "_a"));
+    Communicator b = Communicator::create(options_for(r, 3, store, name + "_b"));
+    for (int round = 0; round < 5; ++round) {
+      std::vector<int32_t> va(100, r + round), vb(100, 10 * (r + 1));
+      Work wa = a.allreduce_async(Buffer::of(va), Buffer::of(va), ReduceOp::kSum);
+      Work wb = b.allreduce_async(Buffer::of(vb), Buffer::of(vb), ReduceOp::kMax);
+      ASSERT_TRUE(wb.wait(8000ms).ok());
+      ASSERT_TRUE(wa.wait(8000ms).ok());
+      EXPECT_TRUE(matches(va, [&](size_t) { return 3 + 3 * round; }, "communicator a"));
+      EXPECT_TRUE(matches(vb, [](size_t) { return 30; }, "communicator b"));
+    }
+  });
+}
+
+TEST(CommunicatorTest, SameNameAgainAfterClose) {
+  run_with_store(2, [](int r, std::shared_ptr<Store> store, const std::string& name) {
+    for (int generation = 0; generation < 3; ++generation) {
+      Communicator c = Communicator::create(options_for(r, 2, store, name));
+      std::vector<int64_t> v(10, (r + 1) * (generation + 1));
+      c.allreduce(Buffer::of(v), ReduceOp::kSum);
+      EXPECT_TRUE(matches(v, [&](size_t) { return int64_t{3} * (generation + 1); },
+                          "generation " + std::to_string(generation)));
+      c.close();
+    }
+  });
+}
+
+// ---- One rank --------------------------------------------------------------------
+
+TEST(CommunicatorTest, SingleRankWithoutStoreCopies) {
+  Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.name = unique_name();
+  Communicator c = Communicator::create(o);
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.size(), 1);
+  std::vector<float> in = {1.5f, -2.0f, 3.0f}, out(3, 0.0f);
+  c.allreduce(Buffer::of(in), Buffer::of(out), ReduceOp::kSum);
+  EXPECT_EQ(out, in);
+  c.allreduce(Buffer::of(in), Buffer::of(out), ReduceOp::kAvg);
+  EXPECT_EQ(out, in);
+  std::vector<float> io = in;
+  c.allreduce(Buffer::of(io), ReduceOp::kProd);
+  EXPECT_EQ(io, in);
+  std::vector<float> gathered(3, 0.0f);
+  c.allgather(Buffer::of(in), Buffer::of(gathered));
+  EXPECT_EQ(gathered, in);
+  std::vector<float> scattered(3, 0.0f);
+  c.reduce_scatter(Buffer::of(in), Buffer::of(scattered), ReduceOp::kMax);
+  EXPECT_EQ(scattered, in);
+  std::vector<float> b = in;
+  c.broadcast(Buffer::of(b), 0);
+  EXPECT_EQ(b, in);
+  c.barrier();
+  // There is nobody to talk to.
+  try {
+    c.send(Buffer::of(in), 0);
+    ADD_FAILURE() << "send to self at one rank did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  EXPECT_EQ(c.counters().ops, 7u) << "the refused send is not an op";
+  c.close();
+}
+
+}  // namespace
+}  // namespace rcoll
