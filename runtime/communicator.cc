@@ -129,15 +129,20 @@ Work CommunicatorImpl::submit(Op op) {
   return Work(work);
 }
 
-Deadline CommunicatorImpl::deadline_for(const Op& op) const {
+Clock::duration CommunicatorImpl::progress_budget(const Op& op) const {
   Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
-  if (timeout.count() <= 0) {
-    // Until per-link speed is measured: a generous floor plus 50 MB/s of data.
-    const double bytes = static_cast<double>(std::max(op.in.bytes(), op.out.bytes()));
-    timeout = Millis(60000 + static_cast<int64_t>(bytes / 50e6 * 1000.0));
-  }
-  return Deadline::after(timeout);
+  if (timeout.count() > 0) return timeout >= Millis(std::chrono::hours(24 * 365)) ? Clock::duration(std::chrono::hours(24 * 365)) : Clock::duration(timeout);
+  // Until link speed is measured: a floor that outlasts scheduling hiccups.
+  return std::chrono::seconds(30);
 }
+
+Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
+  const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
+  return Status(ErrorCode::kTimeout, ErrorContext{rank_, peer, op.seq, epoch_, transport_->name()},
+                op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
+}
+
+Status CommunicatorImpl::interrupted() { return Status(); }
 
 Status CommunicatorImpl::execute(const Op& op) {
   if (!fatal_.ok()) {
@@ -145,7 +150,8 @@ Status CommunicatorImpl::execute(const Op& op) {
                   op.describe() + " not run: the data plane of epoch " + std::to_string(epoch_) +
                       " was aborted by an earlier failure (" + fatal_.to_string() + ")");
   }
-  AlgoContext ctx(*transport_, op, deadline_for(op), tuning_, scratch_);
+  AlgoContext ctx(*transport_, op, tuning_, scratch_);
+  ctx.set_guard(this, progress_budget(op));
   if (!faults_.empty()) inject_before(op, ctx);
   Status s;
   switch (op.kind) {

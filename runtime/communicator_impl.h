@@ -19,10 +19,10 @@
 
 namespace rcoll {
 
-class CommunicatorImpl {
+class CommunicatorImpl : public ProgressGuard {
  public:
   static Result<std::unique_ptr<CommunicatorImpl>> create(Options options);
-  ~CommunicatorImpl();
+  ~CommunicatorImpl() override;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -38,7 +38,9 @@ class CommunicatorImpl {
   Status connect_epoch(uint32_t epoch);
   void progress_loop();
   Status execute(const Op& op);
-  Deadline deadline_for(const Op& op) const;
+  Clock::duration progress_budget(const Op& op) const;
+  Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
+  Status interrupted() override;
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
   void inject_before(const Op& op, AlgoContext& ctx);
 

@@ -16,28 +16,36 @@ Status run_allgather(AlgoContext& ctx) {
   const int right = (r + 1) % p, left = (r - 1 + p) % p;
   const size_t es = op.element_size();
   const size_t n = op.in.count;  // per-rank block
-  char* out = static_cast<char*>(op.out.data);
-  char* mine = out + n * es * static_cast<size_t>(r);
-  if (n > 0 && op.in.data != mine) std::memcpy(mine, op.in.data, n * es);
-  if (p == 1 || n == 0) return Status();
-
+  const size_t mine = n * static_cast<size_t>(r);
   const size_t piece = ctx.piece_elements();
-  const size_t slices = (n + piece - 1) / piece;
-  const size_t window = static_cast<size_t>(std::max(1, ctx.tuning().window));
+  const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
+  const size_t window = ctx.window();
+  if (n == 0) {
+    ctx.slices_done(slices);
+    return Status();
+  }
   std::vector<Request> sends(window), recvs(window);
-  for (size_t first = 0; first < slices; first += window) {
-    const size_t w = std::min(window, slices - first);
+  for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
+    const size_t w = std::min(window, ctx.end_slice(slices) - first);
+    ctx.before_window(first, first + w);
+    // This rank's own pieces go to its slot of the output (a no-op in place).
+    for (size_t k = 0; k < w; ++k) {
+      const size_t off = (first + k) * piece, len = std::min(piece, n - off);
+      if (ctx.out(mine + off) != ctx.in(off)) std::memcpy(ctx.out(mine + off), ctx.in(off), len * es);
+    }
     for (int s = 0; s < p - 1; ++s) {
-      const int send_block = ((r - s) % p + p) % p, recv_block = ((r - s - 1) % p + p) % p;
+      const size_t send_block = static_cast<size_t>(((r - s) % p + p) % p) * n;
+      const size_t recv_block = static_cast<size_t>(((r - s - 1) % p + p) % p) * n;
       for (size_t k = 0; k < w; ++k) {
         const size_t off = (first + k) * piece, len = std::min(piece, n - off);
         const auto chunk = static_cast<uint32_t>(first + k);
-        ctx.recv(left, chunk, static_cast<uint16_t>(s), out + (static_cast<size_t>(recv_block) * n + off) * es, len * es, &recvs[k]);
-        ctx.send(right, chunk, static_cast<uint16_t>(s), out + (static_cast<size_t>(send_block) * n + off) * es, len * es, &sends[k]);
+        ctx.recv(left, chunk, static_cast<uint16_t>(s), ctx.out(recv_block + off), len * es, &recvs[k]);
+        ctx.send(right, chunk, static_cast<uint16_t>(s), ctx.out(send_block + off), len * es, &sends[k]);
       }
       if (Status st = ctx.wait_all({recvs.data(), w}); !st.ok()) return st;
       if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
     }
+    ctx.slices_done(first + w);
   }
   return Status();
 }

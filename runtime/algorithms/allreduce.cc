@@ -20,23 +20,23 @@
 namespace rcoll {
 namespace {
 
-char* at(const Buffer& b, size_t element) { return static_cast<char*>(b.data) + element * size_of(b.dtype); }
-
 Status ring_allreduce(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
   const int right = (r + 1) % p, left = (r - 1 + p) % p;
   const size_t es = op.element_size();
   const size_t n = op.out.count;
-  const size_t slice = ctx.piece_elements() * static_cast<size_t>(p);
+  const size_t piece = ctx.piece_elements();
+  const size_t slice = piece * static_cast<size_t>(p);
   const size_t slices = (n + slice - 1) / slice;
-  const size_t window = static_cast<size_t>(std::max(1, ctx.tuning().window));
+  const size_t window = ctx.window();
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
-  char* tmp = static_cast<char*>(ctx.scratch(window * ctx.piece_elements() * es));
+  char* tmp = static_cast<char*>(ctx.scratch(window * piece * es));
 
   std::vector<Request> sends(window), recvs(window);
-  for (size_t first = 0; first < slices; first += window) {
-    const size_t w = std::min(window, slices - first);
+  for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
+    const size_t w = std::min(window, ctx.end_slice(slices) - first);
+    ctx.before_window(first, first + w);
     auto seg = [&](size_t k, int i, size_t* off, size_t* len) {
       size_t base = (first + k) * slice, sl = std::min(slice, n - base);
       *off = base + segment_begin(sl, p, i);
@@ -48,16 +48,16 @@ Status ring_allreduce(AlgoContext& ctx) {
       for (size_t k = 0; k < w; ++k) {
         size_t off, len;
         seg(k, recv_seg, &off, &len);
-        ctx.recv(left, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), tmp + k * ctx.piece_elements() * es, len * es, &recvs[k]);
+        ctx.recv(left, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), tmp + k * piece * es, len * es, &recvs[k]);
         seg(k, send_seg, &off, &len);
-        const Buffer& src = s == 0 ? op.in : op.out;
-        ctx.send(right, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), at(src, off), len * es, &sends[k]);
+        ctx.send(right, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), s == 0 ? ctx.in(off) : ctx.out(off),
+                 len * es, &sends[k]);
       }
       for (size_t k = 0; k < w; ++k) {
         if (Status st = ctx.wait(recvs[k]); !st.ok()) return st;
         size_t off, len;
         seg(k, recv_seg, &off, &len);
-        kernels::reduce(op.out.dtype, red, at(op.out, off), at(op.in, off), tmp + k * ctx.piece_elements() * es, len);
+        kernels::reduce(op.out.dtype, red, ctx.out(off), ctx.in(off), tmp + k * piece * es, len);
       }
       if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
     }
@@ -65,7 +65,7 @@ Status ring_allreduce(AlgoContext& ctx) {
       for (size_t k = 0; k < w; ++k) {
         size_t off, len;
         seg(k, (r + 1) % p, &off, &len);
-        kernels::scale_avg(op.out.dtype, at(op.out, off), len, p);
+        kernels::scale_avg(op.out.dtype, ctx.out(off), len, p);
       }
     }
     // Allgather: pass the reduced segments around, straight into the output.
@@ -75,13 +75,14 @@ Status ring_allreduce(AlgoContext& ctx) {
       for (size_t k = 0; k < w; ++k) {
         size_t off, len;
         seg(k, recv_seg, &off, &len);
-        ctx.recv(left, static_cast<uint32_t>(first + k), step, at(op.out, off), len * es, &recvs[k]);
+        ctx.recv(left, static_cast<uint32_t>(first + k), step, ctx.out(off), len * es, &recvs[k]);
         seg(k, send_seg, &off, &len);
-        ctx.send(right, static_cast<uint32_t>(first + k), step, at(op.out, off), len * es, &sends[k]);
+        ctx.send(right, static_cast<uint32_t>(first + k), step, ctx.out(off), len * es, &sends[k]);
       }
       if (Status st = ctx.wait_all({recvs.data(), w}); !st.ok()) return st;
       if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
     }
+    ctx.slices_done(first + w);
   }
   return Status();
 }
@@ -92,11 +93,13 @@ Status direct_allreduce(AlgoContext& ctx) {
   const size_t es = op.element_size(), n = op.out.count, bytes = n * es;
   const size_t piece = ctx.piece_elements();
   const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
+  if (ctx.first_slice() >= ctx.end_slice(1)) return Status();
+  ctx.before_window(0, 1);
   char* others = static_cast<char*>(ctx.scratch(bytes * static_cast<size_t>(p)));
   // The input may be the output (in place): keep a copy of this rank's own
   // contribution so the rank-order reduction below reads the original.
   char* mine = others + bytes * static_cast<size_t>(r);
-  if (bytes > 0) std::memcpy(mine, op.in.data, bytes);
+  if (bytes > 0) std::memcpy(mine, ctx.in(0), bytes);
 
   std::vector<Request> reqs(2 * static_cast<size_t>(p - 1) * pieces);
   size_t q = 0;
@@ -110,13 +113,11 @@ Status direct_allreduce(AlgoContext& ctx) {
   }
   if (Status st = ctx.wait_all(reqs); !st.ok()) return st;
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
-  if (n > 0) {
-    kernels::reduce(op.out.dtype, red, op.out.data, others, others + bytes, n);
-    for (int j = 2; j < p; ++j) {
-      kernels::reduce_inplace(op.out.dtype, red, op.out.data, others + bytes * static_cast<size_t>(j), n);
-    }
-    if (op.reduce == ReduceOp::kAvg) kernels::scale_avg(op.out.dtype, op.out.data, n, p);
-  }
+  char* out = ctx.out(0);
+  kernels::reduce(op.out.dtype, red, out, others, others + bytes, n);
+  for (int j = 2; j < p; ++j) kernels::reduce_inplace(op.out.dtype, red, out, others + bytes * static_cast<size_t>(j), n);
+  if (op.reduce == ReduceOp::kAvg) kernels::scale_avg(op.out.dtype, out, n, p);
+  ctx.slices_done(1);
   return Status();
 }
 
@@ -126,7 +127,8 @@ Status run_allreduce(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size();
   if (p == 1 || op.out.count == 0) {
-    if (!op.in_place() && op.out.bytes() > 0) std::memcpy(op.out.data, op.in.data, op.out.bytes());
+    if (!op.in_place() && op.out.bytes() > 0) std::memcpy(ctx.out(0), ctx.in(0), op.out.bytes());
+    ctx.slices_done(1);
     return Status();
   }
   AllreduceAlgorithm algo = ctx.tuning().allreduce;

@@ -8,6 +8,11 @@
 
 namespace rcoll {
 
+AlgoContext::AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch)
+    : t_(transport), op_(op), tuning_(tuning), scratch_(scratch),
+      header_(op.frame_template(transport.epoch(), transport.rank())),
+      in_(op.in.data, size_of(op.in.dtype)), out_(op.out.data, size_of(op.out.dtype)) {}
+
 size_t AlgoContext::piece_elements() const {
   return std::max<size_t>(1, tuning_.piece_bytes / op_.element_size());
 }
@@ -18,8 +23,8 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
   h.step = step;
   h.payload_bytes = bytes;
   if (inject_delay_ms_ > 0) {
-    RCOLL_LOG(kWarn, "fault injection: holding back %s chunk %u to rank %d for %lld ms", op_.describe().c_str(), chunk, peer,
-              static_cast<long long>(inject_delay_ms_));
+    RCOLL_LOG(kWarn, "fault injection: holding back %s chunk %u to rank %d for %lld ms", op_.describe().c_str(), chunk,
+              peer, static_cast<long long>(inject_delay_ms_));
     std::this_thread::sleep_for(std::chrono::milliseconds(inject_delay_ms_));
     inject_delay_ms_ = 0;
   }
@@ -46,31 +51,55 @@ void AlgoContext::recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_
 }
 
 Status AlgoContext::wait(Request& r) {
+  // The deadline guards progress: it moves forward whenever bytes move.
+  uint64_t moved = t_.bytes_sent() + t_.bytes_received();
+  Clock::time_point last_progress = Clock::now();
   while (!r.finished()) {
-    if (deadline_.expired()) {
-      // Name every request that is still outstanding: that is who we wait for.
-      std::string waiting;
-      int first_peer = -1;
-      for (const auto& p : pending_) {
-        if (p.req->finished()) continue;
-        if (first_peer < 0) first_peer = p.peer;
-        if (!waiting.empty()) waiting += ", ";
-        waiting += std::string(p.is_send ? "send to" : "recv from") + " rank " + std::to_string(p.peer) +
-                   " (chunk " + std::to_string(p.chunk) + " step " + std::to_string(p.step) + ")";
-        if (waiting.size() > 300) {
-          waiting += ", ...";
+    if (guard_ != nullptr) {
+      if (Status s = guard_->interrupted(); !s.ok()) return fail(std::move(s));
+    }
+    const Clock::time_point now = Clock::now();
+    if (now - last_progress >= budget_) {
+      // Who are we waiting for? The oldest unfinished request names the peer.
+      const Pending* oldest = nullptr;
+      for (const auto& p : pending_)
+        if (!p.req->finished()) {
+          oldest = &p;
           break;
         }
+      const int peer = oldest ? oldest->peer : -1;
+      Status verdict = guard_ ? guard_->on_stall(op_, peer, now - last_progress)
+                              : Status(ErrorCode::kTimeout, "no progress guard");
+      if (!verdict.ok()) {
+        if (verdict.code() == ErrorCode::kTimeout && oldest != nullptr) {
+          verdict = Status(verdict.code(), verdict.context(),
+                           verdict.message() + "; waiting on " + (oldest->is_send ? "send to" : "recv from") +
+                               " rank " + std::to_string(oldest->peer) + " (chunk " + std::to_string(oldest->chunk) +
+                               " step " + std::to_string(oldest->step) + ")");
+        }
+        return fail(std::move(verdict));
       }
-      return fail(Status(ErrorCode::kTimeout,
-                         ErrorContext{rank(), first_peer, op_.seq, static_cast<int64_t>(t_.epoch()), t_.name()},
-                         op_.describe() + " made no progress before its deadline; still waiting on: " + waiting));
+      last_progress = now;  // a live straggler: keep waiting another budget
     }
-    t_.progress(deadline_);
+    // Wake at least every 20 ms to look at the guard (peer abort notices).
+    const Clock::time_point until = std::min(last_progress + budget_, now + std::chrono::milliseconds(20));
+    t_.progress(Deadline::at(until));
+    const uint64_t m = t_.bytes_sent() + t_.bytes_received();
+    if (m != moved) {
+      moved = m;
+      last_progress = Clock::now();
+    }
   }
   if (r.failed()) return fail(r.status);
   // Finished requests may be destroyed by the algorithm from here on: forget them.
   std::erase_if(pending_, [](const Pending& p) { return p.req->finished(); });
+  return Status();
+}
+
+Status AlgoContext::wait_all(std::span<Request> rs) {
+  for (auto& r : rs) {
+    if (Status s = wait(r); !s.ok()) return s;
+  }
   return Status();
 }
 
@@ -79,20 +108,69 @@ Status AlgoContext::fail(Status why) {
   // stack frame, and the transport must not touch them afterwards.
   t_.abort(why);
   pending_.clear();
-  if (why.context().op_seq == 0) {
+  if (why.context().op_seq == 0 || why.context().rank < 0) {
     ErrorContext c = why.context();
-    c.op_seq = op_.seq;
+    if (c.op_seq == 0) c.op_seq = op_.seq;
     if (c.rank < 0) c.rank = rank();
+    if (c.epoch < 0) c.epoch = t_.epoch();
+    if (c.transport.empty()) c.transport = t_.name();
     why = Status(why.code(), c, op_.describe() + ": " + why.message());
   }
   return why;
 }
 
-Status AlgoContext::wait_all(std::span<Request> rs) {
-  for (auto& r : rs) {
-    if (Status s = wait(r); !s.ok()) return s;
+SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, size_t first, size_t end) {
+  const size_t p = static_cast<size_t>(size);
+  const size_t piece = std::max<size_t>(1, tuning.piece_bytes / op.element_size());
+  SlicePlan plan;
+  auto ceil_div = [](size_t a, size_t b) { return (a + b - 1) / b; };
+  auto range = [&](size_t unit, size_t n, size_t offset) {
+    size_t e = std::min(end, plan.slices);
+    return ElementRange{offset + std::min(n, first * unit), offset + std::min(n, e * unit)};
+  };
+  switch (op.kind) {
+    case OpKind::kAllreduce: {
+      const size_t n = op.out.count;
+      const bool direct = tuning.allreduce == AllreduceAlgorithm::kDirect ||
+                          (tuning.allreduce == AllreduceAlgorithm::kAuto && op.out.bytes() <= tuning.small_allreduce_bytes);
+      const size_t unit = direct || size == 1 ? std::max<size_t>(n, 1) : piece * p;
+      plan.slices = std::max<size_t>(1, ceil_div(n, unit));
+      plan.inputs.push_back(range(unit, n, 0));
+      plan.outputs.push_back(range(unit, n, 0));
+      break;
+    }
+    case OpKind::kAllgather: {
+      const size_t n = op.in.count;
+      plan.slices = std::max<size_t>(1, ceil_div(n, piece));
+      plan.inputs.push_back(range(piece, n, 0));
+      for (size_t q = 0; q < p; ++q) plan.outputs.push_back(range(piece, n, q * n));
+      break;
+    }
+    case OpKind::kReduceScatter: {
+      const size_t n = op.out.count;
+      plan.slices = std::max<size_t>(1, ceil_div(n, piece));
+      for (size_t b = 0; b < p; ++b) plan.inputs.push_back(range(piece, n, b * n));
+      plan.outputs.push_back(range(piece, n, 0));
+      break;
+    }
+    case OpKind::kBroadcast:
+    case OpKind::kSendRecv: {
+      const size_t n = op.out.count;
+      plan.slices = std::max<size_t>(1, ceil_div(n, piece));
+      const bool reads = op.kind == OpKind::kBroadcast ? op.root == rank : op.is_send;
+      const bool writes = op.kind == OpKind::kBroadcast ? op.root != rank : !op.is_send;
+      if (reads) plan.inputs.push_back(range(piece, n, 0));
+      if (writes) plan.outputs.push_back(range(piece, n, 0));
+      break;
+    }
+    case OpKind::kBarrier:
+    case OpKind::kNone:
+      plan.slices = 1;
+      break;
   }
-  return Status();
+  std::erase_if(plan.inputs, [](const ElementRange& r) { return r.begin >= r.end; });
+  std::erase_if(plan.outputs, [](const ElementRange& r) { return r.begin >= r.end; });
+  return plan;
 }
 
 }  // namespace rcoll

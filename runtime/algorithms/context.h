@@ -1,10 +1,17 @@
 // What an algorithm runs with: the op, the transport of the current epoch, the
-// op's deadline, tuning and scratch memory. Algorithms are straight-line code
-// over post/wait of chunk frames; they never block without the deadline.
+// range of slices to run, where each element of the op's buffers lives, the
+// progress guard, tuning and scratch memory. Algorithms are straight-line code
+// over post/wait of chunk frames; they never block without a deadline.
+//
+// Slices are the ledger's unit: an op is cut into slices that each run a
+// complete mini-collective, processed in windows of `window` slices. A retry
+// after recovery re-runs slices [first, end) on every rank, so every algorithm
+// takes its slice range from the context and reports each finished window.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -33,12 +40,46 @@ class Scratch {
   std::vector<std::byte> buf_;
 };
 
+// Where elements of one of the op's buffers live: by default the caller's
+// buffer; a replay redirects some element ranges to a backup copy (inputs) or
+// a sink (outputs of an op the caller already has back).
+class RangeMap {
+ public:
+  RangeMap() = default;
+  RangeMap(void* base, size_t element_size) : base_(static_cast<char*>(base)), es_(element_size) {}
+  void redirect(size_t begin, size_t end, char* memory) { segments_.push_back({begin, end, memory}); }
+  char* at(size_t element) const {
+    for (const auto& s : segments_)
+      if (element >= s.begin && element < s.end) return s.memory + (element - s.begin) * es_;
+    return base_ + element * es_;
+  }
+  bool redirected() const { return !segments_.empty(); }
+
+ private:
+  struct Segment {
+    size_t begin, end;
+    char* memory;
+  };
+  char* base_ = nullptr;
+  size_t es_ = 1;
+  std::vector<Segment> segments_;
+};
+
+// The runtime's side of a wait: told when an op stalls, asked whether a peer
+// has announced an abort.
+class ProgressGuard {
+ public:
+  virtual ~ProgressGuard() = default;
+  // No bytes moved for the progress budget while waiting on `peer`. OK to keep
+  // waiting (a live straggler: the guard logs it), or the error that ends the op.
+  virtual Status on_stall(const Op& op, int peer, Clock::duration stalled_for) = 0;
+  // Non-OK when the op must stop now (a peer announced that this epoch failed).
+  virtual Status interrupted() = 0;
+};
+
 class AlgoContext {
  public:
-  AlgoContext(Transport& transport, const Op& op, Deadline deadline, const Tuning& tuning,
-              Scratch& scratch)
-      : t_(transport), op_(op), deadline_(deadline), tuning_(tuning), scratch_(scratch),
-        header_(op.frame_template(transport.epoch(), transport.rank())) {}
+  AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch);
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
@@ -47,12 +88,34 @@ class AlgoContext {
   void* scratch(size_t bytes) { return scratch_.get(bytes); }
   // Elements per frame for this op's dtype (at least 1).
   size_t piece_elements() const;
+  size_t window() const { return static_cast<size_t>(tuning_.window < 1 ? 1 : tuning_.window); }
 
-  void send(int peer, uint32_t chunk, uint16_t step, const void* data, size_t bytes, Request* r);
-  void recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_t bytes, Request* r);
-  // Drives the transport until `r` finishes or the op's deadline passes.
-  Status wait(Request& r);
-  Status wait_all(std::span<Request> rs);
+  // Element access through the maps (identity unless replaying).
+  char* in(size_t element) const { return in_.at(element); }
+  char* out(size_t element) const { return out_.at(element); }
+  RangeMap& in_map() { return in_; }
+  RangeMap& out_map() { return out_; }
+
+  // Slices to run: [first_slice(), end_slice(total)).
+  void set_slice_range(size_t first, size_t end) {
+    first_ = first;
+    end_ = end;
+  }
+  size_t first_slice() const { return first_; }
+  size_t end_slice(size_t total) const { return end_ < total ? end_ : total; }
+  // Slices [0, done) are complete on this rank (the ledger).
+  void slices_done(size_t done) { done_ = done; }
+  size_t done() const { return done_; }
+  // Called before a window's slices are touched, so in-place inputs can be backed up.
+  void set_window_hook(std::function<void(size_t first, size_t end)> hook) { window_hook_ = std::move(hook); }
+  void before_window(size_t first, size_t end) {
+    if (window_hook_) window_hook_(first, end);
+  }
+
+  void set_guard(ProgressGuard* guard, Clock::duration budget) {
+    guard_ = guard;
+    budget_ = budget;
+  }
   // Fault injection on this op's first frame sent: hold it back `delay_ms`, or
   // never send it at all (the request completes locally, the peer never sees it).
   void inject_first_send(int64_t delay_ms, bool drop) {
@@ -60,6 +123,12 @@ class AlgoContext {
     inject_drop_ = drop;
   }
 
+  void send(int peer, uint32_t chunk, uint16_t step, const void* data, size_t bytes, Request* r);
+  void recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_t bytes, Request* r);
+  // Drives the transport until `r` finishes. While no bytes move for the
+  // progress budget the guard decides whether to keep waiting.
+  Status wait(Request& r);
+  Status wait_all(std::span<Request> rs);
   // Aborts the transport (failing every pending request) and returns `why` with
   // this op named in it. Every algorithm failure goes through here.
   Status fail(Status why);
@@ -67,13 +136,20 @@ class AlgoContext {
  private:
   Transport& t_;
   const Op& op_;
-  Deadline deadline_;
   const Tuning& tuning_;
   Scratch& scratch_;
   FrameHeader header_;
+  RangeMap in_;
+  RangeMap out_;
+  size_t first_ = 0;
+  size_t end_ = SIZE_MAX;
+  size_t done_ = 0;
+  std::function<void(size_t, size_t)> window_hook_;
+  ProgressGuard* guard_ = nullptr;
+  Clock::duration budget_ = std::chrono::seconds(60);
   int64_t inject_delay_ms_ = 0;
   bool inject_drop_ = false;
-  // Who each pending request is waiting on, for the timeout message.
+  // Who each pending request is waiting on, for stall decisions and messages.
   struct Pending {
     Request* req;
     int peer;
@@ -84,7 +160,8 @@ class AlgoContext {
   std::vector<Pending> pending_;
 };
 
-// One entry point per op kind (runtime/algorithms/*.cc).
+// One entry point per op kind (runtime/algorithms/*.cc). Each also has a slice
+// count so the ledger knows what "complete" means.
 Status run_send(AlgoContext& ctx);
 Status run_recv(AlgoContext& ctx);
 Status run_allreduce(AlgoContext& ctx);
@@ -92,6 +169,19 @@ Status run_allgather(AlgoContext& ctx);
 Status run_reduce_scatter(AlgoContext& ctx);
 Status run_broadcast(AlgoContext& ctx);
 Status run_barrier(AlgoContext& ctx);
+
+// How many slices the op has (the same on every rank), and which element
+// ranges of its input and output slices [first, end) touch. Used by the ledger
+// to back up inputs and to build replay maps.
+struct ElementRange {
+  size_t begin, end;
+};
+struct SlicePlan {
+  size_t slices = 1;
+  std::vector<ElementRange> inputs;   // for the queried slice range
+  std::vector<ElementRange> outputs;
+};
+SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, size_t first, size_t end);
 
 // Element offsets that cut `len` elements into `parts` near-equal segments.
 inline size_t segment_begin(size_t len, int parts, int i) {

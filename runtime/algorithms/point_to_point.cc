@@ -1,6 +1,7 @@
-// Send and receive: the buffer travels as a stream of pieces that the receiver
-// lands directly in its buffer. Completion of a send means the bytes were handed
-// to the transport, as with MPI_Send's buffered case.
+// Send and receive: the buffer travels as a stream of pieces (slices) that the
+// receiver lands directly in its buffer, a window at a time. Completion of a
+// send means the bytes were handed to the transport; the runtime keeps a
+// backup of the last window until the receiver is known to have it.
 #include <algorithm>
 #include <vector>
 
@@ -12,19 +13,25 @@ namespace {
 Status transfer(AlgoContext& ctx, bool sending) {
   const Op& op = ctx.op();
   const size_t es = op.element_size(), n = op.out.count;
-  char* buf = static_cast<char*>(op.out.data);
   const size_t piece = ctx.piece_elements();
   const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);  // an empty message is one frame
-  std::vector<Request> reqs(pieces);
-  for (size_t k = 0; k < pieces; ++k) {
-    const size_t off = k * piece, len = std::min(piece, n - std::min(n, off));
-    if (sending) {
-      ctx.send(op.peer, static_cast<uint32_t>(k), 0, buf + off * es, len * es, &reqs[k]);
-    } else {
-      ctx.recv(op.peer, static_cast<uint32_t>(k), 0, buf + off * es, len * es, &reqs[k]);
+  const size_t window = ctx.window() * 2;
+  std::vector<Request> reqs(window);
+  for (size_t start = ctx.first_slice(); start < ctx.end_slice(pieces); start += window) {
+    const size_t w = std::min(window, ctx.end_slice(pieces) - start);
+    ctx.before_window(start, start + w);
+    for (size_t k = 0; k < w; ++k) {
+      const size_t off = (start + k) * piece, len = std::min(piece, n - std::min(n, off));
+      if (sending) {
+        ctx.send(op.peer, static_cast<uint32_t>(start + k), 0, ctx.in(off), len * es, &reqs[k]);
+      } else {
+        ctx.recv(op.peer, static_cast<uint32_t>(start + k), 0, ctx.out(off), len * es, &reqs[k]);
+      }
     }
+    if (Status st = ctx.wait_all({reqs.data(), w}); !st.ok()) return st;
+    ctx.slices_done(start + w);
   }
-  return ctx.wait_all(reqs);
+  return Status();
 }
 
 }  // namespace

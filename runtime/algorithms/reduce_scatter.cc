@@ -19,27 +19,28 @@ Status run_reduce_scatter(AlgoContext& ctx) {
   const int right = (r + 1) % p, left = (r - 1 + p) % p;
   const size_t es = op.element_size();
   const size_t n = op.out.count;  // per-rank block
-  const char* in = static_cast<const char*>(op.in.data);
-  char* out = static_cast<char*>(op.out.data);
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
-  if (n == 0) return Status();
-  if (p == 1) {
-    std::memcpy(out, in, n * es);
+  const size_t piece = ctx.piece_elements();
+  const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
+  const size_t window = ctx.window();
+  if (n == 0 || p == 1) {
+    if (n > 0 && ctx.first_slice() < slices) {
+      const size_t off = ctx.first_slice() * piece;
+      std::memcpy(ctx.out(off), ctx.in(off), (n - off) * es);
+    }
+    ctx.slices_done(slices);
     return Status();
   }
-
-  const size_t piece = ctx.piece_elements();
-  const size_t slices = (n + piece - 1) / piece;
-  const size_t window = static_cast<size_t>(std::max(1, ctx.tuning().window));
   // Per window slot: one receive buffer and two partial-sum buffers.
   char* scratch = static_cast<char*>(ctx.scratch(window * 3 * piece * es));
   auto recv_buf = [&](size_t k) { return scratch + (k * 3) * piece * es; };
   auto partial = [&](size_t k, int s) { return scratch + (k * 3 + 1 + (s & 1)) * piece * es; };
-  auto block = [&](int b, size_t off) { return in + (static_cast<size_t>(b) * n + off) * es; };
+  auto block = [&](int b, size_t off) { return ctx.in(static_cast<size_t>(b) * n + off); };
 
   std::vector<Request> sends(window), recvs(window);
-  for (size_t first = 0; first < slices; first += window) {
-    const size_t w = std::min(window, slices - first);
+  for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
+    const size_t w = std::min(window, ctx.end_slice(slices) - first);
+    ctx.before_window(first, first + w);
     for (int s = 0; s < p - 1; ++s) {
       const int send_block = ((r - s - 1) % p + p) % p, recv_block = ((r - s - 2) % p + p) % p;
       for (size_t k = 0; k < w; ++k) {
@@ -52,12 +53,13 @@ Status run_reduce_scatter(AlgoContext& ctx) {
       for (size_t k = 0; k < w; ++k) {
         if (Status st = ctx.wait(recvs[k]); !st.ok()) return st;
         const size_t off = (first + k) * piece, len = std::min(piece, n - off);
-        char* dst = s == p - 2 ? out + off * es : partial(k, s);
+        char* dst = s == p - 2 ? ctx.out(off) : partial(k, s);
         kernels::reduce(op.out.dtype, red, dst, block(recv_block, off), recv_buf(k), len);
         if (s == p - 2 && op.reduce == ReduceOp::kAvg) kernels::scale_avg(op.out.dtype, dst, len, p);
       }
       if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
     }
+    ctx.slices_done(first + w);
   }
   return Status();
 }

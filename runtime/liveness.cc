@@ -1,0 +1,519 @@
+// The liveness side channel (runtime/liveness.h).
+//
+// One thread runs one io_context. Per peer there is one connection of the
+// liveness mesh (transports/tcp/mesh.h, keys "liveness/<rank>"), a read always
+// pending on it and a small send queue. Every `interval` a heartbeat goes to
+// every peer and every peer's silence is checked. How the three cases show:
+//   dead      a read fails with EOF/reset and no goodbye came first: the kernel
+//             closed the sockets of a process that died, so this is immediate
+//   silent    no heartbeat for `budget` while the connection stays open
+//   aborted   a kAbort frame, its payload the reason (at most kMaxAbortReason)
+// A clean shutdown sends kGoodbye, half-closes, and reads until each peer has
+// closed its side too (or a short linger passes), so the peers see a goodbye
+// followed by EOF and report nothing, and no unread data turns the close into a
+// reset.
+#include "runtime/liveness.h"
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/log.h"
+#include "transports/frame.h"
+#include "transports/tcp/mesh.h"
+
+namespace rcoll {
+
+const char* to_string(PeerHealth h) {
+  switch (h) {
+    case PeerHealth::kAlive: return "alive";
+    case PeerHealth::kSilent: return "silent";
+    case PeerHealth::kDead: return "dead";
+  }
+  return "invalid-peer-health";
+}
+
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+constexpr size_t kMaxAbortReason = 1024;
+constexpr uint16_t kFlagInComm = 1;
+// How long a clean shutdown waits for its goodbyes to go out and for the
+// peers to close their side.
+constexpr Millis kGoodbyeLinger{250};
+
+long long ms_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<long long>(std::chrono::duration_cast<Millis>(b - a).count());
+}
+
+class LivenessImpl final : public Liveness {
+ public:
+  explicit LivenessImpl(const LivenessParams& p)
+      : rank_(p.rank), size_(p.size), interval_(std::max(p.interval, Millis(1))), budget_(p.budget),
+        // Immediate heartbeats (set_local) are spaced at least this far apart,
+        // so a loop of tiny ops cannot turn the side channel into a busy loop.
+        min_gap_(std::max(Millis(1), interval_ / 20)), links_(static_cast<size_t>(p.size)),
+        views_(static_cast<size_t>(p.size)), tick_(io_), urgent_timer_(io_), linger_(io_) {}
+
+  ~LivenessImpl() override {
+    if (!thread_.joinable()) return;
+    asio::post(io_, [this] { begin_close(); });
+    thread_.join();
+  }
+
+  Status connect(const LivenessParams& p) {
+    MeshParams m;
+    m.rank = p.rank;
+    m.size = p.size;
+    m.epoch = 0;
+    m.store = p.store;
+    m.key_prefix = "liveness/";
+    m.ifname_spec = p.ifname_spec;
+    m.prefer_loopback = p.prefer_loopback;
+    m.job_token = p.job_token;
+    m.deadline = p.connect_deadline;
+    m.purpose = "liveness";
+    m.transport = "liveness";
+    auto socks = build_tcp_mesh(io_, m);
+    if (!socks.ok()) {
+      const Status& s = socks.status();
+      ErrorContext ctx = s.context();
+      ctx.epoch = -1;  // the liveness mesh outlives data-plane epochs
+      return Status(s.code(), ctx, "liveness channel: " + s.message());
+    }
+    const auto now = Clock::now();
+    for (int r = 0; r < size_; ++r) {
+      views_[r].last_heard = now;
+      if (!socks.value()[r]) continue;
+      links_[r].socket = std::move(socks.value()[r]);
+      views_[r].address = remote_address(*links_[r].socket);
+    }
+    return Status();
+  }
+
+  void start_thread() {
+    io_.restart();
+    for (int r = 0; r < size_; ++r) {
+      if (links_[r].socket) start_read(r);
+    }
+    last_tick_ = Clock::now();
+    next_tick_ = last_tick_;
+    on_tick();
+    thread_ = std::thread([this] {
+      log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
+      io_.run();
+    });
+  }
+
+  void set_local(const RankState& state) override {
+    bool urgent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      urgent = state.in_comm != local_.in_comm || state.epoch != local_.epoch;
+      local_ = state;
+    }
+    if (urgent && !urgent_posted_.exchange(true)) asio::post(io_, [this] { on_urgent(); });
+  }
+
+  PeerView peer(int rank) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rank < 0 || rank >= size_) return PeerView{PeerHealth::kDead, {}, {}, "no such rank"};
+    if (rank == rank_) return PeerView{PeerHealth::kAlive, local_, Clock::now(), "self"};
+    return views_[rank];
+  }
+
+  void announce_abort(uint32_t epoch, const std::string& reason) override {
+    asio::post(io_, [this, epoch, reason] {
+      if (closing_) return;
+      FrameHeader h;
+      h.type = FrameType::kAbort;
+      h.epoch = epoch;
+      h.root = rank_;
+      const size_t n = std::min(reason.size(), kMaxAbortReason);
+      h.payload_bytes = n;
+      const FrameBytes header = encode(h);
+      std::vector<uint8_t> frame(header.begin(), header.end());
+      frame.insert(frame.end(), reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n));
+      for (int r = 0; r < size_; ++r) {
+        if (!links_[r].open()) continue;
+        links_[r].sendq.push_back(frame);
+        if (!links_[r].writing) start_write(r);
+      }
+    });
+  }
+
+  void set_listener(std::function<void(const LivenessEvent&)> listener) override {
+    std::lock_guard<std::mutex> lock(listener_mu_);
+    listener_ = std::move(listener);
+  }
+
+  int64_t highest_aborted_epoch() const override { return highest_aborted_.load(); }
+
+ private:
+  // Everything in Link is touched on the liveness thread only.
+  struct Link {
+    std::unique_ptr<tcp::socket> socket;
+    std::deque<std::vector<uint8_t>> sendq;  // abort notices, the goodbye
+    std::vector<uint8_t> out;                // the frame being written
+    bool writing = false;
+    bool heartbeat_due = false;  // a fresh heartbeat goes out after the current write
+    bool goodbye_sent = false;
+    bool peer_left = false;      // the peer said goodbye
+    FrameBytes rx{};
+    std::vector<uint8_t> payload;
+    bool open() const { return socket != nullptr; }
+  };
+
+  // ---- sending
+
+  void queue_heartbeats() {
+    for (int r = 0; r < size_; ++r) {
+      Link& l = links_[r];
+      if (!l.open() || l.goodbye_sent) continue;
+      l.heartbeat_due = true;
+      if (!l.writing) start_write(r);
+    }
+  }
+
+  FrameHeader heartbeat() const {
+    FrameHeader h;
+    h.type = FrameType::kHeartbeat;
+    h.root = rank_;
+    std::lock_guard<std::mutex> lock(mu_);
+    h.op_seq = local_.op_seq;
+    h.epoch = local_.epoch;
+    h.flags = local_.in_comm ? kFlagInComm : 0;
+    return h;
+  }
+
+  void start_write(int r) {
+    Link& l = links_[r];
+    if (!l.sendq.empty()) {
+      l.out = std::move(l.sendq.front());
+      l.sendq.pop_front();
+    } else if (l.heartbeat_due && !l.goodbye_sent) {
+      // Encoded now rather than when queued, so it carries the latest state.
+      l.heartbeat_due = false;
+      const FrameBytes b = encode(heartbeat());
+      l.out.assign(b.begin(), b.end());
+    } else {
+      return;
+    }
+    l.writing = true;
+    asio::async_write(*l.socket, asio::buffer(l.out), [this, r](const error_code& ec, size_t) {
+      Link& l = links_[r];
+      l.writing = false;
+      if (!l.open()) return;
+      if (ec) return link_failed(r, ec, "sending to");
+      if (l.out.size() >= kFrameHeaderBytes && l.out[4] == static_cast<uint8_t>(FrameType::kGoodbye)) {
+        l.goodbye_sent = true;
+        error_code ignored;
+        l.socket->shutdown(tcp::socket::shutdown_send, ignored);
+        return;
+      }
+      start_write(r);
+    });
+  }
+
+  // ---- receiving
+
+  void start_read(int r) {
+    Link& l = links_[r];
+    asio::async_read(*l.socket, asio::buffer(l.rx), [this, r](const error_code& ec, size_t) {
+      if (!links_[r].open()) return;
+      if (ec) return link_failed(r, ec, "receiving from");
+      on_frame(r);
+    });
+  }
+
+  void on_frame(int r) {
+    Link& l = links_[r];
+    auto decoded = decode_frame_header(l.rx.data(), l.rx.size());
+    if (!decoded.ok()) return protocol_error(r, decoded.status().message());
+    const FrameHeader h = decoded.value();
+    if (h.root != r) {
+      return protocol_error(r, "frame names rank " + std::to_string(h.root) + " as its sender");
+    }
+    switch (h.type) {
+      case FrameType::kHeartbeat:
+        on_heartbeat(r, h);
+        return start_read(r);
+      case FrameType::kGoodbye:
+        on_goodbye(r);
+        return;
+      case FrameType::kAbort: {
+        if (h.payload_bytes > kMaxAbortReason) {
+          return protocol_error(r, "abort notice with a " + std::to_string(h.payload_bytes) + "-byte reason");
+        }
+        l.payload.resize(h.payload_bytes);
+        asio::async_read(*l.socket, asio::buffer(l.payload), [this, r, h](const error_code& ec, size_t) {
+          Link& l = links_[r];
+          if (!l.open()) return;
+          if (ec) return link_failed(r, ec, "receiving from");
+          on_abort(r, h.epoch, std::string(l.payload.begin(), l.payload.end()));
+          start_read(r);
+        });
+        return;
+      }
+      default:
+        return protocol_error(r, "unexpected " + describe_frame(h));
+    }
+  }
+
+  void on_heartbeat(int r, const FrameHeader& h) {
+    std::optional<LivenessEvent> event;
+    const auto now = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PeerView& v = views_[r];
+      if (v.health == PeerHealth::kSilent) {
+        const long long silent_ms = ms_between(v.last_heard, now);
+        v.health = PeerHealth::kAlive;
+        event = LivenessEvent{LivenessEvent::Kind::kPeerBack, r, h.epoch,
+                              "heartbeats again after " + std::to_string(silent_ms) + " ms of silence"};
+        RCOLL_LOG(kWarn, "liveness: rank %d (%s) heartbeats again after %lld ms of silence (op seq %llu, %s, epoch %u); no longer suspect",
+                  r, v.address.c_str(), silent_ms, static_cast<unsigned long long>(h.op_seq),
+                  (h.flags & kFlagInComm) ? "in comm" : "in compute", h.epoch);
+      }
+      v.state.op_seq = h.op_seq;
+      v.state.in_comm = (h.flags & kFlagInComm) != 0;
+      v.state.epoch = h.epoch;
+      v.last_heard = now;
+    }
+    if (event) emit(*event);
+  }
+
+  void on_abort(int r, uint32_t epoch, std::string reason) {
+    int64_t prev = highest_aborted_.load();
+    while (static_cast<int64_t>(epoch) > prev && !highest_aborted_.compare_exchange_weak(prev, epoch)) {
+    }
+    RCOLL_LOG(kInfo, "liveness: rank %d announced that epoch %u failed: %s", r, epoch, reason.c_str());
+    emit(LivenessEvent{LivenessEvent::Kind::kPeerAborted, r, epoch, std::move(reason)});
+  }
+
+  // The peer shuts down cleanly: what follows is EOF, not a death. Closing our
+  // side lets its shutdown finish without waiting for the linger.
+  void on_goodbye(int r) {
+    RCOLL_LOG(kDebug, "liveness: rank %d said goodbye", r);
+    links_[r].peer_left = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      views_[r].health = PeerHealth::kDead;  // gone, though not by dying: no event
+    }
+    close_link(r);
+  }
+
+  void protocol_error(int r, const std::string& what) {
+    RCOLL_LOG(kWarn, "liveness: corrupt frame from rank %d (%s): %s; closing its liveness connection", r,
+              views_address(r).c_str(), what.c_str());
+    peer_lost(r, "its liveness connection sent a corrupt frame (" + what + ")");
+  }
+
+  void link_failed(int r, const error_code& ec, const char* what) {
+    if (ec == asio::error::operation_aborted) return;  // we closed it
+    peer_lost(r, std::string(what) + " its liveness connection failed: " + ec.message());
+  }
+
+  // The connection to r is gone without a goodbye: r is dead (unless we are
+  // the ones shutting down, when nothing is reported).
+  void peer_lost(int r, const std::string& why) {
+    Link& l = links_[r];
+    const bool report = !closing_ && !l.peer_left;
+    close_link(r);
+    if (!report) return;
+    std::string address;
+    std::string last;
+    uint32_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PeerView& v = views_[r];
+      v.health = PeerHealth::kDead;
+      address = v.address;
+      epoch = v.state.epoch;
+      last = "last heard " + std::to_string(ms_between(v.last_heard, Clock::now())) + " ms ago at op seq " +
+             std::to_string(v.state.op_seq) + (v.state.in_comm ? " (in comm)" : " (in compute)") + ", epoch " +
+             std::to_string(v.state.epoch);
+    }
+    const std::string reason = "rank " + std::to_string(r) + " (" + address + ") is dead: " + why + "; " + last;
+    RCOLL_LOG(kWarn, "liveness: %s; reporting it to the communicator", reason.c_str());
+    emit(LivenessEvent{LivenessEvent::Kind::kPeerDead, r, epoch, reason});
+  }
+
+  void close_link(int r) {
+    Link& l = links_[r];
+    if (!l.open()) return;
+    error_code ignored;
+    l.socket->shutdown(tcp::socket::shutdown_both, ignored);
+    l.socket->close(ignored);
+    // Pending operations complete with operation_aborted and find open()
+    // false; their buffers live in the Link, which stays.
+    l.socket.reset();
+    l.sendq.clear();
+    if (closing_ && all_closed()) io_.stop();
+  }
+
+  std::string views_address(int r) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return views_[r].address;
+  }
+
+  // ---- timers
+
+  void on_tick() {
+    if (closing_) return;
+    const auto now = Clock::now();
+    // If this thread itself did not run for a while (the process was stopped
+    // or starved), the peers' heartbeats are still unread in the sockets:
+    // judge their silence at the next tick, after reading them.
+    const bool we_were_stalled = now - last_tick_ > interval_ + budget_ / 2;
+    last_tick_ = now;
+    queue_heartbeats();
+    if (!we_were_stalled) check_silence(now);
+    next_tick_ += interval_;
+    if (next_tick_ <= now) next_tick_ = now + interval_;
+    tick_.expires_at(next_tick_);
+    tick_.async_wait([this](const error_code& ec) {
+      if (!ec) on_tick();
+    });
+  }
+
+  void check_silence(Clock::time_point now) {
+    std::vector<LivenessEvent> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int r = 0; r < size_; ++r) {
+        if (!links_[r].open()) continue;
+        PeerView& v = views_[r];
+        if (v.health != PeerHealth::kAlive || now - v.last_heard <= budget_) continue;
+        v.health = PeerHealth::kSilent;
+        const long long ms = ms_between(v.last_heard, now);
+        RCOLL_LOG(kWarn, "liveness: rank %d (%s) is silent: no heartbeat for %lld ms (budget %lld ms), last at op seq %llu %s, epoch %u; its connection is open, so it is suspect, not dead",
+                  r, v.address.c_str(), ms, static_cast<long long>(budget_.count()),
+                  static_cast<unsigned long long>(v.state.op_seq), v.state.in_comm ? "in comm" : "in compute",
+                  v.state.epoch);
+        events.push_back(LivenessEvent{LivenessEvent::Kind::kPeerSilent, r, v.state.epoch,
+                                       "no heartbeat for " + std::to_string(ms) + " ms"});
+      }
+    }
+    for (const auto& e : events) emit(e);
+  }
+
+  void on_urgent() {
+    urgent_posted_.store(false);  // a change after this point posts again
+    if (closing_) return;
+    const auto now = Clock::now();
+    if (now >= last_urgent_ + min_gap_) {
+      last_urgent_ = now;
+      return queue_heartbeats();
+    }
+    if (urgent_armed_) return;
+    urgent_armed_ = true;
+    urgent_timer_.expires_at(last_urgent_ + min_gap_);
+    urgent_timer_.async_wait([this](const error_code& ec) {
+      urgent_armed_ = false;
+      if (ec || closing_) return;
+      last_urgent_ = Clock::now();
+      queue_heartbeats();
+    });
+  }
+
+  // ---- shutdown
+
+  void begin_close() {
+    closing_ = true;
+    tick_.cancel();
+    urgent_timer_.cancel();
+    FrameHeader bye;
+    bye.type = FrameType::kGoodbye;
+    bye.root = rank_;
+    const FrameBytes b = encode(bye);
+    for (int r = 0; r < size_; ++r) {
+      Link& l = links_[r];
+      if (!l.open()) continue;
+      l.heartbeat_due = false;
+      l.sendq.emplace_back(b.begin(), b.end());  // after any abort notice still queued
+      if (!l.writing) start_write(r);
+    }
+    if (all_closed()) return io_.stop();
+    linger_.expires_after(kGoodbyeLinger);
+    linger_.async_wait([this](const error_code&) {
+      for (int r = 0; r < size_; ++r) close_link(r);
+      io_.stop();
+    });
+  }
+
+  bool all_closed() const {
+    for (const Link& l : links_) {
+      if (l.open()) return false;
+    }
+    return true;
+  }
+
+  void emit(const LivenessEvent& event) {
+    std::function<void(const LivenessEvent&)> listener;
+    {
+      std::lock_guard<std::mutex> lock(listener_mu_);
+      listener = listener_;
+    }
+    if (listener) listener(event);
+  }
+
+  const int rank_;
+  const int size_;
+  const Millis interval_;
+  const Millis budget_;
+  const Millis min_gap_;
+
+  asio::io_context io_;
+  std::vector<Link> links_;  // liveness thread only
+
+  mutable std::mutex mu_;  // guards views_ and local_
+  std::vector<PeerView> views_;
+  RankState local_;
+
+  std::mutex listener_mu_;
+  std::function<void(const LivenessEvent&)> listener_;
+  std::atomic<int64_t> highest_aborted_{-1};
+  std::atomic<bool> urgent_posted_{false};
+
+  // Liveness thread only.
+  asio::steady_timer tick_;
+  asio::steady_timer urgent_timer_;
+  asio::steady_timer linger_;
+  Clock::time_point last_tick_;
+  Clock::time_point next_tick_;
+  Clock::time_point last_urgent_{};
+  bool urgent_armed_ = false;
+  bool closing_ = false;
+
+  std::thread thread_;  // declared last: joined before the members it uses go
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Liveness>> Liveness::start(const LivenessParams& params) {
+  if (params.size < 1 || params.rank < 0 || params.rank >= params.size) {
+    return Status(ErrorCode::kInvalidArgument, ErrorContext{params.rank, -1, 0, -1, "liveness"},
+                  "liveness: rank " + std::to_string(params.rank) + " is outside a world of size " +
+                      std::to_string(params.size));
+  }
+  if (params.size > 1 && !params.store) {
+    return Status(ErrorCode::kInvalidArgument, ErrorContext{params.rank, -1, 0, -1, "liveness"},
+                  "liveness: no store to rendezvous on");
+  }
+  auto impl = std::make_unique<LivenessImpl>(params);
+  if (Status s = impl->connect(params); !s.ok()) return s;
+  impl->start_thread();
+  return std::unique_ptr<Liveness>(std::move(impl));
+}
+
+}  // namespace rcoll

@@ -1,0 +1,88 @@
+// The liveness side channel: a small TCP mesh, separate from the data plane and
+// kept across epochs, on which every rank heartbeats its state (current op
+// seq, in compute or in comm, epoch) and announces failed epochs. It tells the
+// three cases of DESIGN.md apart:
+//   straggler  heartbeats arrive, its op seq is behind ours: wait, log who is late
+//   dead       its liveness connection closed (the kernel closes every socket of
+//              a process that dies): report within the liveness budget
+//   silent     connection open, no heartbeat for the liveness budget (SIGSTOP,
+//              frozen, partitioned): suspect; recovery waits for it
+// One thread, owned and joined by Liveness.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rcoll/status.h"
+#include "rcoll/store.h"
+#include "runtime/deadline.h"
+
+namespace rcoll {
+
+enum class PeerHealth : uint8_t { kAlive, kSilent, kDead };
+const char* to_string(PeerHealth h);
+
+// What a rank says about itself in every heartbeat.
+struct RankState {
+  uint64_t op_seq = 0;     // the op it is in (in_comm) or last finished (in compute)
+  bool in_comm = false;    // inside an op (true) or in compute between ops (false)
+  uint32_t epoch = 0;      // its current data-plane epoch
+};
+
+struct PeerView {
+  PeerHealth health = PeerHealth::kAlive;
+  RankState state;
+  Clock::time_point last_heard;  // last heartbeat received
+  std::string address;           // "ip:port" of its liveness connection
+};
+
+struct LivenessEvent {
+  enum class Kind : uint8_t {
+    kPeerAborted,  // the peer announced that `epoch` failed (reason in `reason`)
+    kPeerDead,     // the peer's liveness connection closed
+    kPeerSilent,   // no heartbeat for the liveness budget
+    kPeerBack,     // a silent peer heartbeats again
+  };
+  Kind kind;
+  int peer = -1;
+  uint32_t epoch = 0;
+  std::string reason;
+};
+
+struct LivenessParams {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<Store> store;  // namespaced for the communicator instance
+  std::string ifname_spec;
+  bool prefer_loopback = true;
+  std::string job_token;
+  std::chrono::milliseconds interval{100};   // heartbeat period
+  std::chrono::milliseconds budget{1500};    // silent after this long without a heartbeat
+  Deadline connect_deadline = Deadline::never();
+};
+
+class Liveness {
+ public:
+  // Builds the mesh (every pair connected, hello with job token checked) and
+  // starts the heartbeat thread. Fails within connect_deadline naming the
+  // ranks it could not reach.
+  static Result<std::unique_ptr<Liveness>> start(const LivenessParams& params);
+  virtual ~Liveness() = default;
+
+  // Published in the next heartbeat (and immediately when in_comm changes).
+  virtual void set_local(const RankState& state) = 0;
+  virtual PeerView peer(int rank) const = 0;
+  // Tells every peer now that `epoch` failed. Non-blocking.
+  virtual void announce_abort(uint32_t epoch, const std::string& reason) = 0;
+  // Called on the liveness thread for every event; keep it short (set a flag,
+  // notify a condition variable). Set before ops run; not changed afterwards.
+  virtual void set_listener(std::function<void(const LivenessEvent&)> listener) = 0;
+  // Highest epoch any peer announced as failed, or -1.
+  virtual int64_t highest_aborted_epoch() const = 0;
+};
+
+}  // namespace rcoll
