@@ -59,9 +59,10 @@ class LivenessImpl final : public Liveness {
  public:
   explicit LivenessImpl(const LivenessParams& p)
       : rank_(p.rank), size_(p.size), interval_(std::max(p.interval, Millis(1))), budget_(p.budget),
-        // Immediate heartbeats (set_local) are spaced at least this far apart,
-        // so a loop of tiny ops cannot turn the side channel into a busy loop.
-        min_gap_(std::max(Millis(1), interval_ / 20)), links_(static_cast<size_t>(p.size)),
+        // Immediate heartbeats (set_local) are spaced at least this far apart
+        // (at most 5 ms), so a loop of tiny ops cannot turn the side channel
+        // into a busy loop.
+        min_gap_(std::clamp(interval_ / 20, Millis(1), Millis(5))), links_(static_cast<size_t>(p.size)),
         views_(static_cast<size_t>(p.size)), tick_(io_), urgent_timer_(io_), linger_(io_) {}
 
   ~LivenessImpl() override {

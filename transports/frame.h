@@ -23,7 +23,17 @@ inline constexpr size_t kFrameHeaderBytes = 48;
 // No frame may carry more than this; a header that claims more is hostile or corrupt.
 inline constexpr uint64_t kMaxFramePayload = uint64_t{1} << 31;
 
-enum class FrameType : uint8_t { kData = 1, kHello = 2, kHelloAck = 3, kAbort = 4 };
+// kHeartbeat and kGoodbye travel only on the liveness channel (runtime/liveness.h):
+// a heartbeat carries the sender's op_seq, epoch and in_comm (flags bit 0); a
+// goodbye announces a clean shutdown, so the connection closing after it is no death.
+enum class FrameType : uint8_t {
+  kData = 1,
+  kHello = 2,
+  kHelloAck = 3,
+  kAbort = 4,
+  kHeartbeat = 5,
+  kGoodbye = 6,
+};
 
 enum class OpKind : uint8_t {
   kNone = 0,

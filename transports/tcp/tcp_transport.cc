@@ -10,6 +10,7 @@
 #include "rcoll/types.h"
 #include "runtime/log.h"
 #include "transports/tcp/interfaces.h"
+#include "transports/tcp/mesh.h"
 
 namespace rcoll {
 namespace {
@@ -17,15 +18,6 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
-
-uint64_t token_hash(const std::string& token) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : token) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string endpoint_string(const tcp::socket& s) {
   error_code ec;
@@ -324,224 +316,33 @@ class TcpTransport final : public Transport {
 
 };
 
-void set_socket_options(tcp::socket& s, size_t buffer_bytes) {
-  error_code ignored;
-  s.set_option(tcp::no_delay(true), ignored);
-  s.set_option(asio::socket_base::keep_alive(true), ignored);
-  if (buffer_bytes > 0) {
-    s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(buffer_bytes)), ignored);
-    s.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(buffer_bytes)), ignored);
-  }
-}
-
-FrameHeader hello_header(FrameType type, const TcpConnectParams& p) {
-  FrameHeader h;
-  h.type = type;
-  h.epoch = p.epoch;
-  h.root = p.rank;
-  h.count = static_cast<uint64_t>(p.size);
-  h.op_seq = token_hash(p.job_token);
-  return h;
-}
-
 }  // namespace
 
-// Builds the full mesh for one epoch: every rank listens; rank r dials every
-// rank below it and accepts every rank above it. Each new connection carries a
-// hello (rank, world size, epoch, job-token hash) answered by an ack, so a
-// stranger or a rank of another job or epoch is refused before any data moves.
+// Builds the full mesh for one epoch (transports/tcp/mesh.h): every pair
+// connected, each connection's hello (rank, world size, epoch, job-token hash)
+// checked, strangers and ranks of another job or epoch refused.
 Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& iface) {
-  const std::string key_prefix = "tcp/" + std::to_string(p.epoch) + "/";
-  ErrorContext ctx{rank_, -1, 0, static_cast<int64_t>(epoch_), "tcp"};
-  error_code ec;
-  tcp::acceptor acceptor(io_);
-  tcp::endpoint listen_ep(asio::ip::make_address(iface.address, ec), 0);
-  if (!ec) acceptor.open(listen_ep.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(listen_ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status(ErrorCode::kTransport, ctx,
-                  "cannot listen on interface " + iface.name + " (" + iface.address + "): " + ec.message());
-  }
-  const uint16_t port = acceptor.local_endpoint().port();
-  const std::string my_addr = iface.address + " " + std::to_string(port) + " " + iface.name;
-  if (Status s = p.store->set(key_prefix + std::to_string(rank_), Bytes(my_addr.begin(), my_addr.end()));
-      !s.ok()) {
-    return s;
-  }
-  RCOLL_LOG(kInfo, "epoch %u: listening on %s:%u (interface %s), connecting to %d peers", p.epoch,
-            iface.address.c_str(), port, iface.name.c_str(), size_ - 1);
-
-  const uint64_t expected_token = token_hash(p.job_token);
-  std::vector<std::string> last_error(size_);
-  int pending = size_ - 1;
-  auto connected = [&](int peer, std::unique_ptr<tcp::socket> sock) {
-    set_socket_options(*sock, p.socket_buffer_bytes);
+  MeshParams m;
+  m.rank = rank_;
+  m.size = size_;
+  m.epoch = epoch_;
+  m.store = p.store;
+  m.key_prefix = "tcp/" + std::to_string(p.epoch) + "/";
+  m.ifname_spec = p.ifname_spec;
+  m.prefer_loopback = p.prefer_loopback;
+  m.job_token = p.job_token;
+  m.socket_buffer_bytes = p.socket_buffer_bytes;
+  m.deadline = p.deadline;
+  m.purpose = "epoch " + std::to_string(p.epoch);
+  auto socks = build_tcp_mesh(io_, m, iface);
+  if (!socks.ok()) return socks.status();
+  for (int peer = 0; peer < size_; ++peer) {
+    auto& sock = socks.value()[peer];
+    if (!sock) continue;
     peers_[peer].address = endpoint_string(*sock);
     peers_[peer].socket = std::move(sock);
-    --pending;
-  };
-
-  // Dial lower ranks.
-  struct Dial {
-    int peer;
-    tcp::endpoint ep;
-    std::string ifname;
-    std::unique_ptr<tcp::socket> sock;
-    asio::steady_timer retry;
-    FrameBytes out;
-    FrameBytes in;
-  };
-  std::vector<std::unique_ptr<Dial>> dials;
-  std::function<void(Dial*)> attempt = [&](Dial* d) {
-    d->sock = std::make_unique<tcp::socket>(io_);
-    d->sock->async_connect(d->ep, [&, d](const error_code& ec) {
-      if (ec) {
-        last_error[d->peer] = "connect to " + d->ep.address().to_string() + ":" +
-                              std::to_string(d->ep.port()) + " failed: " + ec.message();
-        error_code ignored;
-        d->sock->close(ignored);
-        d->retry.expires_after(std::chrono::milliseconds(20));
-        d->retry.async_wait([&, d](const error_code& tec) {
-          if (!tec && !p.deadline.expired()) attempt(d);
-        });
-        return;
-      }
-      d->out = encode(hello_header(FrameType::kHello, p));
-      asio::async_write(*d->sock, asio::buffer(d->out), [&, d](const error_code& ec, size_t) {
-        if (ec) {
-          last_error[d->peer] = "sending hello failed: " + ec.message();
-          return;
-        }
-        asio::async_read(*d->sock, asio::buffer(d->in), [&, d](const error_code& ec, size_t) {
-          if (ec) {
-            last_error[d->peer] = "rank " + std::to_string(d->peer) +
-                                  " closed the connection during the hello (" + ec.message() +
-                                  "): wrong job token or epoch?";
-            return;
-          }
-          auto h = decode_frame_header(d->in.data(), d->in.size());
-          if (!h.ok() || h.value().type != FrameType::kHelloAck || h.value().root != d->peer ||
-              h.value().epoch != p.epoch) {
-            last_error[d->peer] = "bad hello ack from " + d->ep.address().to_string();
-            return;
-          }
-          connected(d->peer, std::move(d->sock));
-        });
-      });
-    });
-  };
-  for (int peer = 0; peer < rank_; ++peer) {
-    auto value = p.store->get(key_prefix + std::to_string(peer), p.deadline.remaining_ms());
-    if (!value.ok()) {
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, peer, 0, epoch_, "tcp"},
-                    "rank " + std::to_string(peer) + " never published its address for epoch " +
-                        std::to_string(p.epoch) + ": " + value.status().message());
-    }
-    std::string addr(value.value().begin(), value.value().end());
-    std::string host, ifname;
-    unsigned port_num = 0;
-    {
-      size_t a = addr.find(' '), b = addr.find(' ', a + 1);
-      host = addr.substr(0, a);
-      port_num = static_cast<unsigned>(std::stoul(addr.substr(a + 1, b - a - 1)));
-      ifname = b == std::string::npos ? "" : addr.substr(b + 1);
-    }
-    auto ip = asio::ip::make_address(host, ec);
-    if (ec) return Status(ErrorCode::kStore, ctx, "rank " + std::to_string(peer) + " published a bad address '" + addr + "'");
-    dials.push_back(std::unique_ptr<Dial>(new Dial{peer, tcp::endpoint(ip, static_cast<uint16_t>(port_num)),
-                                                  ifname, nullptr, asio::steady_timer(io_), {}, {}}));
-    attempt(dials.back().get());
   }
-
-  // Accept higher ranks; refuse strangers.
-  struct Incoming {
-    std::unique_ptr<tcp::socket> sock;
-    FrameBytes in;
-    FrameBytes out;
-  };
-  std::vector<std::unique_ptr<Incoming>> incoming;
-  int to_accept = size_ - 1 - rank_;
-  std::function<void()> accept_next = [&]() {
-    if (to_accept == 0) return;
-    incoming.push_back(std::make_unique<Incoming>());
-    Incoming* in = incoming.back().get();
-    in->sock = std::make_unique<tcp::socket>(io_);
-    acceptor.async_accept(*in->sock, [&, in](const error_code& ec) {
-      if (ec) return;
-      accept_next();
-      asio::async_read(*in->sock, asio::buffer(in->in), [&, in](const error_code& ec, size_t) {
-        const std::string from = endpoint_string(*in->sock);
-        auto refuse = [&](const std::string& why) {
-          RCOLL_LOG(kWarn, "epoch %u: refused connection from %s: %s", p.epoch, from.c_str(), why.c_str());
-          error_code ignored;
-          in->sock->close(ignored);
-        };
-        if (ec) return refuse("no hello (" + ec.message() + ")");
-        auto h = decode_frame_header(in->in.data(), in->in.size());
-        if (!h.ok()) return refuse(h.status().message());
-        const FrameHeader& hello = h.value();
-        if (hello.type != FrameType::kHello) return refuse("first frame is not a hello");
-        if (hello.op_seq != expected_token) return refuse("job token mismatch (a process of another job?)");
-        if (hello.epoch != p.epoch) return refuse("hello for epoch " + std::to_string(hello.epoch) + ", this is epoch " + std::to_string(p.epoch));
-        if (hello.count != static_cast<uint64_t>(size_)) return refuse("world size " + std::to_string(hello.count) + " differs from " + std::to_string(size_));
-        int peer = hello.root;
-        if (peer <= rank_ || peer >= size_ || peers_[peer].socket) return refuse("unexpected rank " + std::to_string(peer));
-        --to_accept;
-        in->out = encode(hello_header(FrameType::kHelloAck, p));
-        asio::async_write(*in->sock, asio::buffer(in->out), [&, in, peer](const error_code& ec, size_t) {
-          if (ec) {
-            last_error[peer] = "sending hello ack failed: " + ec.message();
-            ++to_accept;
-            accept_next();
-            return;
-          }
-          connected(peer, std::move(in->sock));
-        });
-      });
-    });
-  };
-  accept_next();
-
-  while (pending > 0 && !p.deadline.expired()) {
-    if (io_.stopped()) io_.restart();
-    io_.run_one_until(p.deadline.is_never() ? Clock::now() + std::chrono::hours(24) : p.deadline.time());
-  }
-  // Tear down whatever is still in flight before the locals it references go away.
-  error_code ignored;
-  acceptor.close(ignored);
-  for (auto& d : dials) {
-    d->retry.cancel();
-    if (d->sock) d->sock->close(ignored);
-  }
-  for (auto& in : incoming)
-    if (in->sock) in->sock->close(ignored);
-  io_.restart();
-  io_.poll();
-
-  if (pending == 0) {
-    RCOLL_LOG(kInfo, "epoch %u: connected to all %d peers over tcp (%s)", p.epoch, size_ - 1, iface.name.c_str());
-    return Status();
-  }
-  std::string missing;
-  int first_missing = -1;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || peers_[peer].socket) continue;
-    if (first_missing < 0) first_missing = peer;
-    missing += "\n  rank " + std::to_string(peer) + ": ";
-    if (peer < rank_) {
-      for (auto& d : dials)
-        if (d->peer == peer) missing += "dialling " + d->ep.address().to_string() + ":" + std::to_string(d->ep.port()) + (d->ifname.empty() ? "" : " (its interface " + d->ifname + ")");
-      missing += last_error[peer].empty() ? "; no answer" : "; " + last_error[peer];
-    } else {
-      missing += "never connected to this rank's listener " + iface.address + ":" + std::to_string(port);
-    }
-  }
-  return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, first_missing, 0, epoch_, "tcp"},
-                "rank " + std::to_string(rank_) + " (interface " + iface.name + " " + iface.address +
-                    ") could not connect to " + std::to_string(pending) + " peer(s) within the connect deadline:" +
-                    missing + "\n  check RCOLL_SOCKET_IFNAME and that the ranks can reach each other");
+  return Status();
 }
 
 Result<std::unique_ptr<Transport>> connect_tcp_transport(const TcpConnectParams& p) {

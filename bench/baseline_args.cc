@@ -1,0 +1,86 @@
+#include "bench/baseline_args.h"
+
+#include <algorithm>
+
+namespace rcoll::bench {
+
+namespace {
+
+int int_flag(const std::string& flag, const std::string& text, int lo) {
+  const uint64_t v = parse_count(flag, text);
+  if (v < static_cast<uint64_t>(lo) || v > (1u << 30)) {
+    throw UsageError(flag + " " + text + " is out of range [" + std::to_string(lo) + ", 2^30]");
+  }
+  return static_cast<int>(v);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : "|") + x;
+  return s;
+}
+
+}  // namespace
+
+BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std::string>& ops,
+                                   const std::function<bool(ArgReader&)>& extra) {
+  BaselineConfig c;
+  c.ops = {ops.front()};
+  c.sizes = parse_sizes(c.sizes_text);
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string& f = args.flag();
+    if (f == "--help") {
+      c.help = true;
+    } else if (f == "--op") {
+      const std::string v = args.value();
+      if (v == "all") {
+        c.ops = ops;
+      } else if (std::find(ops.begin(), ops.end(), v) != ops.end()) {
+        c.ops = {v};
+      } else {
+        throw UsageError("--op: '" + v + "' is not measured by this baseline (" + join(ops) + "|all)");
+      }
+    } else if (f == "--sizes") {
+      c.sizes_text = args.value();
+      c.sizes = parse_sizes(c.sizes_text);
+    } else if (f == "--dtype") {
+      const std::string v = args.value();
+      if (v != "float32" && v != "float" && v != "f32" && v != "fp32") {
+        throw UsageError("--dtype: this baseline measures float32 only, not '" + v + "'");
+      }
+    } else if (f == "--redop") {
+      const std::string v = args.value();
+      if (v != "sum") throw UsageError("--redop: this baseline measures sum only, not '" + v + "'");
+    } else if (f == "--iters") {
+      c.iters = int_flag(f, args.value(), 1);
+    } else if (f == "--warmup") {
+      c.warmup = int_flag(f, args.value(), 0);
+    } else if (f == "--check") {
+      c.check = true;
+    } else if (f == "--json") {
+      c.json = args.value();
+      if (c.json.empty()) throw UsageError("--json needs a file name");
+    } else if (f == "--root") {
+      c.root = int_flag(f, args.value(), 0);
+    } else if (!extra(args)) {
+      args.unknown();
+    }
+  }
+  return c;
+}
+
+std::string baseline_usage(const std::vector<std::string>& ops) {
+  return "  --op OP        " + join(ops) + "|all  [" + ops.front() + "]\n" +
+         "  --sizes LIST   MIN:MAX (doubling) or a comma list; suffixes K, M, G (x1024)  [8:64M]\n"
+         "                 size = bytes per rank of the op's main buffer, as in nccl-tests\n"
+         "  --dtype T      float32 only;  --redop R: sum only\n"
+         "  --iters N      timed iterations per size  [20]\n"
+         "  --warmup N     untimed iterations before them  [5]\n"
+         "  --check        after the timed iterations run one more op and verify every element\n"
+         "  --json FILE    rank 0 writes the rows as JSON (rcoll-bench's format)\n"
+         "  --root R       broadcast root  [0]\n"
+         "  --help         this text\n";
+}
+
+}  // namespace rcoll::bench

@@ -1,0 +1,35 @@
+// The command line the baseline benchmarks (rcoll-gloo-bench, rcoll-mpi-bench)
+// share with rcoll-bench, so that compare.sh can pass one set of flags to all
+// three. The baselines measure float32 sum only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/bench_report.h"
+
+namespace rcoll::bench {
+
+struct BaselineConfig {
+  std::vector<std::string> ops;  // in the order the program runs them
+  std::vector<uint64_t> sizes;
+  std::string sizes_text = "8:64M";
+  int iters = 20;
+  int warmup = 5;
+  bool check = false;
+  std::string json;
+  int root = 0;
+  bool help = false;
+};
+
+// Parses --op (one of `ops`, or all), --sizes, --dtype float32, --redop sum,
+// --iters, --warmup, --check, --json, --root, --help. Any other flag goes to
+// `extra`, which returns false if it does not know it. Throws UsageError.
+BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std::string>& ops,
+                                   const std::function<bool(ArgReader&)>& extra);
+
+// The usage lines of those flags.
+std::string baseline_usage(const std::vector<std::string>& ops);
+
+}  // namespace rcoll::bench

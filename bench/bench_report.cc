@@ -1,0 +1,238 @@
+#include "bench/bench_report.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace rcoll::bench {
+
+std::optional<uint64_t> parse_bytes(std::string_view text) {
+  if (text.empty() || text.front() < '0' || text.front() > '9') return std::nullopt;
+  uint64_t v = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (v > (UINT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  std::string_view unit = text.substr(i);
+  int shift = 0;
+  if (!unit.empty()) {
+    switch (unit.front()) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 'b': case 'B': shift = 0; break;
+      default: return std::nullopt;
+    }
+    if (shift > 0) unit.remove_prefix(1);
+    if (unit == "iB" || unit == "ib") unit = "";  // KiB, MiB, GiB
+    if (unit == "B" || unit == "b") unit = "";   // KB, MB, GB, plain B
+    if (!unit.empty()) return std::nullopt;
+  }
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return std::nullopt;
+  return v << shift;
+}
+
+std::vector<uint64_t> parse_sizes(std::string_view text) {
+  auto bytes = [&](std::string_view part) {
+    auto v = parse_bytes(part);
+    if (!v) {
+      throw UsageError("--sizes: '" + std::string(part) + "' is not a size (examples: 8, 4K, 64M, 1G)");
+    }
+    return *v;
+  };
+  std::vector<uint64_t> sizes;
+  if (auto colon = text.find(':'); colon != std::string_view::npos) {
+    uint64_t lo = bytes(text.substr(0, colon)), hi = bytes(text.substr(colon + 1));
+    if (lo > hi) throw UsageError("--sizes " + std::string(text) + ": the minimum is above the maximum");
+    if (lo == 0) {
+      sizes.push_back(0);
+      lo = 1;
+    }
+    for (uint64_t s = lo; s <= hi; s *= 2) {
+      sizes.push_back(s);
+      if (s > UINT64_MAX / 2) break;
+    }
+    return sizes;
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    sizes.push_back(bytes(text.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+uint64_t parse_count(std::string_view flag, std::string_view text) {
+  std::string s(text);
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || s.front() == '-' || errno != 0 || *end != '\0') {
+    throw UsageError(std::string(flag) + ": '" + s + "' is not a non-negative integer");
+  }
+  return v;
+}
+
+bool ArgReader::next() {
+  if (++i_ >= argc_) return false;
+  std::string arg = argv_[i_];
+  if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+    if (arg == "-h") {
+      flag_ = "--help";
+      inline_value_.reset();
+      return true;
+    }
+    throw UsageError("unexpected argument '" + arg + "' (flags start with --)");
+  }
+  if (auto eq = arg.find('='); eq != std::string::npos) {
+    flag_ = arg.substr(0, eq);
+    inline_value_ = arg.substr(eq + 1);
+  } else {
+    flag_ = arg;
+    inline_value_.reset();
+  }
+  return true;
+}
+
+std::string ArgReader::value() {
+  if (inline_value_) {
+    std::string v = std::move(*inline_value_);
+    inline_value_.reset();
+    return v;
+  }
+  if (i_ + 1 >= argc_) throw UsageError(flag_ + " needs a value");
+  return argv_[++i_];
+}
+
+void ArgReader::unknown() const { throw UsageError("unknown flag " + flag_); }
+
+double median(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) {
+    m = (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+  }
+  return m;
+}
+
+double bus_factor(std::string_view op, int nranks) {
+  const double n = nranks;
+  if (op == "allreduce") return nranks > 0 ? 2 * (n - 1) / n : 0;
+  if (op == "allgather" || op == "reduce_scatter") return nranks > 0 ? (n - 1) / n : 0;
+  if (op == "broadcast" || op == "sendrecv") return 1;
+  return 0;
+}
+
+void set_bandwidth(Row& row, int nranks) {
+  const double factor = bus_factor(row.op, nranks);
+  row.algbw = factor > 0 && row.time_us > 0 ? static_cast<double>(row.size) / (row.time_us * 1e-6) / 1e9 : 0;
+  row.busbw = row.algbw * factor;
+}
+
+namespace {
+
+bool has_bandwidth(const Row& row) { return bus_factor(row.op, 2) > 0; }
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// JSON has no inf or nan.
+double finite(double v) { return std::isfinite(v) ? v : 0; }
+
+}  // namespace
+
+void Report::print_header(const std::vector<std::string>& preamble) const {
+  for (const auto& line : preamble) std::printf("# %s\n", line.c_str());
+  std::printf("#\n");
+  std::printf("# %14s %12s %12s %9s %6s %5s %12s %12s %12s %7s  %s\n", "op", "size", "count", "type", "redop",
+              "root", "time", "algbw", "busbw", "#wrong", algo_column_ ? "transport   algo" : "transport");
+  std::printf("# %14s %12s %12s %9s %6s %5s %12s %12s %12s\n", "", "(B)", "(elements)", "", "", "", "(us)",
+              "(GB/s)", "(GB/s)");
+  std::fflush(stdout);
+}
+
+void Report::add(Row row) {
+  char algbw[32] = "-", busbw[32] = "-", wrong[32] = "N/A";
+  if (has_bandwidth(row)) {
+    std::snprintf(algbw, sizeof(algbw), "%.3f", row.algbw);
+    std::snprintf(busbw, sizeof(busbw), "%.3f", row.busbw);
+  }
+  if (checked_) std::snprintf(wrong, sizeof(wrong), "%llu", static_cast<unsigned long long>(row.wrong));
+  std::string transport = row.transport;
+  if (algo_column_) {
+    transport.resize(std::max<size_t>(transport.size(), 10), ' ');
+    transport += "  " + row.algo;
+  }
+  std::printf("  %14s %12llu %12llu %9s %6s %5d %12.2f %12s %12s %7s  %s\n", row.op.c_str(),
+              static_cast<unsigned long long>(row.size), static_cast<unsigned long long>(row.count), row.dtype.c_str(),
+              row.redop.c_str(), row.root, row.time_us, algbw, busbw, wrong,
+              transport.c_str());
+  std::fflush(stdout);
+  rows_.push_back(std::move(row));
+}
+
+void Report::print_footer(uint64_t recoveries, uint64_t fallbacks, int ranks, const std::string& transport) const {
+  double sum = 0;
+  int n = 0;
+  uint64_t wrong = 0;
+  for (const auto& r : rows_) {
+    wrong += r.wrong;
+    if (!has_bandwidth(r)) continue;
+    sum += r.busbw;
+    ++n;
+  }
+  if (checked_) std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), wrong ? "FAILED" : "OK");
+  std::printf("# recoveries: %llu  fallbacks: %llu  ranks: %d  transport: %s\n",
+              static_cast<unsigned long long>(recoveries), static_cast<unsigned long long>(fallbacks), ranks,
+              transport.c_str());
+  std::printf("# Avg bus bandwidth    : %.3f\n", n > 0 ? sum / n : 0.0);
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
+void Report::write_json(const std::string& path, uint64_t recoveries, uint64_t fallbacks, int ranks) const {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!f) throw std::runtime_error("cannot write --json file '" + path + "': " + std::strerror(errno));
+  std::fprintf(f.get(), "{\"rows\": [");
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& r = rows_[i];
+    std::fprintf(f.get(),
+                 "%s\n  {\"op\": %s, \"size\": %llu, \"count\": %llu, \"dtype\": %s, \"redop\": %s, "
+                 "\"time_us\": %.3f, \"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": %llu, \"transport\": %s",
+                 i ? "," : "", json_string(r.op).c_str(), static_cast<unsigned long long>(r.size),
+                 static_cast<unsigned long long>(r.count), json_string(r.dtype).c_str(), json_string(r.redop).c_str(),
+                 finite(r.time_us), finite(r.algbw), finite(r.busbw), static_cast<unsigned long long>(r.wrong),
+                 json_string(r.transport).c_str());
+    if (algo_column_) std::fprintf(f.get(), ", \"algo\": %s", json_string(r.algo).c_str());
+    std::fprintf(f.get(), "}");
+  }
+  std::fprintf(f.get(), "\n], \"recoveries\": %llu, \"fallbacks\": %llu, \"ranks\": %d}\n",
+               static_cast<unsigned long long>(recoveries), static_cast<unsigned long long>(fallbacks), ranks);
+  if (std::fflush(f.get()) != 0 || std::ferror(f.get())) {
+    throw std::runtime_error("cannot write --json file '" + path + "': " + std::strerror(errno));
+  }
+}
+
+}  // namespace rcoll::bench

@@ -1,0 +1,115 @@
+// What rcoll-bench and the baseline benchmarks (rcoll-gloo-bench, rcoll-mpi-bench)
+// share: size lists, argument parsing, timing statistics, nccl-tests bandwidth
+// factors, the table and the JSON file. Nothing here talks to a network, so the
+// baselines can use it without pulling in rcoll's runtime.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rcoll::bench {
+
+// A bad command line: the message says which flag and why. Programs exit 2 on it.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "8", "4K", "64M", "1G", "4KiB", "4KB" (K/M/G are powers of 1024). nullopt if malformed.
+std::optional<uint64_t> parse_bytes(std::string_view text);
+// "MIN:MAX" (doubling from MIN up to MAX) or a comma list "4K,1M". Throws UsageError.
+std::vector<uint64_t> parse_sizes(std::string_view text);
+// A non-negative integer flag value. Throws UsageError naming the flag.
+uint64_t parse_count(std::string_view flag, std::string_view text);
+
+// Walks argv: "--name value" and "--name=value" both work.
+class ArgReader {
+ public:
+  ArgReader(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  // Advances to the next argument; false at the end. Throws UsageError on a
+  // positional argument.
+  bool next();
+  const std::string& flag() const { return flag_; }
+  // The current flag's value. Throws UsageError if it has none.
+  std::string value();
+  [[noreturn]] void unknown() const;
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+  std::string flag_;
+  std::optional<std::string> inline_value_;
+};
+
+// Median of per-iteration times (the input is reordered).
+double median(std::vector<double>& v);
+
+// Runs `warmup` untimed calls of op(), then `iters` calls timed one by one;
+// returns the per-iteration times in microseconds.
+template <typename Op>
+std::vector<double> time_iterations(int warmup, int iters, Op&& op) {
+  for (int i = 0; i < warmup; ++i) op();
+  std::vector<double> us;
+  us.reserve(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return us;
+}
+
+// nccl-tests' bus bandwidth factor for an op at `nranks` ranks: allreduce
+// 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast and sendrecv 1;
+// 0 for ops without a bandwidth (barrier).
+double bus_factor(std::string_view op, int nranks);
+
+struct Row {
+  std::string op;
+  uint64_t size = 0;   // bytes, as nccl-tests defines them for the op
+  uint64_t count = 0;  // elements, as nccl-tests prints them
+  std::string dtype;
+  std::string redop;   // "none" for ops that do not reduce
+  int root = -1;
+  double time_us = 0;  // max over ranks of each rank's median iteration time
+  double algbw = 0;    // GB/s = 1e9 B/s
+  double busbw = 0;
+  uint64_t wrong = 0;
+  std::string transport;
+  std::string algo;    // shown (and written) only by programs that choose among algorithms
+};
+
+// Fills algbw and busbw from size, time_us and the op's factor.
+void set_bandwidth(Row& row, int nranks);
+
+// The nccl-tests-style table on stdout (rank 0 only), a row as soon as it is
+// measured, and the JSON file at the end.
+class Report {
+ public:
+  // `algo_column`: add an "algo" column to the table and an "algo" key to the JSON rows.
+  // `checked`: #wrong holds a count (otherwise the table shows N/A).
+  Report(bool algo_column, bool checked) : algo_column_(algo_column), checked_(checked) {}
+
+  // Comment lines ("# ...") that describe the run, then the column headings.
+  void print_header(const std::vector<std::string>& preamble) const;
+  void add(Row row);  // prints it and keeps it
+  void print_footer(uint64_t recoveries, uint64_t fallbacks, int ranks, const std::string& transport) const;
+  // Throws std::runtime_error naming the file if it cannot be written.
+  void write_json(const std::string& path, uint64_t recoveries, uint64_t fallbacks, int ranks) const;
+  const std::vector<Row>& rows() const { return rows_; }
+
+ private:
+  bool algo_column_;
+  bool checked_;
+  std::vector<Row> rows_;
+};
+
+}  // namespace rcoll::bench

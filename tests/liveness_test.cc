@@ -1,0 +1,540 @@
+// The liveness side channel (runtime/liveness.h): heartbeats carry each rank's
+// state, abort notices reach every peer within milliseconds, a clean shutdown
+// is not a death, a real process death (exit, SIGKILL) is reported within the
+// budget, a SIGSTOPped process turns silent and comes back after SIGCONT, and a
+// mesh to a rank that never starts fails within the connect deadline naming it.
+// Several ranks share this process (threads); the real faults use fork()ed
+// children (this binary re-executed), which this test starts, stops and kills
+// by pid. Loopback only.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "rcoll/store.h"
+#include "runtime/liveness.h"
+
+namespace rcoll {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = LivenessEvent::Kind;
+
+long ms_since(Clock::time_point t) {
+  return static_cast<long>(std::chrono::duration_cast<Millis>(Clock::now() - t).count());
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kPeerAborted: return "aborted";
+    case Kind::kPeerDead: return "dead";
+    case Kind::kPeerSilent: return "silent";
+    case Kind::kPeerBack: return "back";
+  }
+  return "?";
+}
+
+// What one rank's listener saw, with arrival times.
+class Events {
+ public:
+  struct Seen {
+    LivenessEvent event;
+    Clock::time_point at;
+  };
+  std::function<void(const LivenessEvent&)> listener() {
+    return [this](const LivenessEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.push_back(Seen{e, Clock::now()});
+      cv_.notify_all();
+    };
+  }
+  // The first event of this kind from this peer, waiting up to `timeout`.
+  std::optional<Seen> wait_for(Kind kind, int peer, Millis timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::optional<Seen> found;
+    cv_.wait_for(lock, timeout, [&] {
+      for (const Seen& s : seen_) {
+        if (s.event.kind == kind && s.event.peer == peer) {
+          found = s;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+  int count(Kind kind) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const Seen& s : seen_) n += s.event.kind == kind;
+    return n;
+  }
+  std::string describe() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (const Seen& s : seen_) {
+      out += std::string(" [") + kind_name(s.event.kind) + " peer " + std::to_string(s.event.peer) + " epoch " +
+             std::to_string(s.event.epoch) + ": " + s.event.reason + "]";
+    }
+    return out.empty() ? " (none)" : out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Seen> seen_;
+};
+
+class LivenessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TcpStoreOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    auto s = start_tcp_store_server(o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    server_ = std::move(s).value();
+  }
+
+  // One client per rank, as separate processes would have.
+  std::shared_ptr<Store> client() const {
+    TcpStoreOptions o;
+    o.host = "127.0.0.1";
+    o.port = server_->port();
+    o.connect_timeout = 3000ms;
+    auto c = connect_tcp_store(o);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? c.value() : nullptr;
+  }
+
+  LivenessParams params(int rank, int size, Millis interval, Millis budget) const {
+    LivenessParams p;
+    p.rank = rank;
+    p.size = size;
+    p.store = client();
+    p.ifname_spec = "=lo";
+    p.prefer_loopback = true;
+    p.job_token = "liveness-test";
+    p.interval = interval;
+    p.budget = budget;
+    p.connect_deadline = Deadline::after(5s);
+    return p;
+  }
+
+  // n ranks in this process, each started on its own thread (start blocks
+  // until the mesh is complete), each with its listener set.
+  std::vector<std::unique_ptr<Liveness>> start_all(int n, Millis interval, Millis budget,
+                                                   std::vector<Events>* events) {
+    std::vector<std::unique_ptr<Liveness>> out(n);
+    std::vector<Status> errors(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        auto l = Liveness::start(params(r, n, interval, budget));
+        if (!l.ok()) {
+          errors[r] = l.status();
+          return;
+        }
+        out[r] = std::move(l).value();
+        out[r]->set_listener((*events)[r].listener());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(errors[r].ok()) << "rank " << r << ": " << errors[r].to_string();
+    return out;
+  }
+
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+TEST_F(LivenessTest, HeartbeatsCarryEachRanksState) {
+  constexpr int n = 3;
+  constexpr Millis interval = 50ms;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, interval, 2000ms, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+
+  // Neither in_comm nor epoch changes, so only the periodic heartbeat carries it.
+  const auto t0 = Clock::now();
+  for (int r = 0; r < n; ++r) ranks[r]->set_local(RankState{100u + static_cast<uint64_t>(r), false, 0});
+  bool all_seen = false;
+  while (!all_seen && ms_since(t0) < 2 * interval.count() + 100) {
+    all_seen = true;
+    for (int me = 0; me < n; ++me) {
+      for (int r = 0; r < n; ++r) {
+        if (r != me && ranks[me]->peer(r).state.op_seq != 100u + r) all_seen = false;
+      }
+    }
+    if (!all_seen) std::this_thread::sleep_for(2ms);
+  }
+  const long took = ms_since(t0);
+  EXPECT_TRUE(all_seen) << "after " << took << " ms";
+  EXPECT_LE(took, 2 * interval.count() + 30) << "state took longer than about two intervals to arrive";
+  for (int me = 0; me < n; ++me) {
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      const PeerView v = ranks[me]->peer(r);
+      EXPECT_EQ(v.health, PeerHealth::kAlive) << "rank " << me << " about rank " << r;
+      EXPECT_FALSE(v.state.in_comm);
+      EXPECT_LE(ms_since(v.last_heard), 3 * interval.count());
+      EXPECT_TRUE(contains(v.address, "127.0.0.1:")) << v.address;
+    }
+    EXPECT_EQ(events[me].count(Kind::kPeerSilent) + events[me].count(Kind::kPeerDead), 0)
+        << "rank " << me << ":" << events[me].describe();
+    EXPECT_EQ(ranks[me]->highest_aborted_epoch(), -1);
+  }
+}
+
+// Entering or leaving an op, or a new epoch, is sent at once, not at the next tick.
+TEST_F(LivenessTest, InCommAndEpochChangesAreSentImmediately) {
+  constexpr int n = 2;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, 2000ms, 10000ms, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  std::this_thread::sleep_for(50ms);  // past the first (immediate) heartbeats
+
+  auto wait_until = [&](auto pred) {
+    const auto t0 = Clock::now();
+    while (!pred() && ms_since(t0) < 1000) std::this_thread::sleep_for(1ms);
+    return ms_since(t0);
+  };
+  ranks[1]->set_local(RankState{7, true, 0});
+  long took = wait_until([&] { return ranks[0]->peer(1).state.in_comm; });
+  EXPECT_TRUE(ranks[0]->peer(1).state.in_comm);
+  EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 7u);
+  EXPECT_LT(took, 100) << "entering an op waited for the 2 s heartbeat";
+
+  ranks[1]->set_local(RankState{7, false, 0});
+  took = wait_until([&] { return !ranks[0]->peer(1).state.in_comm; });
+  EXPECT_FALSE(ranks[0]->peer(1).state.in_comm);
+  EXPECT_LT(took, 100) << "leaving an op waited for the 2 s heartbeat";
+
+  ranks[1]->set_local(RankState{8, false, 3});
+  took = wait_until([&] { return ranks[0]->peer(1).state.epoch == 3; });
+  EXPECT_EQ(ranks[0]->peer(1).state.epoch, 3u);
+  EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 8u);
+  EXPECT_LT(took, 100) << "a new epoch waited for the 2 s heartbeat";
+
+  // A burst of changes from another thread neither blocks the caller nor loses the last state.
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 10000; ++i) ranks[1]->set_local(RankState{1000u + i, (i % 2) == 0, 3});
+  EXPECT_LT(ms_since(t0), 500) << "set_local blocked its caller";
+  took = wait_until([&] { return ranks[0]->peer(1).state.op_seq == 10999u; });
+  EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 10999u);
+  EXPECT_FALSE(ranks[0]->peer(1).state.in_comm);
+  EXPECT_LT(took, 100);
+}
+
+TEST_F(LivenessTest, AbortNoticeReachesEveryPeerWithin50ms) {
+  constexpr int n = 4;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, 100ms, 2000ms, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+
+  const std::string reason = "allreduce seq 17 made no progress for 1500 ms";
+  const auto t0 = Clock::now();
+  ranks[2]->announce_abort(3, reason);
+  EXPECT_LT(ms_since(t0), 10) << "announce_abort blocked its caller";
+  for (int r = 0; r < n; ++r) {
+    if (r == 2) continue;
+    auto seen = events[r].wait_for(Kind::kPeerAborted, 2, 1000ms);
+    ASSERT_TRUE(seen.has_value()) << "rank " << r << " never heard of the abort:" << events[r].describe();
+    const long took = static_cast<long>(std::chrono::duration_cast<Millis>(seen->at - t0).count());
+    EXPECT_LE(took, 50) << "rank " << r;
+    EXPECT_EQ(seen->event.epoch, 3u);
+    EXPECT_EQ(seen->event.reason, reason);
+    EXPECT_EQ(ranks[r]->highest_aborted_epoch(), 3);
+  }
+  EXPECT_EQ(events[2].count(Kind::kPeerAborted), 0) << "a rank hears its own abort:" << events[2].describe();
+  EXPECT_EQ(ranks[2]->highest_aborted_epoch(), -1);
+
+  // A lower epoch is reported but does not lower the highest; a long reason is cut to 1 KiB.
+  ranks[1]->announce_abort(2, std::string(5000, 'x'));
+  auto seen = events[0].wait_for(Kind::kPeerAborted, 1, 1000ms);
+  ASSERT_TRUE(seen.has_value()) << events[0].describe();
+  EXPECT_EQ(seen->event.epoch, 2u);
+  EXPECT_EQ(seen->event.reason, std::string(1024, 'x'));
+  EXPECT_EQ(ranks[0]->highest_aborted_epoch(), 3);
+  // The channel still works after the payload.
+  ranks[1]->set_local(RankState{55, true, 0});
+  const auto t1 = Clock::now();
+  while (ranks[0]->peer(1).state.op_seq != 55u && ms_since(t1) < 1000) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 55u);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << events[r].describe();
+}
+
+TEST_F(LivenessTest, CleanShutdownIsNotADeath) {
+  constexpr int n = 3;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, 20ms, 200ms, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  std::this_thread::sleep_for(60ms);
+
+  const auto t0 = Clock::now();
+  ranks[2].reset();
+  EXPECT_LT(ms_since(t0), 200) << "the destructor lingered although every peer answered its goodbye";
+  std::this_thread::sleep_for(500ms);  // well past the budget
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << "rank " << r << ":" << events[r].describe();
+  }
+  // The two that remain still hear each other.
+  EXPECT_EQ(ranks[0]->peer(1).health, PeerHealth::kAlive);
+  EXPECT_LE(ms_since(ranks[0]->peer(1).last_heard), 100);
+  EXPECT_LE(ms_since(ranks[1]->peer(0).last_heard), 100);
+
+  // Both remaining ranks shutting down at once is clean too.
+  std::thread a([&] { ranks[0].reset(); });
+  std::thread b([&] { ranks[1].reset(); });
+  a.join();
+  b.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << events[r].describe();
+}
+
+// ---- real processes ---------------------------------------------------------------
+
+// Rank 1 of 2 in a child process: this test binary re-executed (fork + exec,
+// so the child starts single-threaded) to run only LivenessChild.DISABLED_Rank1,
+// which reads its orders from RCOLL_LIVENESS_CHILD="port,interval_ms,budget_ms,live_for_ms".
+// It creates its Liveness, then either exits without any destructor after
+// live_for_ms (no goodbye, as if it crashed) or, with -1, heartbeats until the
+// test stops or kills it.
+pid_t spawn_rank1(uint16_t store_port, Millis interval, Millis budget, std::optional<Millis> live_for) {
+  const std::string orders = "RCOLL_LIVENESS_CHILD=" + std::to_string(store_port) + "," +
+                             std::to_string(interval.count()) + "," + std::to_string(budget.count()) + "," +
+                             std::to_string(live_for ? live_for->count() : -1);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  env_strings.push_back(orders);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string arg0 = "liveness_test", filter = "--gtest_filter=LivenessChild.DISABLED_Rank1",
+              disabled = "--gtest_also_run_disabled_tests";
+  char* argv[] = {arg0.data(), filter.data(), disabled.data(), nullptr};
+  // Everything is allocated before fork: the child only calls async-signal-safe functions until exec.
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const int devnull = ::open("/dev/null", O_WRONLY);
+  if (devnull >= 0) ::dup2(devnull, STDOUT_FILENO);  // the child's gtest banner
+  ::execve("/proc/self/exe", argv, envp.data());
+  ::_exit(127);
+}
+
+TEST(LivenessChild, DISABLED_Rank1) {
+  const char* orders = std::getenv("RCOLL_LIVENESS_CHILD");
+  if (orders == nullptr) GTEST_SKIP() << "only runs as the child of LivenessProcessTest";
+  unsigned port = 0;
+  long interval = 0, budget = 0, live_for = 0;
+  if (std::sscanf(orders, "%u,%ld,%ld,%ld", &port, &interval, &budget, &live_for) != 4) ::_exit(9);
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = static_cast<uint16_t>(port);
+  o.connect_timeout = 3000ms;
+  auto store = connect_tcp_store(o);
+  if (!store.ok()) ::_exit(10);
+  LivenessParams p;
+  p.rank = 1;
+  p.size = 2;
+  p.store = store.value();
+  p.ifname_spec = "=lo";
+  p.job_token = "liveness-test";
+  p.interval = Millis(interval);
+  p.budget = Millis(budget);
+  p.connect_deadline = Deadline::after(5s);
+  auto l = Liveness::start(p);
+  if (!l.ok()) ::_exit(11);
+  l.value()->set_local(RankState{42, false, 0});
+  if (live_for >= 0) {
+    std::this_thread::sleep_for(Millis(live_for));
+    ::_exit(0);  // no destructor: no goodbye
+  }
+  for (;;) ::pause();
+}
+
+class LivenessProcessTest : public LivenessTest {
+ protected:
+  void TearDown() override {
+    if (child_ > 0) {
+      ::kill(child_, SIGKILL);
+      reap();
+    }
+  }
+  int reap() {
+    int status = 0;
+    if (child_ > 0) ::waitpid(child_, &status, 0);
+    child_ = -1;
+    return status;
+  }
+  std::unique_ptr<Liveness> start_rank0(Millis interval, Millis budget, Events* events) {
+    auto l = Liveness::start(params(0, 2, interval, budget));
+    EXPECT_TRUE(l.ok()) << l.status().to_string();
+    if (!l.ok()) return nullptr;
+    l.value()->set_listener(events->listener());
+    return std::move(l).value();
+  }
+  bool wait_heard(Liveness& l, Millis timeout) {
+    const auto t0 = Clock::now();
+    while (ms_since(t0) < timeout.count()) {
+      if (l.peer(1).state.op_seq == 42u) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+  pid_t child_ = -1;
+};
+
+TEST_F(LivenessProcessTest, ExitWithoutGoodbyeIsReportedDead) {
+  constexpr Millis budget = 1000ms;
+  child_ = spawn_rank1(server_->port(), 50ms, budget, 300ms);
+  ASSERT_GT(child_, 0);
+  Events events;
+  auto l = start_rank0(50ms, budget, &events);
+  ASSERT_NE(l, nullptr);
+  const auto started = Clock::now();
+  const int status = reap();  // returns once the child has exited
+  const auto exited = Clock::now();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  auto seen = events.wait_for(Kind::kPeerDead, 1, budget);
+  ASSERT_TRUE(seen.has_value()) << "no death reported within " << budget.count() << " ms:" << events.describe();
+  EXPECT_LE(std::chrono::duration_cast<Millis>(seen->at - exited).count(), budget.count());
+  EXPECT_GE(std::chrono::duration_cast<Millis>(seen->at - started).count(), 200) << "reported before it died";
+  EXPECT_TRUE(contains(seen->event.reason, "rank 1")) << seen->event.reason;
+  EXPECT_TRUE(contains(seen->event.reason, "127.0.0.1:")) << seen->event.reason;
+  EXPECT_EQ(l->peer(1).health, PeerHealth::kDead);
+  EXPECT_EQ(events.count(Kind::kPeerDead), 1) << events.describe();
+}
+
+TEST_F(LivenessProcessTest, SigkillIsReportedDeadWithinOneSecond) {
+  child_ = spawn_rank1(server_->port(), 50ms, 1000ms, std::nullopt);
+  ASSERT_GT(child_, 0);
+  Events events;
+  auto l = start_rank0(50ms, 1000ms, &events);
+  ASSERT_NE(l, nullptr);
+  ASSERT_TRUE(wait_heard(*l, 1000ms)) << "no heartbeat from the child";
+  const auto t0 = Clock::now();
+  ASSERT_EQ(::kill(child_, SIGKILL), 0);
+  auto seen = events.wait_for(Kind::kPeerDead, 1, 1000ms);
+  ASSERT_TRUE(seen.has_value()) << "SIGKILL not reported within 1 s:" << events.describe();
+  EXPECT_LE(std::chrono::duration_cast<Millis>(seen->at - t0).count(), 1000);
+  EXPECT_TRUE(contains(seen->event.reason, "rank 1")) << seen->event.reason;
+  EXPECT_EQ(seen->event.peer, 1);
+  const int status = reap();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+TEST_F(LivenessProcessTest, SigstopIsSilentAfterTheBudgetAndBackAfterSigcont) {
+  constexpr Millis interval = 50ms;
+  constexpr Millis budget = 500ms;
+  child_ = spawn_rank1(server_->port(), interval, budget, std::nullopt);
+  ASSERT_GT(child_, 0);
+  Events events;
+  auto l = start_rank0(interval, budget, &events);
+  ASSERT_NE(l, nullptr);
+  ASSERT_TRUE(wait_heard(*l, 1000ms)) << "no heartbeat from the child";
+
+  const auto stopped = Clock::now();
+  ASSERT_EQ(::kill(child_, SIGSTOP), 0);
+  auto silent = events.wait_for(Kind::kPeerSilent, 1, 3000ms);
+  ASSERT_TRUE(silent.has_value()) << "a stopped rank never turned silent:" << events.describe();
+  const long after = static_cast<long>(std::chrono::duration_cast<Millis>(silent->at - stopped).count());
+  // Its last heartbeat left at most one interval before the stop.
+  EXPECT_GE(after, budget.count() - interval.count() - 10) << "silent before the budget";
+  EXPECT_LE(after, budget.count() + 2 * interval.count() + 100) << "silent long after the budget";
+  EXPECT_EQ(l->peer(1).health, PeerHealth::kSilent);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(events.count(Kind::kPeerDead), 0) << "a stopped process is not dead:" << events.describe();
+  EXPECT_EQ(events.count(Kind::kPeerSilent), 1) << events.describe();
+
+  const auto resumed = Clock::now();
+  ASSERT_EQ(::kill(child_, SIGCONT), 0);
+  auto back = events.wait_for(Kind::kPeerBack, 1, 2000ms);
+  ASSERT_TRUE(back.has_value()) << "no kPeerBack after SIGCONT:" << events.describe();
+  EXPECT_LE(std::chrono::duration_cast<Millis>(back->at - resumed).count(), 2 * interval.count() + 100);
+  EXPECT_EQ(l->peer(1).health, PeerHealth::kAlive);
+
+  // And a kill after all that is still a death.
+  ASSERT_EQ(::kill(child_, SIGKILL), 0);
+  EXPECT_TRUE(events.wait_for(Kind::kPeerDead, 1, 1000ms).has_value()) << events.describe();
+  reap();
+}
+
+// ---- connecting -------------------------------------------------------------------
+
+TEST_F(LivenessTest, MeshToAPeerThatNeverStartsFailsNamingIt) {
+  for (int rank : {0, 1}) {
+    const int missing = 1 - rank;
+    LivenessParams p = params(rank, 2, 100ms, 1000ms);
+    p.store = make_prefix_store(client(), "alone" + std::to_string(rank));
+    p.connect_deadline = Deadline::after(1000ms);
+    const auto t0 = Clock::now();
+    auto l = Liveness::start(p);
+    const long took = ms_since(t0);
+    ASSERT_FALSE(l.ok()) << "rank " << rank << " connected to nobody";
+    const Status& s = l.status();
+    EXPECT_EQ(s.code(), ErrorCode::kPeerUnreachable) << s.to_string();
+    EXPECT_EQ(s.context().peer, missing) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "rank " + std::to_string(missing))) << s.to_string();
+    EXPECT_TRUE(contains(s.message(), "liveness")) << s.to_string();
+    EXPECT_GE(took, 900) << "gave up before the connect deadline: " << s.to_string();
+    EXPECT_LT(took, 2500) << s.to_string();
+  }
+}
+
+TEST_F(LivenessTest, SingleRankNeedsNoPeers) {
+  LivenessParams p;
+  p.rank = 0;
+  p.size = 1;
+  auto l = Liveness::start(p);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  l.value()->set_local(RankState{3, true, 1});
+  l.value()->announce_abort(1, "nobody hears this");
+  EXPECT_EQ(l.value()->peer(0).state.op_seq, 3u);
+  EXPECT_EQ(l.value()->highest_aborted_epoch(), -1);
+}
+
+// Heartbeats at the default 100 ms interval cost next to nothing: CPU time of
+// this whole process (8 ranks) over 2 s, per rank.
+TEST_F(LivenessTest, HeartbeatCpuCostIsSmall) {
+  constexpr int n = 8;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, 100ms, 1500ms, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  auto cpu_us = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000000L + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
+  };
+  const long c0 = cpu_us();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(2s);
+  const double wall_us = static_cast<double>(ms_since(t0)) * 1000.0;
+  const double per_rank = static_cast<double>(cpu_us() - c0) / wall_us / n;
+  std::printf("heartbeat cost: %.3f%% of a core per rank (%d ranks, %d peers each, 100 ms interval)\n",
+              per_rank * 100.0, n, n - 1);
+  RecordProperty("cpu_percent_per_rank", std::to_string(per_rank * 100.0));
+  EXPECT_LT(per_rank, 0.02);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << events[r].describe();
+}
+
+}  // namespace
+}  // namespace rcoll

@@ -1,0 +1,63 @@
+// Building a full TCP mesh among the ranks: the part of connecting that the
+// data plane (one mesh per epoch) and the liveness side channel (one mesh for
+// the communicator's lifetime) share.
+//
+// Every rank listens on the selected interface and publishes "IP PORT IFNAME"
+// under "<key_prefix><rank>"; rank r dials every rank below it (retrying until
+// the deadline) and accepts every rank above it. Each new connection carries a
+// hello (rank, world size, epoch, job-token hash) answered by an ack, so a
+// stranger or a rank of another job or epoch is refused, and logged, before any
+// frame of the mesh's own protocol moves.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rcoll/status.h"
+#include "rcoll/store.h"
+#include "runtime/deadline.h"
+#include "transports/tcp/interfaces.h"
+
+namespace rcoll {
+
+struct MeshParams {
+  int rank = 0;
+  int size = 1;
+  uint32_t epoch = 0;             // carried in the hello; peers of another epoch are refused
+  std::shared_ptr<Store> store;   // addresses are published here
+  std::string key_prefix;         // "tcp/<epoch>/" for the data plane, "liveness/" for the side channel
+  std::string ifname_spec;        // RCOLL_SOCKET_IFNAME syntax
+  bool prefer_loopback = true;    // every rank on this host
+  std::string job_token;
+  size_t socket_buffer_bytes = 0;  // 0 = leave the kernel's default
+  Deadline deadline = Deadline::never();
+  // How messages name this mesh: "epoch 3" for the data plane, "liveness" for
+  // the side channel ("epoch 3: listening on ...", "address for epoch 3").
+  std::string purpose;
+  std::string transport = "tcp";  // ErrorContext::transport of the errors returned
+};
+
+using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
+
+// One connected socket per peer, indexed by rank (null for this rank), bound to
+// `io`. Runs `io` itself until the mesh is complete or the deadline passes and
+// leaves no handler pending on it that refers to the call. Fails with
+// kPeerUnreachable naming every peer not reached and the address dialled or
+// listened on, kStore when the store fails, kTransport when it cannot listen.
+Result<MeshSockets> build_tcp_mesh(boost::asio::io_context& io, const MeshParams& p,
+                                   const NetInterface& iface);
+// The same, selecting the interface from p.ifname_spec and p.prefer_loopback.
+Result<MeshSockets> build_tcp_mesh(boost::asio::io_context& io, const MeshParams& p);
+
+// "10.1.2.3:4567" of the socket's peer, or "?" when it has none.
+std::string remote_address(const boost::asio::ip::tcp::socket& s);
+
+// The hash of the job token carried in hellos (FNV-1a).
+uint64_t job_token_hash(const std::string& token);
+
+}  // namespace rcoll
