@@ -35,14 +35,53 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
     RCOLL_LOG(kWarn, "fault injection is on (RCOLL_INJECT=%s): %zu fault(s) planned", env_string("RCOLL_INJECT")->c_str(),
               impl->faults_.size());
   }
-  if (Status s = impl->connect_epoch(0); !s.ok()) return s;
+  const Deadline connect_deadline = Deadline::after(impl->options_.connect_timeout);
+  if (Status s = impl->connect_epoch(0, connect_deadline); !s.ok()) return s;
+  if (impl->size_ > 1) {
+    LivenessParams lp;
+    lp.rank = impl->rank_;
+    lp.size = impl->size_;
+    lp.store = impl->store_;
+    lp.ifname_spec = impl->options_.socket_ifname;
+    lp.prefer_loopback = impl->prefer_loopback();
+    lp.job_token = impl->boot_.job_token;
+    lp.interval = std::max<Millis>(Millis(10), impl->options_.liveness_budget / 15);
+    lp.budget = impl->options_.liveness_budget;
+    lp.connect_deadline = connect_deadline;
+    auto live = Liveness::start(lp);
+    if (!live.ok()) return live.status();
+    impl->liveness_ = std::move(live).value();
+    impl->dead_.reset(new std::atomic<bool>[static_cast<size_t>(impl->size_)]);
+    for (int q = 0; q < impl->size_; ++q) impl->dead_[static_cast<size_t>(q)] = false;
+    CommunicatorImpl* self = impl.get();
+    impl->liveness_->set_listener([self](const LivenessEvent& e) {
+      switch (e.kind) {
+        case LivenessEvent::Kind::kPeerDead:
+          self->dead_[static_cast<size_t>(e.peer)] = true;
+          RCOLL_LOG(kError, "rank %d is dead: its liveness connection closed without a goodbye (the process is gone)", e.peer);
+          break;
+        case LivenessEvent::Kind::kPeerSilent:
+          RCOLL_LOG(kWarn, "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); suspect",
+                    e.peer, static_cast<long long>(self->options_.liveness_budget.count()));
+          break;
+        case LivenessEvent::Kind::kPeerBack:
+          RCOLL_LOG(kWarn, "rank %d heartbeats again", e.peer);
+          break;
+        case LivenessEvent::Kind::kPeerAborted:
+          RCOLL_LOG(kInfo, "rank %d announced that epoch %u failed: %s", e.peer, e.epoch, e.reason.c_str());
+          break;
+      }
+    });
+  }
   impl->progress_ = std::thread([p = impl.get()] { p->progress_loop(); });
   return impl;
 }
 
 CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot)
     : options_(std::move(options)), boot_(std::move(boot)), rank_(boot_.rank), size_(boot_.size),
-      send_seq_(static_cast<size_t>(size_), 0), recv_seq_(static_cast<size_t>(size_), 0) {
+      log_(options_.backup_bytes), send_seq_(static_cast<size_t>(size_), 0), recv_seq_(static_cast<size_t>(size_), 0) {
+  log_.send_through.assign(static_cast<size_t>(size_), 0);
+  log_.recv_through.assign(static_cast<size_t>(size_), 0);
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
   if (options_.chunk_bytes > 0) tuning_.piece_bytes = options_.chunk_bytes;
   if (options_.pipeline_depth > 0) tuning_.window = options_.pipeline_depth;
@@ -55,7 +94,7 @@ CommunicatorImpl::~CommunicatorImpl() { close(); }
 // Every rank takes the next instance number of this communicator name, so a
 // store shared by several communicators (or by successive ones with one name)
 // keeps their keys apart.
-Status CommunicatorImpl::connect_epoch(uint32_t epoch) {
+Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   const std::string& t = options_.transport;
   if (t != "auto" && t != "tcp") {
     return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, 0, epoch, t},
@@ -78,12 +117,10 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch) {
   p.epoch = epoch;
   p.store = store_;
   p.ifname_spec = options_.socket_ifname;
-  p.prefer_loopback = boot_.store_description.find("127.0.0.1") != std::string::npos ||
-                      boot_.store_description.find("localhost") != std::string::npos ||
-                      boot_.store_description.find("file store") != std::string::npos;
+  p.prefer_loopback = prefer_loopback();
   p.job_token = boot_.job_token;
-  p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : 4u << 20;
-  p.deadline = Deadline::after(options_.connect_timeout);
+  p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
+  p.deadline = deadline;
   for (Fault& f : faults_) {
     if (f.kind == FaultKind::kFailConnect && f.transport == "tcp" && f.count > 0) {
       --f.count;
@@ -94,8 +131,13 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch) {
   }
   auto t_or = connect_tcp_transport(p);
   if (!t_or.ok()) return t_or.status();
+  if (transport_) {
+    bytes_sent_before_ += transport_->bytes_sent();
+    bytes_received_before_ += transport_->bytes_received();
+  }
   transport_ = std::move(t_or).value();
   epoch_ = epoch;
+  if (epoch > 0) return Status();
   RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport tcp, store: %s, identity from %s",
             options_.name.c_str(), size_, epoch, boot_.store_description.c_str(), boot_.identity_source.c_str());
   return Status();
@@ -108,7 +150,7 @@ Work CommunicatorImpl::submit(Op op) {
   op.seq = ++next_seq_;
   work->seq = op.seq;
   if (closing_ || closed_) {
-    work->finish(Status(ErrorCode::kClosed, ErrorContext{rank_, -1, op.seq, epoch_, ""},
+    work->finish(Status(ErrorCode::kClosed, ErrorContext{rank_, -1, op.seq, epoch_.load(), ""},
                         op.describe() + ": the communicator is closed"));
     return Work(work);
   }
@@ -129,119 +171,6 @@ Work CommunicatorImpl::submit(Op op) {
   return Work(work);
 }
 
-Clock::duration CommunicatorImpl::progress_budget(const Op& op) const {
-  Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
-  if (timeout.count() > 0) return timeout >= Millis(std::chrono::hours(24 * 365)) ? Clock::duration(std::chrono::hours(24 * 365)) : Clock::duration(timeout);
-  // Until link speed is measured: a floor that outlasts scheduling hiccups.
-  return std::chrono::seconds(30);
-}
-
-Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
-  const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
-  return Status(ErrorCode::kTimeout, ErrorContext{rank_, peer, op.seq, epoch_, transport_->name()},
-                op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
-}
-
-Status CommunicatorImpl::interrupted() { return Status(); }
-
-Status CommunicatorImpl::execute(const Op& op) {
-  if (!fatal_.ok()) {
-    return Status(ErrorCode::kAborted, ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_, transport_->name()},
-                  op.describe() + " not run: the data plane of epoch " + std::to_string(epoch_) +
-                      " was aborted by an earlier failure (" + fatal_.to_string() + ")");
-  }
-  AlgoContext ctx(*transport_, op, tuning_, scratch_);
-  ctx.set_guard(this, progress_budget(op));
-  if (!faults_.empty()) inject_before(op, ctx);
-  Status s;
-  switch (op.kind) {
-    case OpKind::kSendRecv: s = op.is_send ? run_send(ctx) : run_recv(ctx); break;
-    case OpKind::kAllreduce: s = run_allreduce(ctx); break;
-    case OpKind::kAllgather: s = run_allgather(ctx); break;
-    case OpKind::kReduceScatter: s = run_reduce_scatter(ctx); break;
-    case OpKind::kBroadcast: s = run_broadcast(ctx); break;
-    case OpKind::kBarrier: s = run_barrier(ctx); break;
-    case OpKind::kNone: s = Status(ErrorCode::kInternal, "op of kind none"); break;
-  }
-  bytes_sent_ = transport_->bytes_sent();
-  bytes_received_ = transport_->bytes_received();
-  if (!s.ok()) {
-    fatal_ = s;
-    RCOLL_LOG(kError, "%s; the data plane of epoch %u is aborted and later ops on this communicator will fail",
-              s.to_string().c_str(), epoch_);
-  }
-  return s;
-}
-
-namespace {
-
-// The first peer an op talks to: the link a close-link fault without a peer breaks.
-int first_peer(const Op& op, int rank, int size) {
-  if (op.kind == OpKind::kSendRecv) return op.peer;
-  return (rank + 1) % size;
-}
-
-uint64_t next_random(uint64_t* state) {  // splitmix64
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
-void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
-  for (const Fault& planned : faults_) {
-    Fault f = planned;
-    if (f.kind == FaultKind::kRandom) {
-      const double draw = static_cast<double>(next_random(&random_state_) >> 11) / 9007199254740992.0;
-      if (draw >= f.rate || size_ < 2) continue;
-      f.kind = f.random_kinds[next_random(&random_state_) % f.random_kinds.size()];
-      f.rank = rank_;
-      f.op = op.seq;
-      f.ms = 50;
-    }
-    if (f.kind == FaultKind::kFailConnect || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
-    ++injected_;
-    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_);
-    switch (f.kind) {
-      case FaultKind::kStall:
-        RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
-        std::this_thread::sleep_for(Millis(f.ms));
-        break;
-      case FaultKind::kKill:
-        RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s", op.describe().c_str());
-        std::raise(SIGKILL);
-        break;
-      case FaultKind::kCloseLink:
-        RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d at %s", peer, op.describe().c_str());
-        transport_->break_link(peer);
-        break;
-      case FaultKind::kDelayChunk: ctx.inject_first_send(f.ms, false); break;
-      case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
-      case FaultKind::kFailConnect:
-      case FaultKind::kRandom: break;
-    }
-  }
-}
-
-void CommunicatorImpl::progress_loop() {
-  log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
-  for (;;) {
-    Op op;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return !queue_.empty() || closing_; });
-      if (queue_.empty()) return;
-      op = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    Status s = execute(op);
-    ++ops_done_;
-    op.work->finish(std::move(s));
-  }
-}
-
 void CommunicatorImpl::close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -251,6 +180,7 @@ void CommunicatorImpl::close() {
   cv_.notify_all();
   if (progress_.joinable()) progress_.join();
   transport_.reset();
+  liveness_.reset();  // says goodbye, so peers do not take this exit for a death
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
 }
@@ -258,10 +188,13 @@ void CommunicatorImpl::close() {
 Counters CommunicatorImpl::counters() const {
   Counters c;
   c.ops = ops_done_;
-  c.bytes_sent = bytes_sent_;
-  c.bytes_received = bytes_received_;
+  c.bytes_sent = bytes_sent_before_ + bytes_sent_;
+  c.bytes_received = bytes_received_before_ + bytes_received_;
+  c.recoveries = recoveries_;
+  c.recovery_seconds = static_cast<double>(recovery_micros_.load()) / 1e6;
   c.epoch = epoch_;
   c.faults_injected = injected_;
+  c.delays_injected = delays_injected_;
   c.transport = "tcp";
   return c;
 }

@@ -1,5 +1,6 @@
 // The runtime behind rcoll::Communicator: the op queue, the progress thread
-// that runs ops in issue order, and the data plane of the current epoch.
+// that runs ops in issue order, the data plane of the current epoch, and the
+// recovery that replaces a failed epoch with a new one and resumes the ops.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,8 @@
 #include "runtime/algorithms/context.h"
 #include "runtime/env.h"
 #include "runtime/inject.h"
+#include "runtime/ledger.h"
+#include "runtime/liveness.h"
 #include "runtime/op.h"
 #include "transports/transport.h"
 
@@ -33,16 +36,43 @@ class CommunicatorImpl : public ProgressGuard {
   void close();
   Counters counters() const;
 
- private:
-  CommunicatorImpl(Options options, Bootstrap boot);
-  Status connect_epoch(uint32_t epoch);
-  void progress_loop();
-  Status execute(const Op& op);
-  Clock::duration progress_budget(const Op& op) const;
+  // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
   Status interrupted() override;
+
+ private:
+  CommunicatorImpl(Options options, Bootstrap boot);
+  Status connect_epoch(uint32_t epoch, Deadline deadline);
+  // Every rank on this host (the store is local): use loopback by default.
+  bool prefer_loopback() const {
+    const std::string& d = boot_.store_description;
+    return d.find("127.0.0.1") != std::string::npos || d.find("localhost") != std::string::npos ||
+           d.find("file store") != std::string::npos;
+  }
+  void progress_loop();
+  // Runs one op to completion, recovering as often as allowed.
+  Status run_op(const Op& op);
+  // Runs slices [first, end) of a record: normally, or as a replay of an op the
+  // caller already has back (inputs from backups, outputs to a sink).
+  Status run_slices(OpRecord& rec, size_t first, bool replay);
+  // The recovery protocol; on success the data plane is epoch + 1.
+  Result<ResumePlan> recover(const Status& cause);
+  // recover() then replay_completed(), again while the replays themselves fail.
+  Status recover_and_replay(Status cause, OpRecord* current, size_t* resume);
+  // Re-runs completed ops that a peer still needs; sets *resume for `current`.
+  Status replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume);
+  void record_completion(OpRecord rec);
+  Clock::duration progress_budget(const Op& op) const;
+  // Has a peer announced that the current epoch failed? (rate-limited store check)
+  bool epoch_failed_elsewhere();
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
   void inject_before(const Op& op, AlgoContext& ctx);
+  static bool recoverable(const Status& s);
+  // A failure no recovery can fix (a desync, mismatched sizes): tell the peers,
+  // so their recoveries end at once with the same diagnosis.
+  void publish_fatal(const Status& s);
+
+  static constexpr size_t kSocketBufferBytes = 4u << 20;
 
   Options options_;
   Bootstrap boot_;
@@ -52,10 +82,31 @@ class CommunicatorImpl : public ProgressGuard {
   Tuning tuning_;
   Scratch scratch_;
   std::unique_ptr<Transport> transport_;
-  uint32_t epoch_ = 0;
+  std::atomic<uint32_t> epoch_{0};
   std::vector<Fault> faults_;  // from RCOLL_INJECT
   uint64_t random_state_ = 0;
-  uint64_t injected_ = 0;
+  std::atomic<uint64_t> injected_{0};
+  std::atomic<uint64_t> delays_injected_{0};
+  uint64_t injected_through_seq_ = 0;
+
+  // The heartbeat side channel (null for a single rank) and what it told us.
+  std::unique_ptr<Liveness> liveness_;
+  std::unique_ptr<std::atomic<bool>[]> dead_;
+  // Publishes this rank's state in its heartbeats.
+  void publish_state(bool in_comm);
+  // A dead peer, or -1.
+  int first_dead_peer() const;
+
+  // Owned by the progress thread.
+  ReplayLog log_;
+  Clock::time_point op_started_{};
+  bool straggler_logged_ = false;
+  int straggler_rank_ = -1;
+  bool last_stall_was_straggler_ = false;
+  OpRecord* current_ = nullptr;
+  Status fatal_;
+  Clock::time_point last_failure_check_{};
+  bool epoch_failed_seen_ = false;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -68,11 +119,13 @@ class CommunicatorImpl : public ProgressGuard {
   std::vector<uint64_t> recv_seq_;
   std::thread progress_;
 
-  // Owned by the progress thread; read by counters() under mu_.
-  Status fatal_;
   std::atomic<uint64_t> ops_done_{0};
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
+  std::atomic<uint64_t> bytes_sent_before_{0};  // by transports of earlier epochs
+  std::atomic<uint64_t> bytes_received_before_{0};
+  std::atomic<uint64_t> recoveries_{0};
+  std::atomic<int64_t> recovery_micros_{0};
 };
 
 }  // namespace rcoll

@@ -178,6 +178,18 @@ Status apply_env_overrides(Options* o) {
   auto connect_timeout = env_int("RCOLL_CONNECT_TIMEOUT_MS", 1, 24LL * 3600 * 1000);
   if (!connect_timeout.ok()) return connect_timeout.status();
   if (connect_timeout.value()) o->connect_timeout = Millis(*connect_timeout.value());
+  auto recovery = env_int("RCOLL_RECOVERY", 0, 1);
+  if (!recovery.ok()) return recovery.status();
+  if (recovery.value()) o->recovery = *recovery.value() == 1;
+  auto recovery_timeout = env_int("RCOLL_RECOVERY_TIMEOUT_MS", 1, 24LL * 3600 * 1000);
+  if (!recovery_timeout.ok()) return recovery_timeout.status();
+  if (recovery_timeout.value()) o->recovery_timeout = Millis(*recovery_timeout.value());
+  auto liveness = env_int("RCOLL_LIVENESS_MS", 50, 24LL * 3600 * 1000);
+  if (!liveness.ok()) return liveness.status();
+  if (liveness.value()) o->liveness_budget = Millis(*liveness.value());
+  auto straggler = env_int("RCOLL_STRAGGLER_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
+  if (!straggler.ok()) return straggler.status();
+  if (straggler.value()) o->straggler_timeout = Millis(*straggler.value());
   auto chunk = env_int("RCOLL_CHUNK_BYTES", 64, 1LL << 30);
   if (!chunk.ok()) return chunk.status();
   if (chunk.value() && o->chunk_bytes == 0) o->chunk_bytes = static_cast<size_t>(*chunk.value());

@@ -50,7 +50,10 @@ struct Counters {
   uint64_t recoveries = 0;
   uint64_t fallbacks = 0;
   double recovery_seconds = 0;
-  uint64_t faults_injected = 0;  // RCOLL_INJECT faults applied on this rank
+  // RCOLL_INJECT faults applied on this rank: those that break the data plane
+  // (close-link, drop-chunk: each costs one recovery) and delays (stall, delay-chunk).
+  uint64_t faults_injected = 0;
+  uint64_t delays_injected = 0;
   int64_t epoch = 0;
   std::string transport;
 };

@@ -41,6 +41,21 @@ struct Options {
   // Progress deadline of one op; 0 = derived from size and measured link speed.
   std::chrono::milliseconds op_timeout{0};
 
+  // Recovery. When an op fails (deadline, transport error, a peer's abort
+  // notice) the communicator aborts the data plane, agrees with every rank on
+  // where each op got to, reconnects (epoch + 1) and resumes from there.
+  bool recovery = true;                                // RCOLL_RECOVERY=0 turns it off
+  std::chrono::milliseconds recovery_timeout{30000};   // RCOLL_RECOVERY_TIMEOUT_MS
+  int max_recoveries_per_op = 8;
+  // A peer whose heartbeats stop for this long is suspect (RCOLL_LIVENESS_MS);
+  // a peer whose process died is reported within it.
+  std::chrono::milliseconds liveness_budget{1500};
+  // How long an op waits for a live peer that has not reached it yet (a rank
+  // restoring a checkpoint, say) before failing (RCOLL_STRAGGLER_TIMEOUT_MS).
+  std::chrono::milliseconds straggler_timeout{30 * 60 * 1000};
+  // Memory for input backups that make slices re-runnable (in-place windows, tails of completed ops).
+  size_t backup_bytes = 256u << 20;
+
   // Chunking. 0 = chosen by rcoll.
   size_t chunk_bytes = 0;
   int pipeline_depth = 0;

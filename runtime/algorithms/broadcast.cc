@@ -2,7 +2,7 @@
 // buffer is cut into pieces (slices), and every rank forwards piece k to the
 // next rank as soon as it has arrived, while pieces k+1... are still coming in.
 // Time is about (p - 2 + pieces) piece transfers, close to one full-buffer
-// transfer for large data.
+// transfer for large data, plus one acknowledgement back up the chain.
 #include <algorithm>
 #include <vector>
 
@@ -44,6 +44,19 @@ Status run_broadcast(AlgoContext& ctx) {
       if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
     }
     ctx.slices_done(start + w);
+  }
+  // Completion travels back up the chain: a rank finishes only once every rank
+  // after it has the whole buffer, so a finished broadcast never has to be
+  // re-run for a peer (and the caller may reuse the buffer at once).
+  Request ack_in, ack_out;
+  const auto ack_chunk = static_cast<uint32_t>(pieces);
+  if (!last) {
+    ctx.recv(next, ack_chunk, 1, nullptr, 0, &ack_in);
+    if (Status st = ctx.wait(ack_in); !st.ok()) return st;
+  }
+  if (!first_in_chain) {
+    ctx.send(prev, ack_chunk, 1, nullptr, 0, &ack_out);
+    if (Status st = ctx.wait(ack_out); !st.ok()) return st;
   }
   return Status();
 }

@@ -31,6 +31,7 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
   if (inject_drop_) {
     RCOLL_LOG(kWarn, "fault injection: dropping %s chunk %u step %u to rank %d", op_.describe().c_str(), chunk, step, peer);
     inject_drop_ = false;
+    ++faults_fired_;
     r->state = Request::State::kDone;
     return;
   }

@@ -104,7 +104,14 @@ class AlgoContext {
   size_t first_slice() const { return first_; }
   size_t end_slice(size_t total) const { return end_ < total ? end_ : total; }
   // Slices [0, done) are complete on this rank (the ledger).
-  void slices_done(size_t done) { done_ = done; }
+  void slices_done(size_t done) {
+    done_ = done;
+    if (inject_break_peer_ >= 0) {
+      t_.break_link(inject_break_peer_);  // fault injection: mid-op, after the first window
+      inject_break_peer_ = -1;
+      ++faults_fired_;
+    }
+  }
   size_t done() const { return done_; }
   // Called before a window's slices are touched, so in-place inputs can be backed up.
   void set_window_hook(std::function<void(size_t first, size_t end)> hook) { window_hook_ = std::move(hook); }
@@ -122,6 +129,12 @@ class AlgoContext {
     inject_delay_ms_ = delay_ms;
     inject_drop_ = drop;
   }
+  // Fault injection: close the link to `peer` once the first window is done,
+  // so the failure lands in the middle of the op.
+  void inject_break_after_first_window(int peer) { inject_break_peer_ = peer; }
+  // Faults that actually fired during this run (a break set for a run that
+  // failed earlier for another reason never fires).
+  int faults_fired() const { return faults_fired_; }
 
   void send(int peer, uint32_t chunk, uint16_t step, const void* data, size_t bytes, Request* r);
   void recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_t bytes, Request* r);
@@ -149,6 +162,8 @@ class AlgoContext {
   Clock::duration budget_ = std::chrono::seconds(60);
   int64_t inject_delay_ms_ = 0;
   bool inject_drop_ = false;
+  int inject_break_peer_ = -1;
+  int faults_fired_ = 0;
   // Who each pending request is waiting on, for stall decisions and messages.
   struct Pending {
     Request* req;

@@ -1,7 +1,8 @@
 // Send and receive: the buffer travels as a stream of pieces (slices) that the
-// receiver lands directly in its buffer, a window at a time. Completion of a
-// send means the bytes were handed to the transport; the runtime keeps a
-// backup of the last window until the receiver is known to have it.
+// receiver lands directly in its buffer, a window at a time. A send completes
+// when its bytes are handed to the transport (so send-then-recv on both sides
+// of a pair works for messages the socket buffers hold, as with MPI); the
+// runtime keeps a copy of its tail until a later recovery cannot need it.
 #include <algorithm>
 #include <vector>
 

@@ -325,12 +325,14 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier";
   std::string dtypes = "int8,uint8,int32,uint32,int64,uint64,float16,bfloat16,float32,float64";
   std::string big_dtypes = "all";  // dtypes that run at sizes >= 16 MiB
+  long expect_recoveries = -1;     // at least this many recoveries on this rank
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
     else if (k == "--ops") ops = argv[i + 1];
     else if (k == "--dtypes") dtypes = argv[i + 1];
     else if (k == "--big-dtypes") big_dtypes = argv[i + 1];
+    else if (k == "--expect-recoveries") expect_recoveries = std::stol(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -384,8 +386,16 @@ int main(int argc, char** argv) {
     }
     comm.barrier();
     rcoll::Counters counters = comm.counters();
-    std::printf("rank %d/%d: %d checks, %d failed, %llu ops, %llu bytes sent\n", r, p, g_checks, g_failures,
-                static_cast<unsigned long long>(counters.ops), static_cast<unsigned long long>(counters.bytes_sent));
+    std::printf("rank %d/%d: %d checks, %d failed, %llu ops, %llu bytes sent, %llu recoveries (%.1f ms recovering), %llu faults + %llu delays injected\n",
+                r, p, g_checks, g_failures, static_cast<unsigned long long>(counters.ops),
+                static_cast<unsigned long long>(counters.bytes_sent), static_cast<unsigned long long>(counters.recoveries),
+                counters.recovery_seconds * 1000.0, static_cast<unsigned long long>(counters.faults_injected),
+                static_cast<unsigned long long>(counters.delays_injected));
+    if (expect_recoveries >= 0 && counters.recoveries < static_cast<uint64_t>(expect_recoveries)) {
+      std::fprintf(stderr, "FAIL rank %d: expected at least %ld recoveries, counted %llu\n", r, expect_recoveries,
+                   static_cast<unsigned long long>(counters.recoveries));
+      ++g_failures;
+    }
   } catch (const rcoll::Error& e) {
     std::fprintf(stderr, "rcoll error: %s\n", e.what());
     // Give the other ranks a moment to report their side of the failure before

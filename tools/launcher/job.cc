@@ -65,6 +65,10 @@ int Job::run() {
           " s; ranks still running: " + live_rank_list() + " \u2014 stopping them");
       exit_code_ = kExitTimeout;
       begin_stop();
+    } else if (state_ == State::kLingering && escalation_deadline_.expired()) {
+      say("ranks " + live_rank_list() + " still running " + format_seconds(options_.linger_s) +
+          " s after the first failure; stopping them");
+      begin_stop();
     } else if (state_ == State::kStopping && escalation_deadline_.expired()) {
       kill_remaining();
     } else if (state_ == State::kKilling && escalation_deadline_.expired()) {
@@ -186,12 +190,23 @@ void Job::reap() {
 
 void Job::on_rank_exit(Rank& rank, int wait_status) {
   if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) return;
-  if (state_ != State::kRunning) return;  // being stopped by us: expected
+  if (state_ != State::kRunning) return;  // being stopped by us, or after the first failure
   exit_code_ = exit_code_of(wait_status);
   const int others = live_count();
   say("rank " + std::to_string(rank.rank) + " (pid " + std::to_string(rank.pid) + ") " +
       describe_exit(wait_status) + " (first failure); " +
-      (others > 0 ? "stopping the other " + plural_ranks(others) : "no other ranks are running"));
+      (others > 0 ? (options_.linger_s > 0 ? "letting the other " + plural_ranks(others) + " report for up to " +
+                                                  format_seconds(options_.linger_s) + " s (--linger)"
+                                            : "stopping the other " + plural_ranks(others))
+                  : "no other ranks are running"));
+  if (options_.linger_s > 0 && others > 0) {
+    // The survivors usually have something to say about the failure (rcoll
+    // reports a dead peer within seconds): let them, then stop them.
+    state_ = State::kLingering;
+    escalation_deadline_ = Deadline::after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.linger_s)));
+    return;
+  }
   begin_stop();
 }
 

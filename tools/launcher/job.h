@@ -30,7 +30,7 @@ class Job {
   // The main loop wakes at least this often even with nothing to do.
   static constexpr std::chrono::milliseconds kMaxPollWait{1000};
 
-  enum class State { kRunning, kStopping, kKilling };
+  enum class State { kRunning, kLingering, kStopping, kKilling };
 
   struct Rank {
     int rank = 0;

@@ -42,6 +42,8 @@ const char* usage_text() {
          "  --inject SPEC            fault injection spec: sets RCOLL_INJECT for every rank\n"
          "  --timeout SECONDS        wall-clock limit for the job; on expiry the ranks are\n"
          "                           stopped and rcoll-run exits 124\n"
+         "  --linger SECONDS         after the first failure, let the other ranks run this long (to\n"
+         "                           report their side) before stopping them (default 0)\n"
          "  --grace SECONDS          how long stopped ranks get between SIGTERM and SIGKILL\n"
          "                           (default 5)\n"
          "  --tag-output             prefix every output line with \"[RANK] \" (default)\n"
@@ -59,7 +61,7 @@ const char* usage_text() {
 
 Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kTakesValue = {
-      "-n", "--nproc", "--transport", "--inject", "--timeout", "--grace", "--store-port"};
+      "-n", "--nproc", "--transport", "--inject", "--timeout", "--linger", "--grace", "--store-port"};
   LaunchOptions opts;
   bool have_n = false;
   size_t i = 0;
@@ -127,6 +129,10 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args)
         return bad("--timeout wants a positive number of seconds, got '" + *value + "'");
       }
       opts.timeout_s = s;
+    } else if (name == "--linger") {
+      if (!parse_seconds(*value, opts.linger_s)) {
+        return bad("--linger wants a number of seconds >= 0, got '" + *value + "'");
+      }
     } else if (name == "--grace") {
       if (!parse_seconds(*value, opts.grace_s)) {
         return bad("--grace wants a number of seconds >= 0, got '" + *value + "'");

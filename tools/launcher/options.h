@@ -22,6 +22,7 @@ struct LaunchOptions {
   std::string transport;              // empty: not given, RCOLL_TRANSPORT is inherited
   std::optional<std::string> inject;  // checked by the ranks, not here
   std::optional<double> timeout_s;    // wall-clock limit for the whole job
+  double linger_s = 0.0;              // after the first failure, let the others run (and report) this long
   double grace_s = 5.0;               // SIGTERM -> SIGKILL delay when stopping ranks
   bool tag_output = true;
   uint16_t store_port = 0;           // 0: any free port

@@ -240,17 +240,13 @@ class TcpTransport final : public Transport {
   }
 
   Status io_status(int peer, const error_code& ec, const char* what) const {
-    ErrorCode code = ErrorCode::kTransport;
-    if (ec == asio::error::eof || ec == asio::error::connection_reset ||
-        ec == asio::error::broken_pipe) {
-      code = ErrorCode::kPeerDead;
-    } else if (ec == asio::error::operation_aborted) {
-      code = ErrorCode::kAborted;
-    }
+    // A closed connection is not proof of a dead process (the peer may have
+    // aborted, or the link failed): the liveness channel tells which.
+    const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+    const ErrorCode code = ec == asio::error::operation_aborted ? ErrorCode::kAborted : ErrorCode::kTransport;
     return Status(code, context(peer),
-                  std::string(what) + " rank " + std::to_string(peer) + " (" +
-                      peers_[peer].address + ") failed: " + ec.message() +
-                      (code == ErrorCode::kPeerDead ? "; the peer closed its connection" : ""));
+                  std::string(what) + " rank " + std::to_string(peer) + " (" + peers_[peer].address +
+                      ") failed: " + ec.message() + (closed ? "; the connection was closed by the peer or the network" : ""));
   }
 
   // A failure this side detected (not an I/O error from the peer) is announced
@@ -272,7 +268,7 @@ class TcpTransport final : public Transport {
     Peer& pr = peers_[peer];
     if (!pr.error.ok()) return;
     if (!aborting_) {
-      RCOLL_LOG(kWarn, "%s", why.to_string().c_str());
+      RCOLL_LOG(kInfo, "%s", why.to_string().c_str());
     }
     const bool peer_went_away = why.code() == ErrorCode::kPeerDead || why.code() == ErrorCode::kAborted;
     if (!peer_went_away && !aborting_) send_abort_notice(pr);

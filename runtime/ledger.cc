@@ -1,0 +1,217 @@
+#include "runtime/ledger.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace rcoll {
+
+size_t OpRecord::backup_bytes() const {
+  size_t n = 0;
+  for (const auto& b : backups) n += b.data.size();
+  return n;
+}
+
+bool OpRecord::covers(size_t first, size_t end) const {
+  // Backups are kept sorted by slice_first and never overlap.
+  size_t next = first;
+  for (const auto& b : backups) {
+    if (b.slice_first <= next && b.slice_end > next) next = b.slice_end;
+  }
+  return next >= end;
+}
+
+void OpRecord::back_up(int rank, int size, const Tuning& tuning, size_t first, size_t end) {
+  // Only the slices not yet covered (the last window may already be backed up).
+  for (const auto& b : backups) {
+    if (b.slice_first <= first && b.slice_end > first) first = b.slice_end;
+  }
+  if (first >= end) return;
+  SlicePlan plan = plan_slices(op, rank, size, tuning, first, end);
+  InputBackup b;
+  b.slice_first = first;
+  b.slice_end = end;
+  const size_t es = size_of(op.in.dtype);
+  size_t bytes = 0;
+  for (const auto& r : plan.inputs) bytes += (r.end - r.begin) * es;
+  b.data.resize(bytes);
+  size_t at = 0;
+  for (const auto& r : plan.inputs) {
+    const size_t n = (r.end - r.begin) * es;
+    if (n > 0) std::memcpy(b.data.data() + at, static_cast<const char*>(op.in.data) + r.begin * es, n);
+    at += n;
+    b.ranges.push_back(r);
+  }
+  backups.push_back(std::move(b));
+  std::sort(backups.begin(), backups.end(),
+            [](const InputBackup& x, const InputBackup& y) { return x.slice_first < y.slice_first; });
+}
+
+void OpRecord::release_before(size_t keep_from) {
+  std::erase_if(backups, [keep_from](const InputBackup& b) { return b.slice_end <= keep_from; });
+}
+
+void OpRecord::map_inputs(RangeMap* in) const {
+  const size_t es = size_of(op.in.dtype);
+  for (const auto& b : backups) {
+    size_t at = 0;
+    for (const auto& r : b.ranges) {
+      in->redirect(r.begin, r.end, const_cast<char*>(b.data.data()) + at);
+      at += (r.end - r.begin) * es;
+    }
+  }
+}
+
+void ReplayLog::push(OpRecord record) {
+  records_.push_back(std::move(record));
+  // Keep the two newest collectives and the two newest sends to each peer,
+  // within the budget (a peer is never more than one collective behind).
+  auto too_many = [this]() {
+    size_t collectives = 0;
+    for (const auto& r : records_) collectives += r.op.kind != OpKind::kSendRecv;
+    for (auto it = records_.begin(); it != records_.end(); ++it) {
+      if (it->op.kind != OpKind::kSendRecv) {
+        if (collectives > 2) return it;
+        continue;
+      }
+      size_t later_to_same_peer = 0;
+      for (auto jt = it + 1; jt != records_.end(); ++jt)
+        later_to_same_peer += jt->op.kind == OpKind::kSendRecv && jt->op.peer == it->op.peer;
+      if (later_to_same_peer >= 2) return it;
+    }
+    return records_.end();
+  };
+  for (auto it = too_many(); it != records_.end(); it = too_many()) records_.erase(it);
+  while (records_.size() > 1 && bytes() > budget_) records_.pop_front();
+  if (!records_.empty() && records_.back().backup_bytes() > budget_) records_.back().replayable = false;
+}
+
+size_t ReplayLog::bytes() const {
+  size_t n = 0;
+  for (const auto& r : records_) n += r.backup_bytes();
+  return n;
+}
+
+namespace {
+
+// (kind letter, peer, seq) identifies an op across ranks: 'C' collectives by
+// their sequence, 'S'/'R' sends/receives by peer and per-peer sequence.
+using OpKey = std::tuple<char, int, uint64_t>;
+
+OpKey key_of(const Op& op) {
+  if (op.kind == OpKind::kSendRecv) return {op.is_send ? 'S' : 'R', op.peer, op.match_seq};
+  return {'C', -1, op.match_seq};
+}
+
+void write_record(std::ostringstream& out, const OpRecord& r) {
+  auto [kind, peer, seq] = key_of(r.op);
+  out << "op " << kind << ' ' << peer << ' ' << seq << ' ' << r.total << ' ' << r.done << '\n';
+}
+
+struct ParsedLedger {
+  uint64_t collective_through = 0;
+  std::map<std::pair<char, int>, uint64_t> p2p_through;  // ('S'|'R', peer) -> seq
+  std::map<OpKey, size_t> done;
+  bool valid = false;
+};
+
+ParsedLedger parse(const std::string& text) {
+  ParsedLedger p;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    if (word == "through") {
+      char kind;
+      int peer;
+      uint64_t seq;
+      in >> kind >> peer >> seq;
+      if (kind == 'C') p.collective_through = seq;
+      else p.p2p_through[{kind, peer}] = seq;
+    } else if (word == "op") {
+      char kind;
+      int peer;
+      uint64_t seq;
+      size_t total, done;
+      in >> kind >> peer >> seq >> total >> done;
+      p.done[{kind, peer, seq}] = done;
+    } else if (word == "end") {
+      p.valid = true;
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int size) {
+  std::ostringstream out;
+  out << "through C -1 " << log.collective_through << '\n';
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer < static_cast<int>(log.send_through.size()) && log.send_through[peer] > 0)
+      out << "through S " << peer << ' ' << log.send_through[peer] << '\n';
+    if (peer < static_cast<int>(log.recv_through.size()) && log.recv_through[peer] > 0)
+      out << "through R " << peer << ' ' << log.recv_through[peer] << '\n';
+  }
+  for (const auto& r : const_cast<ReplayLog&>(log).records()) write_record(out, r);
+  if (current != nullptr) write_record(out, *current);
+  out << "end\n";
+  return out.str();
+}
+
+Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const OpRecord* current,
+                                const std::vector<std::string>& ledgers) {
+  std::vector<ParsedLedger> parsed;
+  for (const auto& text : ledgers) {
+    parsed.push_back(parse(text));
+    if (!parsed.back().valid) {
+      return Status(ErrorCode::kInternal, "rank " + std::to_string(parsed.size() - 1) + " published a malformed ledger");
+    }
+  }
+  // How far rank q got in the op that `mine` names (seen from q's side).
+  auto done_on = [&](int q, const OpKey& mine, size_t total) -> size_t {
+    auto [kind, peer, seq] = mine;
+    OpKey theirs = mine;
+    if (kind == 'S') theirs = {'R', rank, seq};
+    if (kind == 'R') theirs = {'S', rank, seq};
+    const ParsedLedger& l = parsed[static_cast<size_t>(q)];
+    if (auto it = l.done.find(theirs); it != l.done.end()) return it->second;
+    uint64_t through = 0;
+    if (std::get<0>(theirs) == 'C') {
+      through = l.collective_through;
+    } else if (auto t = l.p2p_through.find({std::get<0>(theirs), std::get<1>(theirs)}); t != l.p2p_through.end()) {
+      through = t->second;
+    }
+    return seq <= through ? total : 0;
+  };
+
+  ResumePlan plan;
+  auto consider = [&](const OpRecord& r) -> Status {
+    const OpKey key = key_of(r.op);
+    size_t resume = r.done;
+    if (std::get<0>(key) == 'C') {
+      for (int q = 0; q < size; ++q)
+        if (q != rank) resume = std::min(resume, done_on(q, key, r.total));
+    } else {
+      resume = std::min(resume, done_on(r.op.peer, key, r.total));
+    }
+    if (r.complete && resume >= r.total) return Status();
+    if (r.complete && (!r.replayable || !r.covers(resume, r.total))) {
+      return Status(ErrorCode::kInternal, ErrorContext{rank, -1, r.op.seq, -1, ""},
+                    r.op.describe() + " must run again from slice " + std::to_string(resume) +
+                        " but this rank no longer holds its inputs (backup budget too small)");
+    }
+    plan.entries.push_back({r.op.seq, resume});
+    return Status();
+  };
+  for (const auto& r : const_cast<ReplayLog&>(log).records()) {
+    if (Status s = consider(r); !s.ok()) return s;
+  }
+  if (current != nullptr) {
+    if (Status s = consider(*current); !s.ok()) return s;
+  }
+  return plan;
+}
+
+}  // namespace rcoll

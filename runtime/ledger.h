@@ -1,0 +1,89 @@
+// The ledger: what this rank has done of each recent op, and what it keeps so
+// that any slice a peer may still need can be run again.
+//
+// Re-executability: an op's slice k can be re-run on every rank as long as each
+// rank still has its input for slice k. Inputs are the caller's buffers while
+// the op is in flight, except where an in-place op has overwritten them; so
+//   - an in-place op copies each window's inputs aside before touching them,
+//     keeping the last two windows (a rank can be at most one window ahead of
+//     the slowest rank in a ring, because every slice needs every rank);
+//   - a completed op keeps copies of the inputs of its last `tail` slices until
+//     it falls out of the replay log, since the caller owns its buffers again.
+// A completed op that is re-run writes its outputs to a sink, never to the
+// caller's buffers. Memory for all of this is bounded by Options::backup_bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/algorithms/context.h"
+#include "runtime/op.h"
+
+namespace rcoll {
+
+struct InputBackup {
+  size_t slice_first = 0;
+  size_t slice_end = 0;
+  std::vector<ElementRange> ranges;  // element ranges of the op's input, in order
+  std::vector<char> data;            // their bytes, concatenated
+};
+
+struct OpRecord {
+  Op op;
+  size_t total = 1;       // slices of the op (equal on every rank)
+  size_t done = 0;        // slices [0, done) complete on this rank
+  bool complete = false;  // the caller has its result
+  bool replayable = true; // false when its backups would exceed the budget
+  std::vector<InputBackup> backups;
+
+  size_t backup_bytes() const;
+  // Copies the inputs of slices [first, end) aside (in-place ops before a
+  // window, every op's tail at completion). Skips slices already covered.
+  void back_up(int rank, int size, const Tuning& tuning, size_t first, size_t end);
+  // Drops in-place window backups older than `keep_from` (a slice index).
+  void release_before(size_t keep_from);
+  bool covers(size_t first, size_t end) const;
+  // Redirects the op's inputs of slices [first, end) to the backups.
+  void map_inputs(RangeMap* in) const;
+};
+
+// The last few ops of this rank, newest last.
+class ReplayLog {
+ public:
+  explicit ReplayLog(size_t budget_bytes) : budget_(budget_bytes) {}
+  void push(OpRecord record);
+  std::deque<OpRecord>& records() { return records_; }
+  size_t bytes() const;
+  // Highest collective seq / per-peer p2p seqs ever completed, evicted or not.
+  uint64_t collective_through = 0;
+  std::vector<uint64_t> send_through;
+  std::vector<uint64_t> recv_through;
+
+ private:
+  size_t budget_;
+  std::deque<OpRecord> records_;
+};
+
+// How far the ranks agree each op got: the first slice to run again.
+struct ResumePlan {
+  struct Entry {
+    uint64_t local_seq;  // which of this rank's records
+    size_t resume;       // first slice to run again
+  };
+  std::vector<Entry> entries;
+};
+
+// One rank's ledger as published in the store during recovery.
+std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int size);
+
+// Computes, for this rank's records (log and current), the resume slice agreed
+// from every rank's published ledger. Fails with kInternal naming the op if a
+// rank would have to re-run an op whose backups it has already released.
+Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const OpRecord* current,
+                                const std::vector<std::string>& ledgers);
+
+}  // namespace rcoll

@@ -1,0 +1,355 @@
+// The progress thread: runs ops in issue order, each as a range of slices,
+// and turns a failed op into a recovery and a resume rather than an error.
+#include <algorithm>
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+
+namespace rcoll {
+
+void CommunicatorImpl::progress_loop() {
+  log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
+  bool closing_barrier_done = false;
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return !queue_.empty() || closing_; });
+      if (queue_.empty()) {
+        if (closing_) {
+          // Before leaving, make sure no peer still needs this rank to re-run
+          // a slice it already finished: a last barrier, which only completes
+          // once every rank has finished every earlier op.
+          if (closing_barrier_done || size_ == 1 || !options_.recovery || !fatal_.ok()) return;
+          closing_barrier_done = true;
+          op.kind = OpKind::kBarrier;
+          op.in = op.out = Buffer{nullptr, 0, DataType::kUint8};
+          op.seq = ++next_seq_;
+          op.match_seq = ++collective_seq_;
+          op.work = std::make_shared<WorkState>();
+          op.options.timeout = options_.recovery_timeout;
+        } else {
+          lock.unlock();
+          // Idle: a peer may have failed the epoch and need this rank in the recovery.
+          if (fatal_.ok() && options_.recovery && size_ > 1 && epoch_failed_elsewhere()) {
+            Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
+                         "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
+            transport_->abort(cause);
+            size_t unused = 0;
+            Status s = recover_and_replay(cause, nullptr, &unused);
+            if (!s.ok()) {
+              fatal_ = s;
+              publish_fatal(s);
+              RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
+            }
+          }
+          continue;
+        }
+      } else {
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    Status s = run_op(op);
+    if (op.kind != OpKind::kBarrier || op.work->seq != 0) ++ops_done_;
+    if (!s.ok() && closing_barrier_done && queue_.empty()) {
+      RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
+    }
+    op.work->finish(std::move(s));
+  }
+}
+
+bool CommunicatorImpl::recoverable(const Status& s) {
+  switch (s.code()) {
+    case ErrorCode::kTimeout:
+    case ErrorCode::kPeerDead:
+    case ErrorCode::kAborted:
+    case ErrorCode::kTransport:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status CommunicatorImpl::run_op(const Op& op) {
+  if (!fatal_.ok()) {
+    return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), transport_->name()},
+                  op.describe() + " not run: the communicator gave up after an earlier failure: " + fatal_.message());
+  }
+  OpRecord rec;
+  rec.op = op;
+  rec.total = plan_slices(op, rank_, size_, tuning_, 0, SIZE_MAX).slices;
+  current_ = &rec;
+  op_started_ = Clock::now();
+  straggler_logged_ = false;
+  last_stall_was_straggler_ = false;
+  publish_state(true);
+  size_t first = 0;
+  for (int recoveries = 0;; ++recoveries) {
+    Status s = first < rec.total ? run_slices(rec, first, false) : Status();
+    if (s.ok()) break;
+    if (last_stall_was_straggler_) {
+      // A live rank that is merely late: rebuilding the data plane cannot help.
+    } else if (recoveries >= options_.max_recoveries_per_op) {
+      s = Status(s.code(), s.context(), s.message() + " (gave up after " + std::to_string(recoveries) + " recoveries of this op)");
+    } else if (recoverable(s) && options_.recovery && size_ > 1) {
+      s = recover_and_replay(s, &rec, &first);
+      if (s.ok()) continue;
+    }
+    fatal_ = s;
+    current_ = nullptr;
+    publish_fatal(s);
+    RCOLL_LOG(kError, "%s; %s", s.to_string().c_str(),
+              recoverable(s) && options_.recovery ? "recovery failed: later ops on this communicator will fail"
+                                                  : "not recoverable: later ops on this communicator will fail");
+    publish_state(false);
+    return s;
+  }
+  if (straggler_logged_) {
+    RCOLL_LOG(kWarn, "%s completed; rank %d arrived %.1f s late (straggler, no recovery needed)", op.describe().c_str(),
+              straggler_rank_, std::chrono::duration<double>(Clock::now() - op_started_).count());
+  }
+  current_ = nullptr;
+  record_completion(std::move(rec));
+  publish_state(false);
+  return Status();
+}
+
+void CommunicatorImpl::publish_state(bool in_comm) {
+  if (!liveness_) return;
+  RankState st;
+  st.op_seq = current_ && current_->op.kind != OpKind::kSendRecv ? current_->op.match_seq : log_.collective_through;
+  st.in_comm = in_comm;
+  st.epoch = epoch_.load();
+  liveness_->set_local(st);
+}
+
+int CommunicatorImpl::first_dead_peer() const {
+  if (!dead_) return -1;
+  for (int q = 0; q < size_; ++q)
+    if (dead_[static_cast<size_t>(q)]) return q;
+  return -1;
+}
+
+// A completed op stays re-runnable for a while: peers may not have finished
+// its last slices. Its tail inputs are copied now, because the caller owns its
+// buffers from here on. In a ring every slice needs every rank, so no rank is
+// more than a window ahead of the slowest: two windows of tail suffice. A send
+// can be ahead of its receiver by what the socket buffers hold. Receives and
+// broadcasts (which complete only when everyone downstream acknowledged) are
+// never re-run for a peer.
+void CommunicatorImpl::record_completion(OpRecord rec) {
+  const Op& op = rec.op;
+  if (op.kind == OpKind::kSendRecv) {
+    auto& through = op.is_send ? log_.send_through : log_.recv_through;
+    through[static_cast<size_t>(op.peer)] = std::max(through[static_cast<size_t>(op.peer)], op.match_seq);
+    if (!op.is_send) return;
+  } else {
+    log_.collective_through = std::max(log_.collective_through, op.match_seq);
+    if (op.kind == OpKind::kBroadcast) return;
+  }
+  if (size_ == 1) return;
+  rec.complete = true;
+  rec.done = rec.total;
+  const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
+  size_t tail = 2 * window;
+  if (op.kind == OpKind::kSendRecv) tail = window * 2 + (kSocketBufferBytes * 4) / std::max<size_t>(1, tuning_.piece_bytes);
+  tail = std::min(rec.total, tail);
+  if (op.kind != OpKind::kBarrier) rec.back_up(rank_, size_, tuning_, rec.total - tail, rec.total);
+  rec.release_before(rec.total - tail);
+  log_.push(std::move(rec));
+}
+
+Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
+  const Op& op = rec.op;
+  AlgoContext ctx(*transport_, op, tuning_, scratch_);
+  ctx.set_guard(this, progress_budget(op));
+  ctx.set_slice_range(first, rec.total);
+  std::vector<char> sink;
+  if (replay) {
+    // The caller has this op's result already: read inputs from the backups
+    // and write outputs nowhere it can see.
+    rec.map_inputs(&ctx.in_map());
+    SlicePlan plan = plan_slices(op, rank_, size_, tuning_, first, rec.total);
+    size_t bytes = 0;
+    for (const auto& r : plan.outputs) bytes += (r.end - r.begin) * op.element_size();
+    sink.resize(bytes + 1);
+    size_t at = 0;
+    for (const auto& r : plan.outputs) {
+      ctx.out_map().redirect(r.begin, r.end, sink.data() + at);
+      at += (r.end - r.begin) * op.element_size();
+    }
+  } else {
+    const bool overwrites_input = op.kind == OpKind::kAllreduce && op.in_place() && size_ > 1;
+    if (overwrites_input) {
+      // Slices before `first` may already hold results: their inputs come
+      // from the backups. Each new window is backed up before it is touched.
+      rec.map_inputs(&ctx.in_map());
+      const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
+      ctx.set_window_hook([&rec, &ctx, window, this](size_t begin, size_t end) {
+        rec.back_up(rank_, size_, tuning_, begin, end);
+        if (begin >= window) rec.release_before(begin - window);
+        (void)ctx;
+      });
+    }
+    if (first == 0 && !faults_.empty()) inject_before(op, ctx);
+  }
+  Status s;
+  switch (op.kind) {
+    case OpKind::kSendRecv: s = op.is_send ? run_send(ctx) : run_recv(ctx); break;
+    case OpKind::kAllreduce: s = run_allreduce(ctx); break;
+    case OpKind::kAllgather: s = run_allgather(ctx); break;
+    case OpKind::kReduceScatter: s = run_reduce_scatter(ctx); break;
+    case OpKind::kBroadcast: s = run_broadcast(ctx); break;
+    case OpKind::kBarrier: s = run_barrier(ctx); break;
+    case OpKind::kNone: s = Status(ErrorCode::kInternal, "op of kind none"); break;
+  }
+  if (!replay) rec.done = std::max(rec.done, ctx.done());
+  injected_ += ctx.faults_fired();
+  bytes_sent_ = transport_->bytes_sent();
+  bytes_received_ = transport_->bytes_received();
+  return s;
+}
+
+Clock::duration CommunicatorImpl::progress_budget(const Op& op) const {
+  Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
+  constexpr auto kYear = std::chrono::hours(24 * 365);
+  if (timeout.count() > 0) return timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout);
+  // Until link speed is measured: a floor that outlasts scheduling hiccups.
+  return std::chrono::seconds(30);
+}
+
+// No bytes moved for the progress budget. Who is the awaited peer?
+//   dead      -> a typed error naming it, no recovery (its memory is gone)
+//   silent    -> the data plane is suspect: recover (the recovery waits for it)
+//   straggler -> alive but not at this op yet: keep waiting, up to the straggler
+//                timeout (or the caller's explicit per-op timeout)
+//   otherwise -> the data plane hung: recover
+Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
+  const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
+  ErrorContext ctx{rank_, peer, op.seq, epoch_.load(), transport_->name()};
+  if (liveness_ && peer >= 0) {
+    const PeerView v = liveness_->peer(peer);
+    if (v.health == PeerHealth::kDead || dead_[static_cast<size_t>(peer)]) {
+      return Status(ErrorCode::kPeerDead, ctx, op.describe() + ": rank " + std::to_string(peer) + " is dead (its process is gone)");
+    }
+    const bool behind = op.kind != OpKind::kSendRecv && v.health == PeerHealth::kAlive &&
+                        v.state.op_seq < op.match_seq;
+    if (behind) {
+      const auto late = Clock::now() - op_started_;
+      const bool explicit_timeout = op.options.timeout.count() > 0 || options_.op_timeout.count() > 0;
+      if (!explicit_timeout && late < options_.straggler_timeout) return Status();  // wait on; interrupted() logs it
+      last_stall_was_straggler_ = true;
+      return Status(ErrorCode::kTimeout, ctx,
+                    op.describe() + ": rank " + std::to_string(peer) + " is alive but has not reached this op after " +
+                        std::to_string(std::chrono::duration_cast<Millis>(late).count()) + " ms (it is at collective seq " +
+                        std::to_string(v.state.op_seq) + (v.state.in_comm ? ", in comm" : ", in compute") + ")" +
+                        (explicit_timeout ? "; the op's timeout expired" : "; the straggler timeout expired"));
+    }
+    if (v.health == PeerHealth::kSilent) {
+      return Status(ErrorCode::kTimeout, ctx,
+                    op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and rank " + std::to_string(peer) +
+                        " is silent (no heartbeat); recovering and waiting for it");
+    }
+  }
+  return Status(ErrorCode::kTimeout, ctx,
+                op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
+}
+
+Status CommunicatorImpl::interrupted() {
+  if (size_ == 1) return Status();
+  if (int dead = first_dead_peer(); dead >= 0) {
+    return Status(ErrorCode::kPeerDead, ErrorContext{rank_, dead, current_ ? current_->op.seq : 0, epoch_.load(), transport_->name()},
+                  "rank " + std::to_string(dead) + " died (its process is gone: liveness connection closed without a goodbye); "
+                  "a dead rank cannot be recovered in place");
+  }
+  // Log a straggler once per op, as soon as it is clearly late.
+  if (liveness_ && current_ && !straggler_logged_ && current_->op.kind != OpKind::kSendRecv &&
+      Clock::now() - op_started_ > options_.liveness_budget) {
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      const PeerView v = liveness_->peer(q);
+      if (v.health == PeerHealth::kAlive && v.state.op_seq < current_->op.match_seq) {
+        straggler_logged_ = true;
+        straggler_rank_ = q;
+        RCOLL_LOG(kWarn, "rank %d is late to %s: it is at collective seq %llu (%s) %.1f s after this rank arrived; waiting "
+                  "(straggler timeout %lld s), no recovery",
+                  q, current_->op.describe().c_str(), static_cast<unsigned long long>(v.state.op_seq),
+                  v.state.in_comm ? "in comm" : "in compute",
+                  std::chrono::duration<double>(Clock::now() - op_started_).count(),
+                  static_cast<long long>(options_.straggler_timeout.count() / 1000));
+        break;
+      }
+    }
+  }
+  if (!options_.recovery || !epoch_failed_elsewhere()) return Status();
+  return Status(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
+                "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
+}
+
+namespace {
+
+// The first peer an op talks to: the link a close-link fault without a peer breaks.
+int first_peer(const Op& op, int rank, int size) {
+  if (op.kind == OpKind::kSendRecv) return op.peer;
+  // The last rank of a broadcast chain only talks back to its predecessor.
+  if (op.kind == OpKind::kBroadcast && (rank - op.root + size) % size == size - 1) return (rank - 1 + size) % size;
+  return (rank + 1) % size;
+}
+
+uint64_t next_random(uint64_t* state) {  // splitmix64
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
+  // Each op's faults fire once, not again when it is resumed after the recovery they caused.
+  if (op.seq <= injected_through_seq_) return;
+  injected_through_seq_ = op.seq;
+  for (const Fault& planned : faults_) {
+    Fault f = planned;
+    if (f.kind == FaultKind::kRandom) {
+      // Every rank draws the same numbers for the same op: at most one victim per op.
+      uint64_t state = f.seed ^ (op.seq * 0xD1B54A32D192ED03ull);
+      const double draw = static_cast<double>(next_random(&state) >> 11) / 9007199254740992.0;
+      if (draw >= f.rate || size_ < 2) continue;
+      f.kind = f.random_kinds[next_random(&state) % f.random_kinds.size()];
+      f.rank = static_cast<int>(next_random(&state) % static_cast<uint64_t>(size_));
+      f.op = op.seq;
+      f.ms = 50;
+    }
+    if (f.kind == FaultKind::kFailConnect || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_);
+    switch (f.kind) {
+      case FaultKind::kStall:
+        ++delays_injected_;
+        RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
+        std::this_thread::sleep_for(Millis(f.ms));
+        break;
+      case FaultKind::kKill:
+        RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s", op.describe().c_str());
+        std::raise(SIGKILL);
+        break;
+      case FaultKind::kCloseLink:
+        RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d during %s", peer, op.describe().c_str());
+        ctx.inject_break_after_first_window(peer);
+        break;
+      case FaultKind::kDelayChunk:
+        ++delays_injected_;
+        ctx.inject_first_send(f.ms, false);
+        break;
+      case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
+      case FaultKind::kFailConnect:
+      case FaultKind::kRandom: break;
+    }
+  }
+}
+
+}  // namespace rcoll

@@ -1,0 +1,171 @@
+// The recovery protocol (DESIGN.md, Recovery):
+//   detect -> abort the local data plane -> announce "epoch e failed" -> publish
+//   this rank's ledger -> wait for every rank's ledger -> agree where each op
+//   resumes -> connect epoch e+1 -> re-run what peers still need -> resume.
+// Every step is bounded by Options::recovery_timeout; a rank that never joins
+// is named in the error.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+
+namespace rcoll {
+namespace {
+
+std::string epoch_key(const char* what, uint32_t epoch) { return std::string("epoch/") + std::to_string(epoch) + "/" + what; }
+std::string ledger_key(uint32_t epoch, int rank) {
+  return "recovery/" + std::to_string(epoch) + "/ledger/" + std::to_string(rank);
+}
+
+}  // namespace
+
+bool CommunicatorImpl::epoch_failed_elsewhere() {
+  if (epoch_failed_seen_) return true;
+  if (liveness_ && liveness_->highest_aborted_epoch() >= static_cast<int64_t>(epoch_.load())) {
+    epoch_failed_seen_ = true;
+    return true;
+  }
+  const auto now = Clock::now();
+  if (now - last_failure_check_ < std::chrono::milliseconds(20)) return false;
+  last_failure_check_ = now;
+  auto failed = store_->check(epoch_key("failed", epoch_.load()));
+  epoch_failed_seen_ = failed.ok() && failed.value();
+  return epoch_failed_seen_;
+}
+
+void CommunicatorImpl::publish_fatal(const Status& s) {
+  if (size_ == 1 || !store_) return;
+  // The first diagnosis wins; ranks that learned it from the store do not restate it.
+  if (auto there = store_->check(epoch_key("fatal", epoch_.load())); there.ok() && there.value()) return;
+  const std::string text = std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.context().peer) + "\n" +
+                           s.message() + " (reported by rank " + std::to_string(rank_) + ")";
+  (void)store_->set(epoch_key("fatal", epoch_.load()), Bytes(text.begin(), text.end()));
+  const std::string why = "rank " + std::to_string(rank_) + " gave up: " + s.to_string();
+  (void)store_->set(epoch_key("failed", epoch_.load()), Bytes(why.begin(), why.end()));
+}
+
+Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
+  const auto started = Clock::now();
+  const uint32_t failed = epoch_.load();
+  const Deadline deadline = Deadline::after(options_.recovery_timeout);
+  const std::string what = current_ ? current_->op.describe() : std::string("no op in flight");
+  RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
+            failed, what.c_str(), cause.to_string().c_str());
+  transport_->abort(cause);
+
+  // Tell everyone (idle ranks poll this key), then publish what this rank has done.
+  const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
+  if (liveness_) liveness_->announce_abort(failed, why.substr(0, 1000));
+  if (Status s = store_->set(epoch_key("failed", failed), Bytes(why.begin(), why.end())); !s.ok()) return s;
+  const std::string ledger = serialize_ledger(log_, current_, size_);
+  if (Status s = store_->set(ledger_key(failed, rank_), Bytes(ledger.begin(), ledger.end())); !s.ok()) return s;
+
+  // Wait for every rank's ledger. Silent ranks are waited for up to the
+  // recovery timeout; the error names whoever never joined.
+  std::vector<std::string> keys;
+  for (int q = 0; q < size_; ++q) keys.push_back(ledger_key(failed, q));
+  Clock::time_point last_note = started;
+  for (;;) {
+    Status s = store_->wait(keys, std::min<Millis>(Millis(200), std::max<Millis>(Millis(1), deadline.remaining_ms())));
+    if (s.ok()) break;
+    if (s.code() != ErrorCode::kTimeout) return s;
+    // A peer hit a failure no recovery can fix: end with its diagnosis.
+    if (auto fatal = store_->check(epoch_key("fatal", failed)); fatal.ok() && fatal.value()) {
+      auto text = store_->get(epoch_key("fatal", failed), Millis(1000));
+      if (text.ok()) {
+        std::string t(text.value().begin(), text.value().end());
+        const int code = std::atoi(t.c_str());
+        const int origin = std::atoi(t.c_str() + t.find('\n') + 1);
+        t = t.substr(t.find('\n') + 1);
+        return Status(static_cast<ErrorCode>(code), ErrorContext{rank_, origin, current_ ? current_->op.seq : 0, failed, "tcp"},
+                      t.substr(t.find('\n') + 1));
+      }
+    }
+    std::string missing;
+    int first_missing = -1;
+    for (int q = 0; q < size_; ++q) {
+      auto has = store_->check(keys[static_cast<size_t>(q)]);
+      if (has.ok() && !has.value()) {
+        if (first_missing < 0) first_missing = q;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        if (dead_ && dead_[static_cast<size_t>(q)]) {
+          return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, "tcp"},
+                        "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
+                            " is dead (its process is gone); a dead rank cannot be recovered in place");
+        }
+      }
+    }
+    if (deadline.expired()) {
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, first_missing, current_ ? current_->op.seq : 0, failed, "tcp"},
+                    "recovery of epoch " + std::to_string(failed) + " gave up after " +
+                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + missing +
+                        " never joined (dead, frozen or partitioned); the communicator is unusable");
+    }
+    if (Clock::now() - last_note > std::chrono::seconds(2)) {
+      last_note = Clock::now();
+      RCOLL_LOG(kWarn, "recovery of epoch %u: still waiting for rank(s) %s (%lld ms left)", failed, missing.c_str(),
+                static_cast<long long>(deadline.remaining_ms().count()));
+    }
+  }
+  std::vector<std::string> ledgers;
+  for (const auto& k : keys) {
+    auto v = store_->get(k, deadline.remaining_ms());
+    if (!v.ok()) return v.status();
+    ledgers.emplace_back(v.value().begin(), v.value().end());
+  }
+  auto plan = agree_resume(rank_, size_, log_, current_, ledgers);
+  if (!plan.ok()) return plan.status();
+
+  // A fresh data plane: new connections, and frames of the old epoch can no
+  // longer arrive anywhere.
+  if (Status s = connect_epoch(failed + 1, deadline); !s.ok()) {
+    return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " + std::to_string(failed + 1) + ": " + s.message());
+  }
+  epoch_failed_seen_ = false;
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
+  ++recoveries_;
+  recovery_micros_ += micros;
+  std::string resume;
+  for (const auto& e : plan.value().entries) {
+    resume += (resume.empty() ? "" : ", ") + std::string("op ") + std::to_string(e.local_seq) + " from slice " + std::to_string(e.resume);
+  }
+  RCOLL_LOG(kWarn, "recovered: epoch %u over tcp after %.1f ms (recovery #%llu); resuming %s", failed + 1,
+            static_cast<double>(micros) / 1000.0, static_cast<unsigned long long>(recoveries_.load()),
+            resume.empty() ? "nothing (no op in flight here)" : resume.c_str());
+  return plan;
+}
+
+Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume) {
+  *resume = current ? current->total : 0;
+  for (const auto& e : plan.entries) {
+    if (current != nullptr && e.local_seq == current->op.seq) {
+      *resume = e.resume;
+      continue;
+    }
+    for (auto& rec : log_.records()) {
+      if (rec.op.seq != e.local_seq) continue;
+      RCOLL_LOG(kInfo, "re-running slices %zu..%zu of %s (completed here, needed by a peer)", e.resume, rec.total,
+                rec.op.describe().c_str());
+      if (Status s = run_slices(rec, e.resume, true); !s.ok()) return s;
+    }
+  }
+  return Status();
+}
+
+Status CommunicatorImpl::recover_and_replay(Status cause, OpRecord* current, size_t* resume) {
+  // A failure while re-running completed ops is just another failed epoch.
+  for (int attempt = 0; attempt < options_.max_recoveries_per_op; ++attempt) {
+    auto plan = recover(cause);
+    if (!plan.ok()) return plan.status();
+    Status s = replay_completed(plan.value(), current, resume);
+    if (s.ok()) return s;
+    if (!recoverable(s)) return s;
+    cause = s;
+  }
+  return Status(cause.code(), cause.context(), cause.message() + " (gave up: recovery kept failing)");
+}
+
+}  // namespace rcoll
