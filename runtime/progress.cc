@@ -82,6 +82,15 @@ Status CommunicatorImpl::run_op(const Op& op) {
   OpRecord rec;
   rec.op = op;
   rec.total = plan_slices(op, rank_, size_, tuning_, 0, SIZE_MAX).slices;
+  // An injected stall makes this rank late to the op, as a rank busy in
+  // compute would be: before it says (in its heartbeats) that it is in the op.
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kStall && (f.rank == -1 || f.rank == rank_) && f.op == op.seq && op.seq > injected_through_seq_) {
+      ++delays_injected_;
+      RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
+      std::this_thread::sleep_for(Millis(f.ms));
+    }
+  }
   current_ = &rec;
   op_started_ = Clock::now();
   straggler_logged_ = false;
@@ -158,7 +167,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
   size_t tail = 2 * window;
   if (op.kind == OpKind::kSendRecv) tail = window * 2 + (kSocketBufferBytes * 4) / std::max<size_t>(1, tuning_.piece_bytes);
   tail = std::min(rec.total, tail);
-  if (op.kind != OpKind::kBarrier) rec.back_up(rank_, size_, tuning_, rec.total - tail, rec.total);
+  rec.back_up(rank_, size_, tuning_, rec.total - tail, rec.total);  // a barrier backs up nothing, but is covered
   rec.release_before(rec.total - tail);
   log_.push(std::move(rec));
 }
@@ -328,10 +337,11 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
     if (f.kind == FaultKind::kFailConnect || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
     const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_);
     switch (f.kind) {
-      case FaultKind::kStall:
-        ++delays_injected_;
-        RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
-        std::this_thread::sleep_for(Millis(f.ms));
+      case FaultKind::kStall:  // a planned stall is applied in run_op, before the op is announced
+        if (planned.kind == FaultKind::kRandom) {
+          ++delays_injected_;
+          std::this_thread::sleep_for(Millis(f.ms));
+        }
         break;
       case FaultKind::kKill:
         RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s", op.describe().c_str());

@@ -326,6 +326,9 @@ int main(int argc, char** argv) {
   std::string dtypes = "int8,uint8,int32,uint32,int64,uint64,float16,bfloat16,float32,float64";
   std::string big_dtypes = "all";  // dtypes that run at sizes >= 16 MiB
   long expect_recoveries = -1;     // at least this many recoveries on this rank
+  long max_recoveries = -1;        // at most this many
+  bool recoveries_equal_faults = false;  // recoveries == data-plane faults injected on all ranks
+  int repeat = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -333,6 +336,9 @@ int main(int argc, char** argv) {
     else if (k == "--dtypes") dtypes = argv[i + 1];
     else if (k == "--big-dtypes") big_dtypes = argv[i + 1];
     else if (k == "--expect-recoveries") expect_recoveries = std::stol(argv[i + 1]);
+    else if (k == "--max-recoveries") max_recoveries = std::stol(argv[i + 1]);
+    else if (k == "--recoveries-equal-faults") recoveries_equal_faults = std::string(argv[i + 1]) == "1";
+    else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -349,6 +355,7 @@ int main(int argc, char** argv) {
     rcoll::Communicator comm = rcoll::Communicator::create();
     const int p = comm.size(), r = comm.rank();
     int salt = 0;
+    for (int pass = 0; pass < repeat; ++pass)
     for (const auto& dname : split(dtypes)) {
       DataType d = *rcoll::parse_data_type(dname);
       for (const auto& sspec : split(sizes)) {
@@ -391,6 +398,23 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(counters.bytes_sent), static_cast<unsigned long long>(counters.recoveries),
                 counters.recovery_seconds * 1000.0, static_cast<unsigned long long>(counters.faults_injected),
                 static_cast<unsigned long long>(counters.delays_injected));
+    if (max_recoveries >= 0 && counters.recoveries > static_cast<uint64_t>(max_recoveries)) {
+      std::fprintf(stderr, "FAIL rank %d: expected at most %ld recoveries, counted %llu\n", r, max_recoveries,
+                   static_cast<unsigned long long>(counters.recoveries));
+      ++g_failures;
+    }
+    if (recoveries_equal_faults) {
+      std::vector<uint64_t> faults{counters.faults_injected};
+      comm.allreduce(Buffer::of(faults), ReduceOp::kSum);
+      counters = comm.counters();
+      std::printf("rank %d: %llu data-plane faults injected on all ranks, %llu recoveries\n", r,
+                  static_cast<unsigned long long>(faults[0]), static_cast<unsigned long long>(counters.recoveries));
+      if (faults[0] != counters.recoveries || faults[0] == 0) {
+        std::fprintf(stderr, "FAIL rank %d: %llu faults injected but %llu recoveries\n", r,
+                     static_cast<unsigned long long>(faults[0]), static_cast<unsigned long long>(counters.recoveries));
+        ++g_failures;
+      }
+    }
     if (expect_recoveries >= 0 && counters.recoveries < static_cast<uint64_t>(expect_recoveries)) {
       std::fprintf(stderr, "FAIL rank %d: expected at least %ld recoveries, counted %llu\n", r, expect_recoveries,
                    static_cast<unsigned long long>(counters.recoveries));
