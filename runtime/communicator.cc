@@ -1,6 +1,7 @@
 #include "rcoll/communicator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <csignal>
 #include <string>
 #include <thread>
@@ -72,6 +73,10 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
           break;
       }
     });
+    // A death reported before the listener was in place is only in the views.
+    for (int q = 0; q < impl->size_; ++q) {
+      if (q != impl->rank_ && impl->liveness_->peer(q).health == PeerHealth::kDead) impl->dead_[static_cast<size_t>(q)] = true;
+    }
   }
   impl->progress_ = std::thread([p = impl.get()] { p->progress_loop(); });
   return impl;
@@ -79,7 +84,10 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
 
 CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot)
     : options_(std::move(options)), boot_(std::move(boot)), rank_(boot_.rank), size_(boot_.size),
-      log_(options_.backup_bytes), send_seq_(static_cast<size_t>(size_), 0), recv_seq_(static_cast<size_t>(size_), 0) {
+      log_(options_.backup_bytes, 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes) +
+                                      2 * static_cast<size_t>(std::max(1, options_.pipeline_depth > 0 ? options_.pipeline_depth : 4)) *
+                                          (options_.chunk_bytes > 0 ? options_.chunk_bytes : 512u << 10)),
+      send_seq_(static_cast<size_t>(size_), 0), recv_seq_(static_cast<size_t>(size_), 0) {
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
@@ -165,6 +173,7 @@ Work CommunicatorImpl::submit(Op op) {
   } else {
     op.match_seq = ++collective_seq_;
   }
+  recorder_.issued(op);
   queue_.push_back(std::move(op));
   lock.unlock();
   cv_.notify_one();
@@ -172,6 +181,7 @@ Work CommunicatorImpl::submit(Op op) {
 }
 
 void CommunicatorImpl::close() {
+  std::lock_guard<std::mutex> closing(close_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
@@ -183,6 +193,19 @@ void CommunicatorImpl::close() {
   liveness_.reset();  // says goodbye, so peers do not take this exit for a death
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
+}
+
+std::string CommunicatorImpl::diagnostics() const {
+  const Counters c = counters();
+  char head[512];
+  std::snprintf(head, sizeof(head),
+                "rcoll communicator '%s': rank %d of %d, epoch %lld, transport %s, %llu ops, %llu recoveries (%.3f s), "
+                "%llu B sent, %llu B received, progress deadline %.1f s\nlast ops (oldest first):\n",
+                options_.name.c_str(), rank_, size_, static_cast<long long>(c.epoch), c.transport.c_str(),
+                static_cast<unsigned long long>(c.ops), static_cast<unsigned long long>(c.recoveries), c.recovery_seconds,
+                static_cast<unsigned long long>(c.bytes_sent), static_cast<unsigned long long>(c.bytes_received),
+                std::chrono::duration<double>(progress_budget(Op{})).count());
+  return head + recorder_.dump(16);
 }
 
 Counters CommunicatorImpl::counters() const {
@@ -276,5 +299,6 @@ void Communicator::barrier(OpOptions o) { wait_or_throw(barrier_async(o)); }
 
 void Communicator::close() { impl_->close(); }
 Counters Communicator::counters() const { return impl_->counters(); }
+std::string Communicator::diagnostics() const { return impl_->diagnostics(); }
 
 }  // namespace rcoll

@@ -14,6 +14,7 @@
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
 #include "runtime/env.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/inject.h"
 #include "runtime/ledger.h"
 #include "runtime/liveness.h"
@@ -35,6 +36,7 @@ class CommunicatorImpl : public ProgressGuard {
   Work submit(Op op);
   void close();
   Counters counters() const;
+  std::string diagnostics() const;
 
   // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
@@ -71,6 +73,9 @@ class CommunicatorImpl : public ProgressGuard {
   // A failure no recovery can fix (a desync, mismatched sizes): tell the peers,
   // so their recoveries end at once with the same diagnosis.
   void publish_fatal(const Status& s);
+  // After a failure for good: every failing rank publishes where it is; this
+  // gathers what arrives within a second and logs one summary naming who is behind.
+  void report_positions(const Status& s);
 
   static constexpr size_t kSocketBufferBytes = 4u << 20;
 
@@ -96,6 +101,19 @@ class CommunicatorImpl : public ProgressGuard {
   void publish_state(bool in_comm);
   // A dead peer, or -1.
   int first_dead_peer() const;
+
+  FlightRecorder recorder_;
+  // Measured speed of the data plane, for the progress deadline (EWMA, bytes/s).
+  std::atomic<double> bandwidth_{0};
+  int recoveries_this_op_ = 0;
+  std::mutex close_mu_;
+  // Ops whose inputs the algorithm overwrites (in-place allreduce): they back
+  // up each window before touching it.
+  bool overwrites_input(const Op& op) const { return op.kind == OpKind::kAllreduce && op.in_place() && size_ > 1; }
+  // What a send can be ahead of its receiver: both socket buffers, kernel-doubled.
+  size_t in_flight_capacity() const {
+    return 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
+  }
 
   // Owned by the progress thread.
   ReplayLog log_;

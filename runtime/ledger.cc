@@ -24,27 +24,40 @@ bool OpRecord::covers(size_t first, size_t end) const {
 }
 
 void OpRecord::back_up(int rank, int size, const Tuning& tuning, size_t first, size_t end) {
-  // Only the slices not yet covered (the last window may already be backed up).
-  for (const auto& b : backups) {
-    if (b.slice_first <= first && b.slice_end > first) first = b.slice_end;
-  }
-  if (first >= end) return;
-  SlicePlan plan = plan_slices(op, rank, size, tuning, first, end);
-  InputBackup b;
-  b.slice_first = first;
-  b.slice_end = end;
+  // Copy only the slices no backup holds yet, as maximal runs of consecutive
+  // slices: an existing backup may be the only copy of an input the op has
+  // since overwritten, so it must never be shadowed by a newer one.
+  auto covered = [this](size_t k) {
+    for (const auto& b : backups)
+      if (b.slice_first <= k && k < b.slice_end) return true;
+    return false;
+  };
   const size_t es = size_of(op.in.dtype);
-  size_t bytes = 0;
-  for (const auto& r : plan.inputs) bytes += (r.end - r.begin) * es;
-  b.data.resize(bytes);
-  size_t at = 0;
-  for (const auto& r : plan.inputs) {
-    const size_t n = (r.end - r.begin) * es;
-    if (n > 0) std::memcpy(b.data.data() + at, static_cast<const char*>(op.in.data) + r.begin * es, n);
-    at += n;
-    b.ranges.push_back(r);
+  size_t k = first;
+  while (k < end) {
+    if (covered(k)) {
+      ++k;
+      continue;
+    }
+    size_t run_end = k + 1;
+    while (run_end < end && !covered(run_end)) ++run_end;
+    SlicePlan plan = plan_slices(op, rank, size, tuning, k, run_end);
+    InputBackup b;
+    b.slice_first = k;
+    b.slice_end = run_end;
+    size_t bytes = 0;
+    for (const auto& r : plan.inputs) bytes += (r.end - r.begin) * es;
+    b.data.resize(bytes);
+    size_t at = 0;
+    for (const auto& r : plan.inputs) {
+      const size_t n = (r.end - r.begin) * es;
+      if (n > 0) std::memcpy(b.data.data() + at, static_cast<const char*>(op.in.data) + r.begin * es, n);
+      at += n;
+      b.ranges.push_back(r);
+    }
+    backups.push_back(std::move(b));
+    k = run_end;
   }
-  backups.push_back(std::move(b));
   std::sort(backups.begin(), backups.end(),
             [](const InputBackup& x, const InputBackup& y) { return x.slice_first < y.slice_first; });
 }
@@ -66,26 +79,33 @@ void OpRecord::map_inputs(RangeMap* in) const {
 
 void ReplayLog::push(OpRecord record) {
   records_.push_back(std::move(record));
-  // Keep the two newest collectives and the two newest sends to each peer,
-  // within the budget (a peer is never more than one collective behind).
-  auto too_many = [this]() {
-    size_t collectives = 0;
-    for (const auto& r : records_) collectives += r.op.kind != OpKind::kSendRecv;
-    for (auto it = records_.begin(); it != records_.end(); ++it) {
-      if (it->op.kind != OpKind::kSendRecv) {
-        if (collectives > 2) return it;
-        continue;
-      }
-      size_t later_to_same_peer = 0;
-      for (auto jt = it + 1; jt != records_.end(); ++jt)
-        later_to_same_peer += jt->op.kind == OpKind::kSendRecv && jt->op.peer == it->op.peer;
-      if (later_to_same_peer >= 2) return it;
+  // A peer is never more than one collective behind (every slice of a ring
+  // needs every rank), so two collectives suffice. A send can be ahead of its
+  // receiver by what the sockets hold: keep sends until later sends to the
+  // same peer have pushed more than that through.
+  auto evictable = [this](std::deque<OpRecord>::iterator it) {
+    if (it->op.kind != OpKind::kSendRecv) {
+      size_t later = 0;
+      for (auto jt = it + 1; jt != records_.end(); ++jt) later += jt->op.kind != OpKind::kSendRecv;
+      return later >= 2;
     }
-    return records_.end();
+    size_t later_bytes = 0;
+    for (auto jt = it + 1; jt != records_.end(); ++jt)
+      if (jt->op.kind == OpKind::kSendRecv && jt->op.peer == it->op.peer) later_bytes += jt->op.in.bytes();
+    return later_bytes > in_flight_capacity_;
   };
-  for (auto it = too_many(); it != records_.end(); it = too_many()) records_.erase(it);
-  while (records_.size() > 1 && bytes() > budget_) records_.pop_front();
-  if (!records_.empty() && records_.back().backup_bytes() > budget_) records_.back().replayable = false;
+  for (auto it = records_.begin(); it != records_.end();) {
+    it = evictable(it) ? records_.erase(it) : it + 1;
+  }
+  // Over budget: mark the oldest records unreplayable rather than dropping
+  // them silently; a recovery that needs one then fails with a clear error.
+  size_t total = bytes();
+  for (auto& r : records_) {
+    if (total <= budget_) break;
+    total -= r.backup_bytes();
+    r.backups.clear();
+    r.replayable = false;
+  }
 }
 
 size_t ReplayLog::bytes() const {
@@ -107,13 +127,20 @@ OpKey key_of(const Op& op) {
 
 void write_record(std::ostringstream& out, const OpRecord& r) {
   auto [kind, peer, seq] = key_of(r.op);
-  out << "op " << kind << ' ' << peer << ' ' << seq << ' ' << r.total << ' ' << r.done << '\n';
+  out << "op " << kind << ' ' << peer << ' ' << seq << ' ' << r.total << ' ' << r.done << ' '
+      << static_cast<int>(r.op.kind) << '\n';
 }
+
+struct ParsedEntry {
+  size_t total = 0;
+  size_t done = 0;
+  int kind = 0;  // OpKind
+};
 
 struct ParsedLedger {
   uint64_t collective_through = 0;
   std::map<std::pair<char, int>, uint64_t> p2p_through;  // ('S'|'R', peer) -> seq
-  std::map<OpKey, size_t> done;
+  std::map<OpKey, ParsedEntry> done;
   bool valid = false;
 };
 
@@ -133,9 +160,9 @@ ParsedLedger parse(const std::string& text) {
       char kind;
       int peer;
       uint64_t seq;
-      size_t total, done;
-      in >> kind >> peer >> seq >> total >> done;
-      p.done[{kind, peer, seq}] = done;
+      ParsedEntry e;
+      in >> kind >> peer >> seq >> e.total >> e.done >> e.kind;
+      p.done[{kind, peer, seq}] = e;
     } else if (word == "end") {
       p.valid = true;
     }
@@ -176,7 +203,7 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
     if (kind == 'S') theirs = {'R', rank, seq};
     if (kind == 'R') theirs = {'S', rank, seq};
     const ParsedLedger& l = parsed[static_cast<size_t>(q)];
-    if (auto it = l.done.find(theirs); it != l.done.end()) return it->second;
+    if (auto it = l.done.find(theirs); it != l.done.end()) return it->second.done;
     uint64_t through = 0;
     if (std::get<0>(theirs) == 'C') {
       through = l.collective_through;
@@ -207,6 +234,38 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
   };
   for (const auto& r : const_cast<ReplayLog&>(log).records()) {
     if (Status s = consider(r); !s.ok()) return s;
+  }
+  // Does a peer still need an op this rank finished but no longer holds? Then
+  // nobody can finish it: say so, rather than resend the wrong data or hang.
+  auto holds = [&](const OpKey& key) {
+    for (const auto& r : const_cast<ReplayLog&>(log).records())
+      if (key_of(r.op) == key) return true;
+    return current != nullptr && key_of(current->op) == key;
+  };
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    for (const auto& [key, e] : parsed[static_cast<size_t>(q)].done) {
+      if (e.done >= e.total || e.kind == static_cast<int>(OpKind::kBroadcast)) continue;
+      auto [kind, peer, seq] = key;
+      OpKey mine;
+      bool finished_here = false;
+      if (kind == 'C') {
+        mine = {'C', -1, seq};
+        finished_here = seq <= log.collective_through;
+      } else if (kind == 'R' && peer == rank) {  // q still receives what this rank sent
+        mine = {'S', q, seq};
+        finished_here = static_cast<size_t>(q) < log.send_through.size() && seq <= log.send_through[static_cast<size_t>(q)];
+      } else {
+        continue;
+      }
+      if (finished_here && !holds(mine)) {
+        return Status(ErrorCode::kInternal, ErrorContext{rank, q, 0, -1, ""},
+                      "rank " + std::to_string(q) + " still needs slices " + std::to_string(e.done) + ".." +
+                          std::to_string(e.total) + " of " + (kind == 'C' ? "collective" : "send") + " seq " +
+                          std::to_string(seq) + " from this rank, which finished it and no longer holds its inputs "
+                          "(replay log too short or backup budget too small)");
+      }
+    }
   }
   if (current != nullptr) {
     if (Status s = consider(*current); !s.ok()) return s;

@@ -54,7 +54,8 @@ struct OpRecord {
 // The last few ops of this rank, newest last.
 class ReplayLog {
  public:
-  explicit ReplayLog(size_t budget_bytes) : budget_(budget_bytes) {}
+  ReplayLog(size_t budget_bytes, size_t in_flight_capacity)
+      : budget_(budget_bytes), in_flight_capacity_(in_flight_capacity) {}
   void push(OpRecord record);
   std::deque<OpRecord>& records() { return records_; }
   size_t bytes() const;
@@ -65,6 +66,7 @@ class ReplayLog {
 
  private:
   size_t budget_;
+  size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
   std::deque<OpRecord> records_;
 };
 

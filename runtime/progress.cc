@@ -43,6 +43,7 @@ void CommunicatorImpl::progress_loop() {
             if (!s.ok()) {
               fatal_ = s;
               publish_fatal(s);
+              report_positions(s);
               RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
             }
           }
@@ -93,17 +94,21 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = &rec;
   op_started_ = Clock::now();
+  recorder_.started(op.seq, epoch_.load(), rec.total);
   straggler_logged_ = false;
   last_stall_was_straggler_ = false;
   publish_state(true);
   size_t first = 0;
-  for (int recoveries = 0;; ++recoveries) {
+  recoveries_this_op_ = 0;
+  for (;;) {
     Status s = first < rec.total ? run_slices(rec, first, false) : Status();
+    recorder_.progressed(op.seq, rec.done, epoch_.load());
     if (s.ok()) break;
     if (last_stall_was_straggler_) {
       // A live rank that is merely late: rebuilding the data plane cannot help.
-    } else if (recoveries >= options_.max_recoveries_per_op) {
-      s = Status(s.code(), s.context(), s.message() + " (gave up after " + std::to_string(recoveries) + " recoveries of this op)");
+    } else if (recoveries_this_op_ >= options_.max_recoveries_per_op) {
+      s = Status(s.code(), s.context(),
+                 s.message() + " (gave up after " + std::to_string(recoveries_this_op_) + " recoveries of this op)");
     } else if (recoverable(s) && options_.recovery && size_ > 1) {
       s = recover_and_replay(s, &rec, &first);
       if (s.ok()) continue;
@@ -112,9 +117,12 @@ Status CommunicatorImpl::run_op(const Op& op) {
     current_ = nullptr;
     publish_fatal(s);
     RCOLL_LOG(kError, "%s; %s", s.to_string().c_str(),
-              recoverable(s) && options_.recovery ? "recovery failed: later ops on this communicator will fail"
-                                                  : "not recoverable: later ops on this communicator will fail");
+              last_stall_was_straggler_ ? "a rank was too late for this op: later ops on this communicator will fail"
+              : recoverable(s) && options_.recovery ? "recovery failed: later ops on this communicator will fail"
+                                                    : "not recoverable: later ops on this communicator will fail");
     publish_state(false);
+    recorder_.finished(op.seq, false);
+    report_positions(s);
     return s;
   }
   if (straggler_logged_) {
@@ -122,6 +130,15 @@ Status CommunicatorImpl::run_op(const Op& op) {
               straggler_rank_, std::chrono::duration<double>(Clock::now() - op_started_).count());
   }
   current_ = nullptr;
+  recorder_.finished(op.seq, true);
+  // Measure the data plane for the progress deadline (ops of 1 MiB or more).
+  const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
+  const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
+  if (bytes >= (1u << 20) && secs > 0) {
+    const double bw = static_cast<double>(bytes) / secs;
+    const double old = bandwidth_.load();
+    bandwidth_ = old == 0 ? bw : 0.8 * old + 0.2 * bw;
+  }
   record_completion(std::move(rec));
   publish_state(false);
   return Status();
@@ -159,21 +176,26 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
     if (op.kind == OpKind::kBroadcast) return;
+    // An empty collective moves nothing on any rank: nothing to re-run.
+    if (op.kind != OpKind::kBarrier && op.out.count == 0) return;
   }
-  if (size_ == 1) return;
+  if (size_ == 1 || !options_.recovery) return;  // nothing will ever be re-run
   rec.complete = true;
   rec.done = rec.total;
   const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
   size_t tail = 2 * window;
-  if (op.kind == OpKind::kSendRecv) tail = window * 2 + (kSocketBufferBytes * 4) / std::max<size_t>(1, tuning_.piece_bytes);
+  if (op.kind == OpKind::kSendRecv) tail = window * 2 + in_flight_capacity() / std::max<size_t>(1, tuning_.piece_bytes);
   tail = std::min(rec.total, tail);
-  rec.back_up(rank_, size_, tuning_, rec.total - tail, rec.total);  // a barrier backs up nothing, but is covered
+  // An in-place allreduce has overwritten its inputs: the backups its window
+  // hook took before each window are all there is (and all a peer can need).
+  if (!overwrites_input(op)) rec.back_up(rank_, size_, tuning_, rec.total - tail, rec.total);
   rec.release_before(rec.total - tail);
   log_.push(std::move(rec));
 }
 
 Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   const Op& op = rec.op;
+  last_stall_was_straggler_ = false;
   AlgoContext ctx(*transport_, op, tuning_, scratch_);
   ctx.set_guard(this, progress_budget(op));
   ctx.set_slice_range(first, rec.total);
@@ -192,8 +214,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
       at += (r.end - r.begin) * op.element_size();
     }
   } else {
-    const bool overwrites_input = op.kind == OpKind::kAllreduce && op.in_place() && size_ > 1;
-    if (overwrites_input) {
+    if (overwrites_input(op) && options_.recovery) {
       // Slices before `first` may already hold results: their inputs come
       // from the backups. Each new window is backed up before it is touched.
       rec.map_inputs(&ctx.in_map());
@@ -223,12 +244,18 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   return s;
 }
 
+// The progress deadline: how long an op may move no bytes at all. The caller's
+// timeout (per op, or per communicator) if set; else a floor plus the time the
+// measured data plane needs for a whole window of slices, times a slack factor.
 Clock::duration CommunicatorImpl::progress_budget(const Op& op) const {
   Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
   constexpr auto kYear = std::chrono::hours(24 * 365);
   if (timeout.count() > 0) return timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout);
-  // Until link speed is measured: a floor that outlasts scheduling hiccups.
-  return std::chrono::seconds(30);
+  const double window_bytes = static_cast<double>(tuning_.piece_bytes) * std::max(1, tuning_.window) * size_;
+  const double measured = bandwidth_.load();
+  const double bw = measured > 0 ? measured : 100e6;  // until measured: a pessimistic 100 MB/s
+  const auto derived = std::chrono::duration<double>(options_.deadline_slack * window_bytes / bw);
+  return Clock::duration(options_.deadline_floor) + std::chrono::duration_cast<Clock::duration>(derived);
 }
 
 // No bytes moved for the progress budget. Who is the awaited peer?
@@ -245,9 +272,25 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
     if (v.health == PeerHealth::kDead || dead_[static_cast<size_t>(peer)]) {
       return Status(ErrorCode::kPeerDead, ctx, op.describe() + ": rank " + std::to_string(peer) + " is dead (its process is gone)");
     }
-    const bool behind = op.kind != OpKind::kSendRecv && v.health == PeerHealth::kAlive &&
-                        v.state.op_seq < op.match_seq;
+    // In a ring or chain most ranks wait on a neighbour that is itself waiting:
+    // the op waits for a straggler if ANY live rank has not reached it yet.
+    // For send/recv, the awaited peer being in compute is the straggler.
+    bool behind = false;
+    if (op.kind == OpKind::kSendRecv) {
+      behind = v.health == PeerHealth::kAlive && !v.state.in_comm;
+    } else {
+      for (int q = 0; q < size_ && !behind; ++q) {
+        if (q == rank_) continue;
+        const PeerView w = liveness_->peer(q);
+        if (w.health == PeerHealth::kAlive && w.state.op_seq < op.match_seq) {
+          behind = true;
+          peer = q;
+          ctx.peer = q;
+        }
+      }
+    }
     if (behind) {
+      const PeerView& late_view = liveness_->peer(peer);
       const auto late = Clock::now() - op_started_;
       const bool explicit_timeout = op.options.timeout.count() > 0 || options_.op_timeout.count() > 0;
       if (!explicit_timeout && late < options_.straggler_timeout) return Status();  // wait on; interrupted() logs it
@@ -255,7 +298,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
       return Status(ErrorCode::kTimeout, ctx,
                     op.describe() + ": rank " + std::to_string(peer) + " is alive but has not reached this op after " +
                         std::to_string(std::chrono::duration_cast<Millis>(late).count()) + " ms (it is at collective seq " +
-                        std::to_string(v.state.op_seq) + (v.state.in_comm ? ", in comm" : ", in compute") + ")" +
+                        std::to_string(late_view.state.op_seq) + (late_view.state.in_comm ? ", in comm" : ", in compute") + ")" +
                         (explicit_timeout ? "; the op's timeout expired" : "; the straggler timeout expired"));
     }
     if (v.health == PeerHealth::kSilent) {

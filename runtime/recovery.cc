@@ -41,7 +41,7 @@ void CommunicatorImpl::publish_fatal(const Status& s) {
   // The first diagnosis wins; ranks that learned it from the store do not restate it.
   if (auto there = store_->check(epoch_key("fatal", epoch_.load())); there.ok() && there.value()) return;
   const std::string text = std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.context().peer) + "\n" +
-                           s.message() + " (reported by rank " + std::to_string(rank_) + ")";
+                           std::to_string(rank_) + "\n" + s.message() + " (reported by rank " + std::to_string(rank_) + ")";
   (void)store_->set(epoch_key("fatal", epoch_.load()), Bytes(text.begin(), text.end()));
   const std::string why = "rank " + std::to_string(rank_) + " gave up: " + s.to_string();
   (void)store_->set(epoch_key("failed", epoch_.load()), Bytes(why.begin(), why.end()));
@@ -78,8 +78,12 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
       if (text.ok()) {
         std::string t(text.value().begin(), text.value().end());
         const int code = std::atoi(t.c_str());
-        const int origin = std::atoi(t.c_str() + t.find('\n') + 1);
-        t = t.substr(t.find('\n') + 1);
+        // code \n peer \n reporter \n message. The peer named is the other
+        // party of the failure: the reporter when the peer was this rank.
+        size_t a = t.find('\n'), b = t.find('\n', a + 1), c = t.find('\n', b + 1);
+        const int orig_peer = std::atoi(t.c_str() + a + 1), reporter = std::atoi(t.c_str() + b + 1);
+        const int origin = orig_peer == rank_ ? reporter : orig_peer;
+        t = t.substr(c);
         return Status(static_cast<ErrorCode>(code), ErrorContext{rank_, origin, current_ ? current_->op.seq : 0, failed, "tcp"},
                       t.substr(t.find('\n') + 1));
       }
@@ -157,7 +161,8 @@ Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* curr
 
 Status CommunicatorImpl::recover_and_replay(Status cause, OpRecord* current, size_t* resume) {
   // A failure while re-running completed ops is just another failed epoch.
-  for (int attempt = 0; attempt < options_.max_recoveries_per_op; ++attempt) {
+  while (recoveries_this_op_ < options_.max_recoveries_per_op) {
+    ++recoveries_this_op_;
     auto plan = recover(cause);
     if (!plan.ok()) return plan.status();
     Status s = replay_completed(plan.value(), current, resume);
@@ -166,6 +171,38 @@ Status CommunicatorImpl::recover_and_replay(Status cause, OpRecord* current, siz
     cause = s;
   }
   return Status(cause.code(), cause.context(), cause.message() + " (gave up: recovery kept failing)");
+}
+
+void CommunicatorImpl::report_positions(const Status& s) {
+  if (size_ == 1 || !store_) return;
+  const uint32_t e = epoch_.load();
+  const std::string mine = recorder_.position();
+  (void)store_->set(epoch_key("where", e) + "/" + std::to_string(rank_), Bytes(mine.begin(), mine.end()));
+  // Ranks that fail for good publish theirs too; give them a moment.
+  std::string summary;
+  const Deadline until = Deadline::after(std::chrono::milliseconds(1000));
+  for (int q = 0; q < size_; ++q) {
+    std::string where;
+    if (q == rank_) {
+      where = mine;
+    } else if (dead_ && dead_[static_cast<size_t>(q)]) {
+      where = "dead (process gone)";
+    } else {
+      auto v = store_->get(epoch_key("where", e) + "/" + std::to_string(q), std::max<Millis>(Millis(1), until.remaining_ms()));
+      if (v.ok()) {
+        where.assign(v.value().begin(), v.value().end());
+      } else if (liveness_) {
+        const PeerView pv = liveness_->peer(q);
+        where = std::string("no report; heartbeats say ") + to_string(pv.health) + ", at collective seq " +
+                std::to_string(pv.state.op_seq) + (pv.state.in_comm ? " (in comm)" : " (in compute)");
+      } else {
+        where = "no report";
+      }
+    }
+    summary += "\n  rank " + std::to_string(q) + ": " + where;
+  }
+  RCOLL_LOG(kError, "where every rank was when %s failed for good (%s):%s", current_ ? current_->op.describe().c_str() : "the communicator",
+            to_string(s.code()), summary.c_str());
 }
 
 }  // namespace rcoll

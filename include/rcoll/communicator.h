@@ -98,6 +98,9 @@ class Communicator {
   // Waits for issued ops, then closes every connection. Later ops fail with kClosed.
   void close();
   Counters counters() const;
+  // A multi-line report for humans: identity, epoch, transport, counters, the
+  // progress deadline in force, and the flight recorder's last ops.
+  std::string diagnostics() const;
 
  private:
   explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);

@@ -38,8 +38,12 @@ struct Options {
   // Deadlines.
   std::chrono::milliseconds connect_timeout{8000};  // per epoch: listeners, connects, hello
   std::chrono::milliseconds store_timeout{30000};   // store waits during setup
-  // Progress deadline of one op; 0 = derived from size and measured link speed.
+  // Progress deadline of one op: how long it may move no bytes before the data
+  // plane counts as hung (RCOLL_OP_TIMEOUT_MS). 0 = derived: deadline_floor plus
+  // deadline_slack times the time a window of slices takes at the measured speed.
   std::chrono::milliseconds op_timeout{0};
+  std::chrono::milliseconds deadline_floor{10000};
+  double deadline_slack = 4.0;
 
   // Recovery. When an op fails (deadline, transport error, a peer's abort
   // notice) the communicator aborts the data plane, agrees with every rank on
