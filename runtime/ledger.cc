@@ -8,6 +8,45 @@
 
 namespace rcoll {
 
+PooledBuffer& PooledBuffer::operator=(PooledBuffer&& o) noexcept {
+  if (this != &o) {
+    if (pool_ && data_) pool_->give(std::move(data_), capacity_);
+    pool_ = o.pool_;
+    data_ = std::move(o.data_);
+    capacity_ = o.capacity_;
+    size_ = o.size_;
+    o.pool_ = nullptr;
+    o.capacity_ = o.size_ = 0;
+  }
+  return *this;
+}
+
+PooledBuffer::~PooledBuffer() {
+  if (pool_ && data_) pool_->give(std::move(data_), capacity_);
+}
+
+PooledBuffer BufferPool::take(size_t bytes) {
+  // Smallest free block that fits.
+  size_t best = free_.size();
+  for (size_t i = 0; i < free_.size(); ++i) {
+    if (free_[i].second >= bytes && (best == free_.size() || free_[i].second < free_[best].second)) best = i;
+  }
+  if (best < free_.size()) {
+    auto block = std::move(free_[best]);
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+    free_bytes_ -= block.second;
+    return PooledBuffer(this, std::move(block.first), block.second, bytes);
+  }
+  const size_t capacity = std::max<size_t>(bytes, 1);
+  return PooledBuffer(this, std::make_unique_for_overwrite<char[]>(capacity), capacity, bytes);
+}
+
+void BufferPool::give(std::unique_ptr<char[]> data, size_t capacity) {
+  if (free_bytes_ + capacity > keep_) return;  // over what we keep: free it
+  free_bytes_ += capacity;
+  free_.emplace_back(std::move(data), capacity);
+}
+
 size_t OpRecord::backup_bytes() const {
   size_t n = 0;
   for (const auto& b : backups) n += b.data.size();
@@ -47,7 +86,7 @@ void OpRecord::back_up(int rank, int size, const Tuning& tuning, size_t first, s
     b.slice_end = run_end;
     size_t bytes = 0;
     for (const auto& r : plan.inputs) bytes += (r.end - r.begin) * es;
-    b.data.resize(bytes);
+    b.data = pool ? pool->take(bytes) : PooledBuffer(nullptr, std::make_unique_for_overwrite<char[]>(std::max<size_t>(bytes, 1)), bytes, bytes);
     size_t at = 0;
     for (const auto& r : plan.inputs) {
       const size_t n = (r.end - r.begin) * es;

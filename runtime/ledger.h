@@ -25,11 +25,47 @@
 
 namespace rcoll {
 
+class BufferPool;
+
+// Memory from a BufferPool that goes back to it when destroyed. Backups are
+// taken on every op, so their memory is recycled rather than allocated (and
+// page-faulted in) each time.
+class PooledBuffer {
+ public:
+  PooledBuffer() = default;
+  PooledBuffer(BufferPool* pool, std::unique_ptr<char[]> data, size_t capacity, size_t size)
+      : pool_(pool), data_(std::move(data)), capacity_(capacity), size_(size) {}
+  PooledBuffer(PooledBuffer&& o) noexcept { *this = std::move(o); }
+  PooledBuffer& operator=(PooledBuffer&& o) noexcept;
+  ~PooledBuffer();
+  char* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  BufferPool* pool_ = nullptr;
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+};
+
+// Free blocks kept for reuse, up to `keep_bytes`. Progress thread only.
+class BufferPool {
+ public:
+  explicit BufferPool(size_t keep_bytes) : keep_(keep_bytes) {}
+  PooledBuffer take(size_t bytes);
+  void give(std::unique_ptr<char[]> data, size_t capacity);
+
+ private:
+  size_t keep_;
+  size_t free_bytes_ = 0;
+  std::vector<std::pair<std::unique_ptr<char[]>, size_t>> free_;
+};
+
 struct InputBackup {
   size_t slice_first = 0;
   size_t slice_end = 0;
   std::vector<ElementRange> ranges;  // element ranges of the op's input, in order
-  std::vector<char> data;            // their bytes, concatenated
+  PooledBuffer data;                 // their bytes, concatenated
 };
 
 struct OpRecord {
@@ -38,6 +74,10 @@ struct OpRecord {
   size_t done = 0;        // slices [0, done) complete on this rank
   bool complete = false;  // the caller has its result
   bool replayable = true; // false when its backups would exceed the budget
+  // First slice of the last window run: a rank that finished the op is at most
+  // one window ahead of the slowest, so a peer resumes no earlier than this.
+  size_t last_window_first = 0;
+  BufferPool* pool = nullptr;
   std::vector<InputBackup> backups;
 
   size_t backup_bytes() const;
@@ -55,7 +95,8 @@ struct OpRecord {
 class ReplayLog {
  public:
   ReplayLog(size_t budget_bytes, size_t in_flight_capacity)
-      : budget_(budget_bytes), in_flight_capacity_(in_flight_capacity) {}
+      : pool_(budget_bytes), budget_(budget_bytes), in_flight_capacity_(in_flight_capacity) {}
+  BufferPool* pool() { return &pool_; }
   void push(OpRecord record);
   std::deque<OpRecord>& records() { return records_; }
   size_t bytes() const;
@@ -65,6 +106,7 @@ class ReplayLog {
   std::vector<uint64_t> recv_through;
 
  private:
+  BufferPool pool_;  // declared before records_: outlives their backups
   size_t budget_;
   size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
   std::deque<OpRecord> records_;

@@ -82,6 +82,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   OpRecord rec;
   rec.op = op;
+  rec.pool = log_.pool();
   rec.total = plan_slices(op, rank_, size_, tuning_, 0, SIZE_MAX).slices;
   // An injected stall makes this rank late to the op, as a rank busy in
   // compute would be: before it says (in its heartbeats) that it is in the op.
@@ -182,14 +183,19 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
   if (size_ == 1 || !options_.recovery) return;  // nothing will ever be re-run
   rec.complete = true;
   rec.done = rec.total;
-  const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
-  size_t tail = 2 * window;
-  if (op.kind == OpKind::kSendRecv) tail = window * 2 + in_flight_capacity() / std::max<size_t>(1, tuning_.piece_bytes);
-  tail = std::min(rec.total, tail);
+  // A peer resumes no earlier than the start of this rank's last window (it
+  // finished the window before), so that window's inputs are all a peer can
+  // need. A send can be further ahead: by what the sockets hold.
+  size_t tail_first = rec.last_window_first;
+  if (op.kind == OpKind::kSendRecv) {
+    const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
+    const size_t slices = window * 2 + in_flight_capacity() / std::max<size_t>(1, tuning_.piece_bytes);
+    tail_first = rec.total > slices ? rec.total - slices : 0;
+  }
   // An in-place allreduce has overwritten its inputs: the backups its window
   // hook took before each window are all there is (and all a peer can need).
-  if (!overwrites_input(op)) rec.back_up(rank_, size_, tuning_, rec.total - tail, rec.total);
-  rec.release_before(rec.total - tail);
+  if (!overwrites_input(op)) rec.back_up(rank_, size_, tuning_, tail_first, rec.total);
+  rec.release_before(tail_first);
   log_.push(std::move(rec));
 }
 
@@ -214,17 +220,18 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
       at += (r.end - r.begin) * op.element_size();
     }
   } else {
-    if (overwrites_input(op) && options_.recovery) {
-      // Slices before `first` may already hold results: their inputs come
-      // from the backups. Each new window is backed up before it is touched.
-      rec.map_inputs(&ctx.in_map());
-      const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
-      ctx.set_window_hook([&rec, &ctx, window, this](size_t begin, size_t end) {
-        rec.back_up(rank_, size_, tuning_, begin, end);
-        if (begin >= window) rec.release_before(begin - window);
-        (void)ctx;
-      });
-    }
+    // Slices before `first` may already hold results: their inputs come from
+    // the backups. Each window's first slice is recorded (the completed op's
+    // tail), and an in-place op backs the window up before touching it.
+    if (overwrites_input(op) && options_.recovery) rec.map_inputs(&ctx.in_map());
+    const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
+    const bool backs_up = overwrites_input(op) && options_.recovery;
+    ctx.set_window_hook([&rec, window, backs_up, this](size_t begin, size_t end) {
+      rec.last_window_first = begin;
+      if (!backs_up) return;
+      rec.back_up(rank_, size_, tuning_, begin, end);
+      if (begin >= window) rec.release_before(begin - window);
+    });
     if (first == 0 && !faults_.empty()) inject_before(op, ctx);
   }
   Status s;

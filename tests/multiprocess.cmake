@@ -59,6 +59,11 @@ foreach(op allreduce allgather reduce_scatter broadcast sendrecv)
                    ${RCOLL_FAULT_RUN} --sizes 64M --ops ${op} --expect-recoveries 1)
   set_tests_properties(recovery_close_link_${op} PROPERTIES TIMEOUT 320 LABELS "faults;recovery")
 endforeach()
+# The same for in-place allreduce (op 2 of the worker): inputs come from window backups.
+add_test(NAME recovery_close_link_allreduce_in_place
+         COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=2,op=2 --
+                 ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce --expect-recoveries 1)
+set_tests_properties(recovery_close_link_allreduce_in_place PROPERTIES TIMEOUT 320 LABELS "faults;recovery")
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
 add_test(NAME recovery_straggler_no_recovery
          COMMAND ${RCOLL_EXPECT} 0 "rank 2 is late to allreduce seq 2.*no recovery && arrived [0-9.]+ s late" 60 --
