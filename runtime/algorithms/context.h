@@ -22,7 +22,7 @@
 namespace rcoll {
 
 struct Tuning {
-  size_t piece_bytes = 512 * 1024;  // most payload bytes of one frame
+  size_t piece_bytes = 128 * 1024;  // most payload bytes of one frame (measured: beats 256K/512K on loopback)
   int window = 4;                   // slices in flight at once
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
   size_t small_allreduce_bytes = 64 * 1024;
