@@ -38,24 +38,31 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
   }
   const Deadline connect_deadline = Deadline::after(impl->options_.connect_timeout);
   if (Status s = impl->connect_epoch(0, connect_deadline); !s.ok()) return s;
-  if (impl->size_ > 1) {
+  if (Status s = impl->start_liveness(connect_deadline); !s.ok()) return s;
+  impl->progress_ = std::thread([p = impl.get()] { p->progress_loop(); });
+  return impl;
+}
+
+// The heartbeat side channel of the current group (none for a single rank).
+Status CommunicatorImpl::start_liveness(Deadline deadline) {
+  if (size_ > 1) {
     LivenessParams lp;
-    lp.rank = impl->rank_;
-    lp.size = impl->size_;
-    lp.store = impl->store_;
-    lp.ifname_spec = impl->options_.socket_ifname;
-    lp.prefer_loopback = impl->prefer_loopback();
-    lp.job_token = impl->boot_.job_token;
-    lp.interval = std::max<Millis>(Millis(10), impl->options_.liveness_budget / 15);
-    lp.budget = impl->options_.liveness_budget;
-    lp.connect_deadline = connect_deadline;
+    lp.rank = rank_;
+    lp.size = size_;
+    lp.store = store_;
+    lp.ifname_spec = options_.socket_ifname;
+    lp.prefer_loopback = prefer_loopback();
+    lp.job_token = boot_.job_token;
+    lp.interval = std::max<Millis>(Millis(10), options_.liveness_budget / 15);
+    lp.budget = options_.liveness_budget;
+    lp.connect_deadline = deadline;
     auto live = Liveness::start(lp);
     if (!live.ok()) return live.status();
-    impl->liveness_ = std::move(live).value();
-    impl->dead_.reset(new std::atomic<bool>[static_cast<size_t>(impl->size_)]);
-    for (int q = 0; q < impl->size_; ++q) impl->dead_[static_cast<size_t>(q)] = false;
-    CommunicatorImpl* self = impl.get();
-    impl->liveness_->set_listener([self](const LivenessEvent& e) {
+    liveness_ = std::move(live).value();
+    dead_.reset(new std::atomic<bool>[static_cast<size_t>(size_)]);
+    for (int q = 0; q < size_; ++q) dead_[static_cast<size_t>(q)] = false;
+    CommunicatorImpl* self = this;
+    liveness_->set_listener([self](const LivenessEvent& e) {
       switch (e.kind) {
         case LivenessEvent::Kind::kPeerDead:
           self->dead_[static_cast<size_t>(e.peer)] = true;
@@ -74,12 +81,11 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
       }
     });
     // A death reported before the listener was in place is only in the views.
-    for (int q = 0; q < impl->size_; ++q) {
-      if (q != impl->rank_ && impl->liveness_->peer(q).health == PeerHealth::kDead) impl->dead_[static_cast<size_t>(q)] = true;
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_ && liveness_->peer(q).health == PeerHealth::kDead) dead_[static_cast<size_t>(q)] = true;
     }
   }
-  impl->progress_ = std::thread([p = impl.get()] { p->progress_loop(); });
-  return impl;
+  return Status();
 }
 
 CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot)
@@ -118,6 +124,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
     }
     const int64_t instance = (ticket.value() - 1) / size_;
     store_ = make_prefix_store(base, std::to_string(instance));
+    instance_store_ = store_;
   }
   TcpConnectParams p;
   p.rank = rank_;
@@ -147,7 +154,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   epoch_ = epoch;
   if (epoch > 0) return Status();
   RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport tcp, store: %s, identity from %s",
-            options_.name.c_str(), size_, epoch, boot_.store_description.c_str(), boot_.identity_source.c_str());
+            options_.name.c_str(), size_.load(), epoch, boot_.store_description.c_str(), boot_.identity_source.c_str());
   return Status();
 }
 
@@ -201,7 +208,7 @@ std::string CommunicatorImpl::diagnostics() const {
   std::snprintf(head, sizeof(head),
                 "rcoll communicator '%s': rank %d of %d, epoch %lld, transport %s, %llu ops, %llu recoveries (%.3f s), "
                 "%llu B sent, %llu B received, progress deadline %.1f s\nlast ops (oldest first):\n",
-                options_.name.c_str(), rank_, size_, static_cast<long long>(c.epoch), c.transport.c_str(),
+                options_.name.c_str(), rank_.load(), size_.load(), static_cast<long long>(c.epoch), c.transport.c_str(),
                 static_cast<unsigned long long>(c.ops), static_cast<unsigned long long>(c.recoveries), c.recovery_seconds,
                 static_cast<unsigned long long>(c.bytes_sent), static_cast<unsigned long long>(c.bytes_received),
                 std::chrono::duration<double>(progress_budget(Op{})).count());

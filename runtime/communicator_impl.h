@@ -45,6 +45,11 @@ class CommunicatorImpl : public ProgressGuard {
  private:
   CommunicatorImpl(Options options, Bootstrap boot);
   Status connect_epoch(uint32_t epoch, Deadline deadline);
+  Status start_liveness(Deadline deadline);
+  // Shrink mode: agree with the other survivors on the new group, renumber,
+  // rebuild the data plane and the heartbeat mesh. Ops queued for the old
+  // group fail with `why`.
+  Status shrink(const Status& why);
   // Every rank on this host (the store is local): use loopback by default.
   bool prefer_loopback() const {
     const std::string& d = boot_.store_description;
@@ -81,8 +86,11 @@ class CommunicatorImpl : public ProgressGuard {
 
   Options options_;
   Bootstrap boot_;
-  int rank_;
-  int size_;
+  std::atomic<int> rank_;
+  std::atomic<int> size_;
+  int shrink_generation_ = 0;
+  Status shrink_unreported_;  // a shrink done while idle, not yet told to the caller
+  std::shared_ptr<Store> instance_store_;  // this communicator instance's namespace
   std::shared_ptr<Store> store_;  // namespaced for this communicator instance
   Tuning tuning_;
   Scratch scratch_;

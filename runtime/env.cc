@@ -181,6 +181,9 @@ Status apply_env_overrides(Options* o) {
   auto recovery = env_int("RCOLL_RECOVERY", 0, 1);
   if (!recovery.ok()) return recovery.status();
   if (recovery.value()) o->recovery = *recovery.value() == 1;
+  auto shrink = env_int("RCOLL_SHRINK", 0, 1);
+  if (!shrink.ok()) return shrink.status();
+  if (shrink.value()) o->shrink_on_death = *shrink.value() == 1;
   auto recovery_timeout = env_int("RCOLL_RECOVERY_TIMEOUT_MS", 1, 24LL * 3600 * 1000);
   if (!recovery_timeout.ok()) return recovery_timeout.status();
   if (recovery_timeout.value()) o->recovery_timeout = Millis(*recovery_timeout.value());

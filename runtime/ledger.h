@@ -97,6 +97,13 @@ class ReplayLog {
   ReplayLog(size_t budget_bytes, size_t in_flight_capacity)
       : pool_(budget_bytes), budget_(budget_bytes), in_flight_capacity_(in_flight_capacity) {}
   BufferPool* pool() { return &pool_; }
+  // Forgets every record and sequence (a new group after a shrink).
+  void reset(int size) {
+    records_.clear();
+    collective_through = 0;
+    send_through.assign(static_cast<size_t>(size), 0);
+    recv_through.assign(static_cast<size_t>(size), 0);
+  }
   void push(OpRecord record);
   std::deque<OpRecord>& records() { return records_; }
   size_t bytes() const;

@@ -33,6 +33,18 @@ void CommunicatorImpl::progress_loop() {
           op.options.timeout = options_.recovery_timeout;
         } else {
           lock.unlock();
+          if (fatal_.ok() && options_.shrink_on_death && size_ > 1 && first_dead_peer() >= 0) {
+            const int dead = first_dead_peer();
+            Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), "tcp"},
+                       "rank " + std::to_string(dead) + " died (its process is gone)");
+            if (Status s = shrink(why); !s.ok()) {
+              fatal_ = s;
+              RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
+            } else {
+              shrink_unreported_ = why;  // the caller learns it from its next op
+            }
+            continue;
+          }
           // Idle: a peer may have failed the epoch and need this rank in the recovery.
           if (fatal_.ok() && options_.recovery && size_ > 1 && epoch_failed_elsewhere()) {
             Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
@@ -80,6 +92,14 @@ Status CommunicatorImpl::run_op(const Op& op) {
     return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), transport_->name()},
                   op.describe() + " not run: the communicator gave up after an earlier failure: " + fatal_.message());
   }
+  if (!shrink_unreported_.ok()) {
+    // The group shrank while this rank was idle: this op was meant for the old group.
+    Status why = shrink_unreported_;
+    shrink_unreported_ = Status();
+    return Status(ErrorCode::kPeerDead, why.context(),
+                  op.describe() + " not run: " + why.message() + "; shrink mode: the communicator went on without it as " +
+                      std::to_string(size_.load()) + " ranks (this rank is now rank " + std::to_string(rank_.load()) + ")");
+  }
   OpRecord rec;
   rec.op = op;
   rec.pool = log_.pool();
@@ -113,6 +133,19 @@ Status CommunicatorImpl::run_op(const Op& op) {
     } else if (recoverable(s) && options_.recovery && size_ > 1) {
       s = recover_and_replay(s, &rec, &first);
       if (s.ok()) continue;
+    }
+    if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
+      current_ = nullptr;
+      recorder_.finished(op.seq, false);
+      const int was = rank_, of = size_;
+      if (Status shrunk = shrink(s); shrunk.ok()) {
+        return Status(ErrorCode::kPeerDead, s.context(),
+                      s.message() + "; shrink mode: the communicator went on without it, rank " + std::to_string(was) +
+                          " of " + std::to_string(of) + " is now rank " + std::to_string(rank_.load()) + " of " +
+                          std::to_string(size_.load()));
+      } else {
+        s = shrunk;
+      }
     }
     fatal_ = s;
     current_ = nullptr;

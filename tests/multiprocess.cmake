@@ -87,6 +87,13 @@ add_test(NAME recovery_sigstop_forever_named
 add_test(NAME recovery_sigkill_named
          COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && \\[[013]\\] rcoll error: \\[rank [013] peer 2 .*peer dead" 30 --
                  ${RCOLL_RUN} -n 4 --linger 10 --inject kill:rank=2,op=3 -- ${RCOLL_FAULT_RUN} --sizes 1M --ops allreduce)
+# Shrink mode: rank 2 is killed; the survivors get kPeerDead once, continue as
+# 3 ranks, and run the whole suite again with every result right.
+add_test(NAME recovery_shrink_after_death
+         COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && now rank [0-2] of 3 && \\[[013]\\] rank 0/3: [0-9]+ checks, 0 failed && \\[[013]\\] rank 1/3: [0-9]+ checks, 0 failed && \\[[013]\\] rank 2/3: [0-9]+ checks, 0 failed" 60 --
+                 env RCOLL_SHRINK=1 ${RCOLL_RUN} -n 4 --linger 30 --inject kill:rank=2,op=5 --
+                 ${RCOLL_CORRECTNESS} --sizes 7,4K+3,64K --dtypes float32,int32 --survive-shrink 1)
+set_tests_properties(recovery_shrink_after_death PROPERTIES TIMEOUT 120 LABELS "faults;recovery")
 # The soak: ~2,900 mixed ops at 4 ranks with random link closes and chunk delays;
 # every result right and exactly one recovery per injected data-plane fault.
 add_test(NAME recovery_soak_random_faults

@@ -51,6 +51,11 @@ struct Options {
   bool recovery = true;                                // RCOLL_RECOVERY=0 turns it off
   std::chrono::milliseconds recovery_timeout{30000};   // RCOLL_RECOVERY_TIMEOUT_MS
   int max_recoveries_per_op = 8;
+  // Shrink mode (RCOLL_SHRINK=1): when a rank dies, the survivors agree on the
+  // new group and go on without it. The op that saw the death, and every op
+  // issued before the shrink, fail with kPeerDead; rank() and size() then
+  // describe the new group, and ops issued from there on run in it.
+  bool shrink_on_death = false;
   // A peer whose heartbeats stop for this long is suspect (RCOLL_LIVENESS_MS);
   // a peer whose process died is reported within it.
   std::chrono::milliseconds liveness_budget{1500};

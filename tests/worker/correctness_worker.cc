@@ -329,6 +329,7 @@ int main(int argc, char** argv) {
   long max_recoveries = -1;        // at most this many
   bool recoveries_equal_faults = false;  // recoveries == data-plane faults injected on all ranks
   int repeat = 1;
+  bool survive_shrink = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -339,6 +340,7 @@ int main(int argc, char** argv) {
     else if (k == "--max-recoveries") max_recoveries = std::stol(argv[i + 1]);
     else if (k == "--recoveries-equal-faults") recoveries_equal_faults = std::string(argv[i + 1]) == "1";
     else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
+    else if (k == "--survive-shrink") survive_shrink = std::string(argv[i + 1]) == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -353,6 +355,10 @@ int main(int argc, char** argv) {
 
   try {
     rcoll::Communicator comm = rcoll::Communicator::create();
+    // With --survive-shrink, a rank death shrinks the group (RCOLL_SHRINK=1):
+    // the op that saw it fails with kPeerDead, and the suite runs again, from
+    // the start, on the survivors.
+    auto run_suite = [&]() {
     const int p = comm.size(), r = comm.rank();
     int salt = 0;
     for (int pass = 0; pass < repeat; ++pass)
@@ -419,6 +425,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "FAIL rank %d: expected at least %ld recoveries, counted %llu\n", r, expect_recoveries,
                    static_cast<unsigned long long>(counters.recoveries));
       ++g_failures;
+    }
+    };
+    for (int attempt = 0;; ++attempt) {
+      try {
+        run_suite();
+        break;
+      } catch (const rcoll::Error& e) {
+        if (!survive_shrink || e.code() != rcoll::ErrorCode::kPeerDead || attempt > 0) throw;
+        std::printf("after a rank died the group shrank: now rank %d of %d (%s); running the suite again\n", comm.rank(),
+                    comm.size(), e.what());
+        g_checks = 0;
+        g_failures = 0;
+      }
     }
   } catch (const rcoll::Error& e) {
     std::fprintf(stderr, "rcoll error: %s\n", e.what());

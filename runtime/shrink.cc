@@ -1,0 +1,86 @@
+// Shrink mode: a rank died, the survivors continue as a smaller group.
+//
+// Every survivor registers under "shrink/<generation>/alive/<old rank>" and
+// waits until each old rank has either registered or is known dead (its
+// heartbeat connection closed). All survivors then read the same set, number
+// themselves by old rank order, and build a fresh data plane and heartbeat mesh
+// in a new store namespace. Nothing of the old group's ops is resumed: the dead
+// rank's contribution is gone, so those ops fail with kPeerDead and the caller,
+// seeing rank() and size() change, decides what to redo.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+
+namespace rcoll {
+
+Status CommunicatorImpl::shrink(const Status& why) {
+  const int old_rank = rank_, old_size = size_;
+  const Deadline deadline = Deadline::after(options_.recovery_timeout);
+  const std::string gen = "shrink/" + std::to_string(shrink_generation_) + "/alive/";
+  RCOLL_LOG(kWarn, "shrink mode: %s; agreeing with the survivors on a group without the dead rank(s)", why.to_string().c_str());
+  if (transport_) transport_->abort(why);
+  if (Status s = instance_store_->set(gen + std::to_string(old_rank), Bytes{'1'}); !s.ok()) return s;
+
+  std::vector<int> survivors;
+  for (;;) {
+    survivors.clear();
+    bool settled = true;
+    for (int q = 0; q < old_size; ++q) {
+      auto alive = instance_store_->check(gen + std::to_string(q));
+      if (alive.ok() && alive.value()) {
+        survivors.push_back(q);
+      } else if (!(dead_ && dead_[static_cast<size_t>(q)])) {
+        settled = false;  // neither registered nor known dead yet
+      }
+    }
+    if (settled) break;
+    if (deadline.expired()) {
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{old_rank, -1, 0, epoch_.load(), "tcp"},
+                    "shrink could not settle the surviving group within the recovery timeout");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  int new_rank = -1;
+  for (size_t i = 0; i < survivors.size(); ++i)
+    if (survivors[i] == old_rank) new_rank = static_cast<int>(i);
+  const int new_size = static_cast<int>(survivors.size());
+  std::string members;
+  for (int q : survivors) members += (members.empty() ? "" : ",") + std::to_string(q);
+
+  // The old group's machinery goes; ops queued for it fail.
+  transport_.reset();
+  liveness_.reset();
+  std::deque<Op> stale;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stale.swap(queue_);
+    rank_ = new_rank;
+    size_ = new_size;
+    collective_seq_ = 0;
+    send_seq_.assign(static_cast<size_t>(new_size), 0);
+    recv_seq_.assign(static_cast<size_t>(new_size), 0);
+  }
+  for (Op& op : stale) {
+    op.work->finish(Status(ErrorCode::kPeerDead, ErrorContext{old_rank, why.context().peer, op.seq, epoch_.load(), "tcp"},
+                           op.describe() + " was issued for the group of " + std::to_string(old_size) +
+                               " ranks, which shrank after a rank died; not run"));
+  }
+  log_.reset(new_size);
+  dead_.reset();
+  fatal_ = Status();
+  epoch_failed_seen_ = false;
+  ++shrink_generation_;
+  store_ = make_prefix_store(instance_store_, "g" + std::to_string(shrink_generation_));
+  log::set_identity("rank " + std::to_string(new_rank) + "/" + std::to_string(new_size));
+  log::set_thread_identity("rank " + std::to_string(new_rank) + "/" + std::to_string(new_size));
+  if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
+  if (Status s = start_liveness(deadline); !s.ok()) return s;
+  RCOLL_LOG(kWarn, "shrink mode: the group is now old ranks {%s}: this rank was %d of %d and is %d of %d", members.c_str(),
+            old_rank, old_size, new_rank, new_size);
+  return Status();
+}
+
+}  // namespace rcoll
