@@ -119,7 +119,10 @@ class LivenessImpl final : public Liveness {
     bool urgent;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      urgent = state.in_comm != local_.in_comm || state.epoch != local_.epoch;
+      // Only an epoch change is pushed at once. The op state rides the periodic
+      // heartbeat: waking this thread twice per op costs small ops latency,
+      // and straggler decisions are made on the scale of the liveness budget.
+      urgent = state.epoch != local_.epoch;
       local_ = state;
     }
     if (urgent && !urgent_posted_.exchange(true)) asio::post(io_, [this] { on_urgent(); });

@@ -204,32 +204,34 @@ TEST_F(LivenessTest, HeartbeatsCarryEachRanksState) {
   }
 }
 
-// Entering or leaving an op, or a new epoch, is sent at once, not at the next tick.
-TEST_F(LivenessTest, InCommAndEpochChangesAreSentImmediately) {
+// A new epoch is sent at once, not at the next tick. Entering or leaving an op
+// rides the periodic heartbeat (waking the liveness thread twice per op would
+// cost small ops latency): it arrives within one interval.
+TEST_F(LivenessTest, EpochChangesAreSentImmediatelyOpStateWithinAnInterval) {
   constexpr int n = 2;
   std::vector<Events> events(n);
   auto ranks = start_all(n, 2000ms, 10000ms, &events);
   for (auto& l : ranks) ASSERT_NE(l, nullptr);
   std::this_thread::sleep_for(50ms);  // past the first (immediate) heartbeats
 
-  auto wait_until = [&](auto pred) {
+  auto wait_until = [&](auto pred, long limit_ms) {
     const auto t0 = Clock::now();
-    while (!pred() && ms_since(t0) < 1000) std::this_thread::sleep_for(1ms);
+    while (!pred() && ms_since(t0) < limit_ms) std::this_thread::sleep_for(1ms);
     return ms_since(t0);
   };
   ranks[1]->set_local(RankState{7, true, 0});
-  long took = wait_until([&] { return ranks[0]->peer(1).state.in_comm; });
+  long took = wait_until([&] { return ranks[0]->peer(1).state.in_comm; }, 3000);
   EXPECT_TRUE(ranks[0]->peer(1).state.in_comm);
   EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 7u);
-  EXPECT_LT(took, 100) << "entering an op waited for the 2 s heartbeat";
+  EXPECT_LT(took, 2600) << "entering an op was not sent within one heartbeat interval";
 
   ranks[1]->set_local(RankState{7, false, 0});
-  took = wait_until([&] { return !ranks[0]->peer(1).state.in_comm; });
+  took = wait_until([&] { return !ranks[0]->peer(1).state.in_comm; }, 3000);
   EXPECT_FALSE(ranks[0]->peer(1).state.in_comm);
-  EXPECT_LT(took, 100) << "leaving an op waited for the 2 s heartbeat";
+  EXPECT_LT(took, 2600) << "leaving an op was not sent within one heartbeat interval";
 
   ranks[1]->set_local(RankState{8, false, 3});
-  took = wait_until([&] { return ranks[0]->peer(1).state.epoch == 3; });
+  took = wait_until([&] { return ranks[0]->peer(1).state.epoch == 3; }, 1000);
   EXPECT_EQ(ranks[0]->peer(1).state.epoch, 3u);
   EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 8u);
   EXPECT_LT(took, 100) << "a new epoch waited for the 2 s heartbeat";
@@ -238,10 +240,10 @@ TEST_F(LivenessTest, InCommAndEpochChangesAreSentImmediately) {
   const auto t0 = Clock::now();
   for (int i = 0; i < 10000; ++i) ranks[1]->set_local(RankState{1000u + i, (i % 2) == 0, 3});
   EXPECT_LT(ms_since(t0), 500) << "set_local blocked its caller";
-  took = wait_until([&] { return ranks[0]->peer(1).state.op_seq == 10999u; });
+  took = wait_until([&] { return ranks[0]->peer(1).state.op_seq == 10999u; }, 3000);
   EXPECT_EQ(ranks[0]->peer(1).state.op_seq, 10999u);
   EXPECT_FALSE(ranks[0]->peer(1).state.in_comm);
-  EXPECT_LT(took, 100);
+  EXPECT_LT(took, 2600) << "the last state of a burst did not ride the next heartbeat";
 }
 
 TEST_F(LivenessTest, AbortNoticeReachesEveryPeerWithin50ms) {
