@@ -164,6 +164,17 @@ Work CommunicatorImpl::submit(Op op) {
   std::unique_lock<std::mutex> lock(mu_);
   op.seq = ++next_seq_;
   work->seq = op.seq;
+  if (!shrink_unreported_.ok()) {
+    // The group shrank while this rank was idle: tell the caller with this op,
+    // before it is numbered (it was meant for the old group).
+    Status why = shrink_unreported_;
+    shrink_unreported_ = Status();
+    --next_seq_;
+    work->finish(Status(ErrorCode::kPeerDead, why.context(),
+                        op.describe() + " not run: " + why.message() + "; shrink mode: the communicator went on without it as " +
+                            std::to_string(size_.load()) + " ranks (this rank is now rank " + std::to_string(rank_.load()) + ")"));
+    return Work(work);
+  }
   if (closing_ || closed_) {
     work->finish(Status(ErrorCode::kClosed, ErrorContext{rank_, -1, op.seq, epoch_.load(), ""},
                         op.describe() + ": the communicator is closed"));

@@ -48,8 +48,10 @@ class CommunicatorImpl : public ProgressGuard {
   Status start_liveness(Deadline deadline);
   // Shrink mode: agree with the other survivors on the new group, renumber,
   // rebuild the data plane and the heartbeat mesh. Ops queued for the old
-  // group fail with `why`.
-  Status shrink(const Status& why);
+  // group fail with `why`; returns how many. A failure sets fatal_.
+  size_t shrink(const Status& why);
+  Status shrink_group(const Status& why, size_t* stale_count);
+  void shrink_idle(const Status& why);
   // Every rank on this host (the store is local): use loopback by default.
   bool prefer_loopback() const {
     const std::string& d = boot_.store_description;
@@ -89,7 +91,7 @@ class CommunicatorImpl : public ProgressGuard {
   std::atomic<int> rank_;
   std::atomic<int> size_;
   int shrink_generation_ = 0;
-  Status shrink_unreported_;  // a shrink done while idle, not yet told to the caller
+  Status shrink_unreported_;  // a shrink done while idle, not yet told to the caller (under mu_)
   std::shared_ptr<Store> instance_store_;  // this communicator instance's namespace
   std::shared_ptr<Store> store_;  // namespaced for this communicator instance
   Tuning tuning_;

@@ -259,8 +259,23 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
     if (std::get<0>(key) == 'C') {
       for (int q = 0; q < size; ++q)
         if (q != rank) resume = std::min(resume, done_on(q, key, r.total));
+      // A broadcast completes on a rank only when every rank after it has the
+      // whole buffer (the ack chain), and every rank before it forwarded it:
+      // one completed rank means every rank has the data.
+      if (r.op.kind == OpKind::kBroadcast) {
+        for (int q = 0; q < size; ++q) {
+          if (q == rank) continue;
+          const ParsedLedger& l = parsed[static_cast<size_t>(q)];
+          if (!l.done.count(key) && std::get<2>(key) <= l.collective_through) resume = r.total;
+        }
+      }
+    } else if (std::get<0>(key) == 'S') {
+      // The receiver's count is the truth for a send: the sender's own may lag
+      // (bytes in the peer's socket before the write completion was seen), and
+      // both sides must resume at the same slice.
+      resume = done_on(r.op.peer, key, r.total);
     } else {
-      resume = std::min(resume, done_on(r.op.peer, key, r.total));
+      resume = r.done;  // a receive: its own count, which the sender adopts too
     }
     if (r.complete && resume >= r.total) return Status();
     if (r.complete && (!r.replayable || !r.covers(resume, r.total))) {

@@ -37,12 +37,7 @@ void CommunicatorImpl::progress_loop() {
             const int dead = first_dead_peer();
             Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), "tcp"},
                        "rank " + std::to_string(dead) + " died (its process is gone)");
-            if (Status s = shrink(why); !s.ok()) {
-              fatal_ = s;
-              RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
-            } else {
-              shrink_unreported_ = why;  // the caller learns it from its next op
-            }
+            shrink_idle(why);
             continue;
           }
           // Idle: a peer may have failed the epoch and need this rank in the recovery.
@@ -51,7 +46,12 @@ void CommunicatorImpl::progress_loop() {
                          "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
             transport_->abort(cause);
             size_t unused = 0;
+            recoveries_this_op_ = 0;
             Status s = recover_and_replay(cause, nullptr, &unused);
+            if (!s.ok() && options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
+              shrink_idle(s);
+              continue;
+            }
             if (!s.ok()) {
               fatal_ = s;
               publish_fatal(s);
@@ -75,6 +75,17 @@ void CommunicatorImpl::progress_loop() {
   }
 }
 
+// A shrink while no op was running: the caller learns it from its next op
+// (unless ops already queued for the old group failed and told it).
+void CommunicatorImpl::shrink_idle(const Status& why) {
+  const size_t stale = shrink(why);
+  if (!fatal_.ok()) return;
+  if (stale == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    shrink_unreported_ = why;
+  }
+}
+
 bool CommunicatorImpl::recoverable(const Status& s) {
   switch (s.code()) {
     case ErrorCode::kTimeout:
@@ -89,16 +100,8 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 
 Status CommunicatorImpl::run_op(const Op& op) {
   if (!fatal_.ok()) {
-    return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), transport_->name()},
+    return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), "tcp"},
                   op.describe() + " not run: the communicator gave up after an earlier failure: " + fatal_.message());
-  }
-  if (!shrink_unreported_.ok()) {
-    // The group shrank while this rank was idle: this op was meant for the old group.
-    Status why = shrink_unreported_;
-    shrink_unreported_ = Status();
-    return Status(ErrorCode::kPeerDead, why.context(),
-                  op.describe() + " not run: " + why.message() + "; shrink mode: the communicator went on without it as " +
-                      std::to_string(size_.load()) + " ranks (this rank is now rank " + std::to_string(rank_.load()) + ")");
   }
   OpRecord rec;
   rec.op = op;
@@ -138,14 +141,14 @@ Status CommunicatorImpl::run_op(const Op& op) {
       current_ = nullptr;
       recorder_.finished(op.seq, false);
       const int was = rank_, of = size_;
-      if (Status shrunk = shrink(s); shrunk.ok()) {
+      shrink(s);
+      if (fatal_.ok()) {
         return Status(ErrorCode::kPeerDead, s.context(),
                       s.message() + "; shrink mode: the communicator went on without it, rank " + std::to_string(was) +
                           " of " + std::to_string(of) + " is now rank " + std::to_string(rank_.load()) + " of " +
                           std::to_string(size_.load()));
-      } else {
-        s = shrunk;
       }
+      return fatal_;
     }
     fatal_ = s;
     current_ = nullptr;

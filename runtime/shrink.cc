@@ -16,7 +16,17 @@
 
 namespace rcoll {
 
-Status CommunicatorImpl::shrink(const Status& why) {
+size_t CommunicatorImpl::shrink(const Status& why) {
+  size_t stale_count = 0;
+  Status s = shrink_group(why, &stale_count);
+  if (!s.ok()) {
+    fatal_ = s;
+    RCOLL_LOG(kError, "shrink mode: %s; the communicator is unusable from here on", s.to_string().c_str());
+  }
+  return stale_count;
+}
+
+Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   const int old_rank = rank_, old_size = size_;
   const Deadline deadline = Deadline::after(options_.recovery_timeout);
   const std::string gen = "shrink/" + std::to_string(shrink_generation_) + "/alive/";
@@ -63,6 +73,7 @@ Status CommunicatorImpl::shrink(const Status& why) {
     send_seq_.assign(static_cast<size_t>(new_size), 0);
     recv_seq_.assign(static_cast<size_t>(new_size), 0);
   }
+  *stale_count = stale.size();
   for (Op& op : stale) {
     op.work->finish(Status(ErrorCode::kPeerDead, ErrorContext{old_rank, why.context().peer, op.seq, epoch_.load(), "tcp"},
                            op.describe() + " was issued for the group of " + std::to_string(old_size) +
