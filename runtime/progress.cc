@@ -100,6 +100,7 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 
 Status CommunicatorImpl::run_op(const Op& op) {
   if (!fatal_.ok()) {
+    recorder_.finished(op.seq, false);
     return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), "tcp"},
                   op.describe() + " not run: the communicator gave up after an earlier failure: " + fatal_.message());
   }

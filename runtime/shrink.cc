@@ -75,6 +75,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   }
   *stale_count = stale.size();
   for (Op& op : stale) {
+    recorder_.finished(op.seq, false);
     op.work->finish(Status(ErrorCode::kPeerDead, ErrorContext{old_rank, why.context().peer, op.seq, epoch_.load(), "tcp"},
                            op.describe() + " was issued for the group of " + std::to_string(old_size) +
                                " ranks, which shrank after a rank died; not run"));
