@@ -146,16 +146,22 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   }
   auto t_or = connect_tcp_transport(p);
   if (!t_or.ok()) return t_or.status();
-  if (transport_) {
-    bytes_sent_before_ += transport_->bytes_sent();
-    bytes_received_before_ += transport_->bytes_received();
-  }
+  retire_transport();
   transport_ = std::move(t_or).value();
   epoch_ = epoch;
   if (epoch > 0) return Status();
   RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport tcp, store: %s, identity from %s",
             options_.name.c_str(), size_.load(), epoch, boot_.store_description.c_str(), boot_.identity_source.c_str());
   return Status();
+}
+
+// Folds the bytes of the transport being replaced into the running totals.
+void CommunicatorImpl::retire_transport() {
+  if (!transport_) return;
+  bytes_sent_before_ += transport_->bytes_sent();
+  bytes_received_before_ += transport_->bytes_received();
+  bytes_sent_ = 0;
+  bytes_received_ = 0;
 }
 
 Work CommunicatorImpl::submit(Op op) {

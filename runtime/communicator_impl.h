@@ -46,6 +46,7 @@ class CommunicatorImpl : public ProgressGuard {
   CommunicatorImpl(Options options, Bootstrap boot);
   Status connect_epoch(uint32_t epoch, Deadline deadline);
   Status start_liveness(Deadline deadline);
+  void retire_transport();
   // Shrink mode: agree with the other survivors on the new group, renumber,
   // rebuild the data plane and the heartbeat mesh. Ops queued for the old
   // group fail with `why`; returns how many. A failure sets fatal_.

@@ -61,6 +61,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   for (int q : survivors) members += (members.empty() ? "" : ",") + std::to_string(q);
 
   // The old group's machinery goes; ops queued for it fail.
+  retire_transport();
   transport_.reset();
   liveness_.reset();
   std::deque<Op> stale;
