@@ -29,9 +29,6 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
   if (!boot.ok()) return boot.status();
   std::unique_ptr<CommunicatorImpl> impl(new CommunicatorImpl(std::move(options), std::move(boot).value()));
   impl->faults_ = std::move(faults);
-  for (const Fault& f : impl->faults_) {
-    if (f.kind == FaultKind::kRandom) impl->random_state_ = f.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(impl->rank_) + 1;
-  }
   if (!impl->faults_.empty()) {
     RCOLL_LOG(kWarn, "fault injection is on (RCOLL_INJECT=%s): %zu fault(s) planned", env_string("RCOLL_INJECT")->c_str(),
               impl->faults_.size());

@@ -100,7 +100,6 @@ class CommunicatorImpl : public ProgressGuard {
   std::unique_ptr<Transport> transport_;
   std::atomic<uint32_t> epoch_{0};
   std::vector<Fault> faults_;  // from RCOLL_INJECT
-  uint64_t random_state_ = 0;
   std::atomic<uint64_t> injected_{0};
   std::atomic<uint64_t> delays_injected_{0};
   uint64_t injected_through_seq_ = 0;
