@@ -10,10 +10,19 @@
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
 #include "transports/tcp/tcp_transport.h"
+#if RCOLL_HAVE_UCX
+#include "transports/ucx/ucx_transport.h"
+#endif
 
 namespace rcoll {
 
-const char* version_string() { return "0.1.0 (transports: tcp)"; }
+const char* version_string() {
+#if RCOLL_HAVE_UCX
+  return "0.1.0 (transports: ucx, tcp)";
+#else
+  return "0.1.0 (transports: tcp)";
+#endif
+}
 
 // ---------------------------------------------------------------- the runtime
 
@@ -25,9 +34,14 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
     if (!parsed.ok()) return parsed.status();
     faults = std::move(parsed).value();
   }
+  std::vector<std::string> notes;
+  auto chain = TransportChain::make(options, &notes);
+  if (!chain.ok()) return chain.status();
   auto boot = bootstrap(options);
   if (!boot.ok()) return boot.status();
-  std::unique_ptr<CommunicatorImpl> impl(new CommunicatorImpl(std::move(options), std::move(boot).value()));
+  std::unique_ptr<CommunicatorImpl> impl(
+      new CommunicatorImpl(std::move(options), std::move(boot).value(), std::move(chain).value()));
+  for (const auto& n : notes) RCOLL_LOG(kDebug, "transport chain: %s", n.c_str());
   impl->faults_ = std::move(faults);
   if (!impl->faults_.empty()) {
     RCOLL_LOG(kWarn, "fault injection is on (RCOLL_INJECT=%s): %zu fault(s) planned", env_string("RCOLL_INJECT")->c_str(),
@@ -85,8 +99,8 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
   return Status();
 }
 
-CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot)
-    : options_(std::move(options)), boot_(std::move(boot)), rank_(boot_.rank), size_(boot_.size),
+CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain)
+    : options_(std::move(options)), boot_(std::move(boot)), rank_(boot_.rank), size_(boot_.size), chain_(std::move(chain)),
       log_(options_.backup_bytes, 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes) +
                                       2 * static_cast<size_t>(std::max(1, options_.pipeline_depth > 0 ? options_.pipeline_depth : 4)) *
                                           (options_.chunk_bytes > 0 ? options_.chunk_bytes : 128u << 10)),
@@ -106,11 +120,6 @@ CommunicatorImpl::~CommunicatorImpl() { close(); }
 // store shared by several communicators (or by successive ones with one name)
 // keeps their keys apart.
 Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
-  const std::string& t = options_.transport;
-  if (t != "auto" && t != "tcp") {
-    return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, 0, epoch, t},
-                  "transport '" + t + "' is not available in this build (available: tcp)");
-  }
   if (!store_) {
     auto base = make_prefix_store(boot_.store, "rcoll/" + options_.name);
     auto ticket = base->add("instances", 1);
@@ -123,33 +132,121 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
     store_ = make_prefix_store(base, std::to_string(instance));
     instance_store_ = store_;
   }
-  TcpConnectParams p;
-  p.rank = rank_;
-  p.size = size_;
-  p.epoch = epoch;
-  p.store = store_;
-  p.ifname_spec = options_.socket_ifname;
-  p.prefer_loopback = prefer_loopback();
-  p.job_token = boot_.job_token;
-  p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
-  p.deadline = deadline;
+  for (;;) {
+    const std::string name = chain_.current();
+    const std::string failed_key = "connect/" + std::to_string(epoch) + "/" + name + "/failed";
+    auto t = open_transport(name, epoch, deadline, failed_key);
+    // With nowhere to fall back to, a failed connect is the answer; otherwise
+    // every rank learns whether all connected, and all fall back together.
+    Status outcome = t.ok() ? Status() : t.status();
+    if (chain_.has_next() && size_ > 1) outcome = agree_connect(name, epoch, outcome, deadline);
+    if (outcome.ok()) {
+      retire_transport();
+      transport_ = std::move(t).value();
+      transport_name_ = transport_->name();
+      epoch_ = epoch;
+      break;
+    }
+    if (t.ok()) t.value()->abort(outcome);
+    const bool has_next = chain_.has_next();
+    if (!has_next || outcome.code() == ErrorCode::kTimeout) return outcome;
+    chain_.drop_current(Clock::now());
+    fallbacks_ = chain_.fallbacks();
+    RCOLL_LOG(kWarn, "transport %s could not connect epoch %u (%s); falling back to %s for epoch %u (fallback #%llu; chain %s)",
+              name.c_str(), epoch, outcome.to_string().c_str(), chain_.current().c_str(), epoch,
+              static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
+  }
+  if (epoch > 0) return Status();
+  RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport %s (chain %s), store: %s, identity from %s",
+            options_.name.c_str(), size_.load(), epoch, transport_->name(), chain_.describe().c_str(),
+            boot_.store_description.c_str(), boot_.identity_source.c_str());
+  return Status();
+}
+
+Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::string& name, uint32_t epoch,
+                                                                    Deadline deadline, const std::string& failed_key) {
   for (Fault& f : faults_) {
-    if (f.kind == FaultKind::kFailConnect && f.transport == "tcp" && f.count > 0) {
+    if (f.kind == FaultKind::kFailConnect && f.transport == name && f.count > 0 && epoch >= f.epoch &&
+        (f.rank == -1 || f.rank == rank_)) {
       --f.count;
       ++injected_;
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, "tcp"},
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name},
                     "connect of epoch " + std::to_string(epoch) + " failed by fault injection (fail-connect)");
     }
   }
-  auto t_or = connect_tcp_transport(p);
-  if (!t_or.ok()) return t_or.status();
-  retire_transport();
-  transport_ = std::move(t_or).value();
-  epoch_ = epoch;
-  if (epoch > 0) return Status();
-  RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport tcp, store: %s, identity from %s",
-            options_.name.c_str(), size_.load(), epoch, boot_.store_description.c_str(), boot_.identity_source.c_str());
-  return Status();
+  if (name == "tcp") {
+    TcpConnectParams p;
+    p.rank = rank_;
+    p.size = size_;
+    p.epoch = epoch;
+    p.store = store_;
+    p.ifname_spec = options_.socket_ifname;
+    p.prefer_loopback = prefer_loopback();
+    p.job_token = boot_.job_token;
+    p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
+    p.deadline = deadline;
+    return connect_tcp_transport(p);
+  }
+#if RCOLL_HAVE_UCX
+  if (name == "ucx") {
+    UcxConnectParams p;
+    p.rank = rank_;
+    p.size = size_;
+    p.epoch = epoch;
+    p.store = store_;
+    p.job_token = boot_.job_token;
+    p.one_host = prefer_loopback();
+    p.error_mode = options_.ucx_error_mode == "peer"   ? UcxErrorMode::kPeer
+                   : options_.ucx_error_mode == "none" ? UcxErrorMode::kNone
+                                                       : UcxErrorMode::kAuto;
+    p.deadline = deadline;
+    std::shared_ptr<Store> store = store_;
+    const bool can_fall_back = chain_.has_next();
+    p.cancelled = [store, failed_key, can_fall_back] {
+      if (!can_fall_back) return false;
+      auto failed = store->check(failed_key);
+      return failed.ok() && failed.value();
+    };
+    return connect_ucx_transport(p);
+  }
+#endif
+  return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, 0, epoch, name},
+                "transport '" + name + "' is not available in this build");
+}
+
+Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline) {
+  const std::string prefix = "connect/" + std::to_string(epoch) + "/" + name + "/";
+  if (!mine.ok()) {
+    // The failure key first, so that a rank seeing every rank key also sees it.
+    // The first diagnosis wins (a rank that only saw the connect cancelled does not restate it).
+    const std::string text = "rank " + std::to_string(rank_) + ": " + mine.message();
+    if (auto there = store_->check(prefix + "failed"); !there.ok() || !there.value()) {
+      (void)store_->set(prefix + "failed", Bytes(text.begin(), text.end()));
+    }
+  }
+  if (Status s = store_->set(prefix + std::to_string(rank_), Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
+  std::vector<std::string> keys;
+  for (int q = 0; q < size_; ++q) keys.push_back(prefix + std::to_string(q));
+  for (;;) {
+    auto failed = store_->check(prefix + "failed");
+    if (failed.ok() && failed.value()) {
+      auto text = store_->get(prefix + "failed", Millis(1000));
+      std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
+    }
+    Status s = store_->wait(keys, std::min<Millis>(Millis(50), std::max<Millis>(Millis(1), deadline.remaining_ms())));
+    if (s.ok()) {
+      // Every rank reported; a failure would have set the key before its rank's.
+      auto again = store_->check(prefix + "failed");
+      if (again.ok() && again.value()) continue;
+      return Status();
+    }
+    if (s.code() != ErrorCode::kTimeout) return s;
+    if (deadline.expired()) {
+      return Status(ErrorCode::kTimeout, ErrorContext{rank_, -1, 0, epoch, name},
+                    "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " + s.message());
+    }
+  }
 }
 
 // Folds the bytes of the transport being replaced into the running totals.
@@ -239,7 +336,9 @@ Counters CommunicatorImpl::counters() const {
   c.epoch = epoch_;
   c.faults_injected = injected_;
   c.delays_injected = delays_injected_;
-  c.transport = "tcp";
+  c.transport = transport_name_.load();
+  c.fallbacks = fallbacks_;
+  c.probes = probes_;
   return c;
 }
 

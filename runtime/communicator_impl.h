@@ -19,6 +19,7 @@
 #include "runtime/ledger.h"
 #include "runtime/liveness.h"
 #include "runtime/op.h"
+#include "runtime/transport_chain.h"
 #include "transports/transport.h"
 
 namespace rcoll {
@@ -43,8 +44,16 @@ class CommunicatorImpl : public ProgressGuard {
   Status interrupted() override;
 
  private:
-  CommunicatorImpl(Options options, Bootstrap boot);
+  CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain);
+  // Connects the data plane of `epoch` on the chain's current transport,
+  // falling back down the chain (by agreement of every rank) when a connect fails.
   Status connect_epoch(uint32_t epoch, Deadline deadline);
+  // One transport's connect for one epoch (fault injection included).
+  Result<std::unique_ptr<Transport>> open_transport(const std::string& name, uint32_t epoch, Deadline deadline,
+                                                    const std::string& failed_key);
+  // Publishes this rank's connect outcome and learns whether every rank
+  // connected: OK, or the first failure some rank reported.
+  Status agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline);
   Status start_liveness(Deadline deadline);
   void retire_transport();
   // Shrink mode: agree with the other survivors on the new group, renumber,
@@ -98,6 +107,10 @@ class CommunicatorImpl : public ProgressGuard {
   Tuning tuning_;
   Scratch scratch_;
   std::unique_ptr<Transport> transport_;
+  TransportChain chain_;                         // progress thread (and create())
+  std::atomic<const char*> transport_name_{""};  // for counters(), from any thread
+  std::atomic<uint64_t> fallbacks_{0};
+  std::atomic<uint64_t> probes_{0};
   std::atomic<uint32_t> epoch_{0};
   std::vector<Fault> faults_;  // from RCOLL_INJECT
   std::atomic<uint64_t> injected_{0};

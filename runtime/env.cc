@@ -171,6 +171,37 @@ Status apply_env_overrides(Options* o) {
       return Status(ErrorCode::kInvalidArgument, "RCOLL_TRANSPORT='" + o->transport + "' is not auto, tcp, ucx or nccl");
     }
   }
+  if (o->transports.empty()) {
+    if (auto list = env_string("RCOLL_TRANSPORTS")) {
+      size_t start = 0;
+      while (start <= list->size()) {
+        size_t comma = list->find(',', start);
+        if (comma == std::string::npos) comma = list->size();
+        std::string name = list->substr(start, comma - start);
+        start = comma + 1;
+        if (name != "tcp" && name != "ucx" && name != "nccl") {
+          return Status(ErrorCode::kInvalidArgument,
+                        "RCOLL_TRANSPORTS='" + *list + "': '" + name + "' is not tcp, ucx or nccl (a comma-separated list, preferred first)");
+        }
+        o->transports.push_back(name);
+      }
+    }
+  }
+  if (o->ucx_error_mode == "auto") {
+    o->ucx_error_mode = env_string("RCOLL_UCX_ERROR_MODE").value_or("auto");
+    if (o->ucx_error_mode != "auto" && o->ucx_error_mode != "peer" && o->ucx_error_mode != "none") {
+      return Status(ErrorCode::kInvalidArgument, "RCOLL_UCX_ERROR_MODE='" + o->ucx_error_mode + "' is not auto, peer or none");
+    }
+  }
+  auto failures = env_int("RCOLL_TRANSPORT_FAILURES", 1, 1000000);
+  if (!failures.ok()) return failures.status();
+  if (failures.value()) o->transport_failures_to_drop = static_cast<int>(*failures.value());
+  auto window = env_int("RCOLL_TRANSPORT_FAILURE_WINDOW_MS", 1, 7LL * 24 * 3600 * 1000);
+  if (!window.ok()) return window.status();
+  if (window.value()) o->transport_failure_window = Millis(*window.value());
+  auto probe = env_int("RCOLL_TRANSPORT_PROBE_MS", 0, 7LL * 24 * 3600 * 1000);
+  if (!probe.ok()) return probe.status();
+  if (probe.value()) o->transport_probe_after = Millis(*probe.value());
   if (o->socket_ifname.empty()) o->socket_ifname = env_string("RCOLL_SOCKET_IFNAME").value_or("");
   auto op_timeout = env_int("RCOLL_OP_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
   if (!op_timeout.ok()) return op_timeout.status();

@@ -36,7 +36,7 @@ const std::map<std::string, KindInfo>& kinds() {
       {"kill", {FaultKind::kKill, {"rank", "op"}, {}}},
       {"delay-chunk", {FaultKind::kDelayChunk, {"rank", "op", "ms"}, {}}},
       {"drop-chunk", {FaultKind::kDropChunk, {"rank", "op"}, {}}},
-      {"fail-connect", {FaultKind::kFailConnect, {"transport", "count"}, {}}},
+      {"fail-connect", {FaultKind::kFailConnect, {"transport", "count"}, {"rank", "epoch"}}},
       {"random", {FaultKind::kRandom, {"rate", "seed"}, {"kinds"}}},
   };
   return k;
@@ -100,6 +100,10 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
         auto v = parse_int(item, key, value, 1, INT64_MAX);
         if (!v.ok()) return v.status();
         f.op = static_cast<uint64_t>(v.value());
+      } else if (key == "epoch") {
+        auto v = parse_int(item, key, value, 0, UINT32_MAX);
+        if (!v.ok()) return v.status();
+        f.epoch = static_cast<uint32_t>(v.value());
       } else if (key == "ms") {
         auto v = parse_int(item, key, value, 0, 3600 * 1000);
         if (!v.ok()) return v.status();

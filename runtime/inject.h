@@ -12,6 +12,7 @@
 //   delay-chunk  rank, op, ms          the rank holds back a chunk of op for ms
 //   drop-chunk   rank, op              the rank never sends one chunk of op
 //   fail-connect transport, count      the next `count` connects of transport fail
+//                [rank, epoch]         (on that rank only; from that epoch on)
 //   random       rate, seed, kinds     each op of each rank gets a fault of `kinds`
 //                                      ('+'-separated) with probability rate
 #pragma once
@@ -35,6 +36,7 @@ struct Fault {
   int64_t ms = 0;
   std::string transport;
   int count = 0;
+  uint32_t epoch = 0;  // fail-connect: first epoch it applies to
   double rate = 0;
   uint64_t seed = 0;
   std::vector<FaultKind> random_kinds;

@@ -35,7 +35,7 @@ void CommunicatorImpl::progress_loop() {
           lock.unlock();
           if (fatal_.ok() && options_.shrink_on_death && size_ > 1 && first_dead_peer() >= 0) {
             const int dead = first_dead_peer();
-            Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), "tcp"},
+            Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},
                        "rank " + std::to_string(dead) + " died (its process is gone)");
             shrink_idle(why);
             continue;
@@ -101,7 +101,7 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 Status CommunicatorImpl::run_op(const Op& op) {
   if (!fatal_.ok()) {
     recorder_.finished(op.seq, false);
-    return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), "tcp"},
+    return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), transport_name_.load()},
                   op.describe() + " not run: the communicator gave up after an earlier failure: " + fatal_.message());
   }
   OpRecord rec;

@@ -16,6 +16,9 @@ namespace rcoll {
 namespace {
 
 std::string epoch_key(const char* what, uint32_t epoch) { return std::string("epoch/") + std::to_string(epoch) + "/" + what; }
+std::string vote_key(uint32_t epoch, int rank) {
+  return "recovery/" + std::to_string(epoch) + "/transport/" + std::to_string(rank);
+}
 std::string ledger_key(uint32_t epoch, int rank) {
   return "recovery/" + std::to_string(epoch) + "/ledger/" + std::to_string(rank);
 }
@@ -60,6 +63,13 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
   if (liveness_) liveness_->announce_abort(failed, why.substr(0, 1000));
   if (Status s = store_->set(epoch_key("failed", failed), Bytes(why.begin(), why.end())); !s.ok()) return s;
+  // This rank's vote on the next epoch's transport, before the ledger: a rank
+  // that sees every ledger sees every vote.
+  const bool chain = chain_.order().size() > 1;
+  if (chain) {
+    const size_t vote = chain_.vote_after_failure(Clock::now());
+    if (Status s = store_->set(vote_key(failed, rank_), Bytes{static_cast<uint8_t>(vote)}); !s.ok()) return s;
+  }
   const std::string ledger = serialize_ledger(log_, current_, size_);
   if (Status s = store_->set(ledger_key(failed, rank_), Bytes(ledger.begin(), ledger.end())); !s.ok()) return s;
 
@@ -84,7 +94,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
         const int orig_peer = std::atoi(t.c_str() + a + 1), reporter = std::atoi(t.c_str() + b + 1);
         const int origin = orig_peer == rank_ ? reporter : orig_peer;
         t = t.substr(c);
-        return Status(static_cast<ErrorCode>(code), ErrorContext{rank_, origin, current_ ? current_->op.seq : 0, failed, "tcp"},
+        return Status(static_cast<ErrorCode>(code), ErrorContext{rank_, origin, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
                       t.substr(t.find('\n') + 1));
       }
     }
@@ -96,14 +106,14 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
         if (first_missing < 0) first_missing = q;
         missing += (missing.empty() ? "" : ", ") + std::to_string(q);
         if (dead_ && dead_[static_cast<size_t>(q)]) {
-          return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, "tcp"},
+          return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
                         "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
                             " is dead (its process is gone); a dead rank cannot be recovered in place");
         }
       }
     }
     if (deadline.expired()) {
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, first_missing, current_ ? current_->op.seq : 0, failed, "tcp"},
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, first_missing, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
                     "recovery of epoch " + std::to_string(failed) + " gave up after " +
                         std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + missing +
                         " never joined (dead, frozen or partitioned); the communicator is unusable");
@@ -122,6 +132,33 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   }
   auto plan = agree_resume(rank_, size_, log_, current_, ledgers);
   if (!plan.ok()) return plan.status();
+  if (chain) {
+    // The most cautious vote wins: a move down if any rank counts too many
+    // failures, a probe back up only if every rank's cool-down is over.
+    size_t agreed = 0;
+    for (int q = 0; q < size_; ++q) {
+      auto v = store_->get(vote_key(failed, q), deadline.remaining_ms());
+      if (!v.ok()) return v.status();
+      if (!v.value().empty()) agreed = std::max<size_t>(agreed, v.value()[0]);
+    }
+    const std::string from = chain_.current();
+    const size_t from_index = chain_.index();
+    if (chain_.adopt(agreed, Clock::now())) {
+      fallbacks_ = chain_.fallbacks();
+      probes_ = chain_.probes();
+      if (chain_.index() > from_index) {
+        RCOLL_LOG(kWarn, "transport %s failed %d times within %lld s; every rank moves to %s for epoch %u (fallback #%llu; chain %s)",
+                  from.c_str(), options_.transport_failures_to_drop,
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()),
+                  chain_.current().c_str(), failed + 1, static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
+      } else {
+        RCOLL_LOG(kWarn, "transport %s unused for %lld s since it was dropped; every rank probes back up to it for epoch %u (probe #%llu; chain %s)",
+                  chain_.current().c_str(),
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_probe_after).count()),
+                  failed + 1, static_cast<unsigned long long>(probes_.load()), chain_.describe().c_str());
+      }
+    }
+  }
 
   // A fresh data plane: new connections, and frames of the old epoch can no
   // longer arrive anywhere.
@@ -136,7 +173,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   for (const auto& e : plan.value().entries) {
     resume += (resume.empty() ? "" : ", ") + std::string("op ") + std::to_string(e.local_seq) + " from slice " + std::to_string(e.resume);
   }
-  RCOLL_LOG(kWarn, "recovered: epoch %u over tcp after %.1f ms (recovery #%llu); resuming %s", failed + 1,
+  RCOLL_LOG(kWarn, "recovered: epoch %u over %s after %.1f ms (recovery #%llu); resuming %s", failed + 1, transport_name_.load(),
             static_cast<double>(micros) / 1000.0, static_cast<unsigned long long>(recoveries_.load()),
             resume.empty() ? "nothing (no op in flight here)" : resume.c_str());
   return plan;

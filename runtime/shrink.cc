@@ -48,7 +48,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
     }
     if (settled) break;
     if (deadline.expired()) {
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{old_rank, -1, 0, epoch_.load(), "tcp"},
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{old_rank, -1, 0, epoch_.load(), transport_name_.load()},
                     "shrink could not settle the surviving group within the recovery timeout");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -77,7 +77,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   *stale_count = stale.size();
   for (Op& op : stale) {
     recorder_.finished(op.seq, false);
-    op.work->finish(Status(ErrorCode::kPeerDead, ErrorContext{old_rank, why.context().peer, op.seq, epoch_.load(), "tcp"},
+    op.work->finish(Status(ErrorCode::kPeerDead, ErrorContext{old_rank, why.context().peer, op.seq, epoch_.load(), transport_name_.load()},
                            op.describe() + " was issued for the group of " + std::to_string(old_size) +
                                " ranks, which shrank after a rank died; not run"));
   }

@@ -117,4 +117,51 @@ std::string describe_frame(const FrameHeader& h) {
          " epoch " + std::to_string(h.epoch) + ", " + std::to_string(h.payload_bytes) + " bytes";
 }
 
+uint64_t job_token_hash(const std::string& token) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : token) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+Status match_frame(const FrameHeader& want, const FrameHeader& got, const ErrorContext& ctx) {
+  const std::string me = "rank " + std::to_string(ctx.rank);
+  const std::string them = "rank " + std::to_string(ctx.peer);
+  if (got.type != FrameType::kData || got.epoch != want.epoch) {
+    return Status(ErrorCode::kTransport, ctx,
+                  "unexpected frame from " + them + ": " + describe_frame(got) + "; closing the connection");
+  }
+  if (!got.same_op(want)) {
+    if (want.op_kind == OpKind::kSendRecv && got.op_kind == OpKind::kSendRecv && want.op_seq == got.op_seq) {
+      return Status(ErrorCode::kInvalidArgument, ctx,
+                    me + " posted recv of " + to_string(static_cast<DataType>(want.dtype)) + " x " +
+                        std::to_string(want.count) + " from " + them + ", which sent " +
+                        to_string(static_cast<DataType>(got.dtype)) + " x " + std::to_string(got.count) +
+                        " (p2p seq " + std::to_string(got.op_seq) +
+                        "); counts and dtypes of a send and its recv must match");
+    }
+    // Collective sequence numbers are equal on every rank, so a peer that is
+    // already past this op sent its frames for it: they were lost. The same
+    // holds within the send/recv sequence. A different op at the same
+    // sequence number is a desync.
+    const bool same_sequence_space = (got.op_kind == OpKind::kSendRecv) == (want.op_kind == OpKind::kSendRecv);
+    if (same_sequence_space && got.op_seq != want.op_seq) {
+      return Status(ErrorCode::kTransport, ctx,
+                    "frames lost: " + me + " still waits for " + describe_frame(want) + " but " + them + " sent " +
+                        describe_frame(got) + "; frames of one of these ops never arrived");
+    }
+    return Status(ErrorCode::kDesync, ctx,
+                  me + " is at " + describe_op(want) + " but " + them + " sent data for " + describe_op(got) +
+                      "; every rank must issue the same collectives in the same order");
+  }
+  if (!got.same_position(want)) {
+    return Status(ErrorCode::kTransport, ctx,
+                  "frames lost: " + me + " expected " + describe_frame(want) + " from " + them + " but got " +
+                      describe_frame(got) + "; the stream to this rank lost data");
+  }
+  return Status();
+}
+
 }  // namespace rcoll

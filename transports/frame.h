@@ -81,4 +81,14 @@ Result<FrameHeader> decode_frame_header(const uint8_t* data, size_t size);
 std::string describe_op(const FrameHeader& h);
 std::string describe_frame(const FrameHeader& h);
 
+// The hash of the job token that every transport's hello carries (FNV-1a).
+uint64_t job_token_hash(const std::string& token);
+
+// Does the arriving frame `got` belong where the receiver expects `want`? The
+// diagnosis every transport gives: kDesync (another op at this sequence
+// number), kInvalidArgument (a recv whose send disagrees on count or dtype),
+// kTransport "frames lost" (the peer is past this op, or at another chunk).
+// `ctx` names this rank, the peer, the epoch and the transport.
+Status match_frame(const FrameHeader& want, const FrameHeader& got, const ErrorContext& ctx);
+
 }  // namespace rcoll

@@ -48,7 +48,10 @@ struct Counters {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t recoveries = 0;
+  // Moves down the transport chain (a transport dropped for failing), and
+  // moves back up to a preferred one after its cool-down.
   uint64_t fallbacks = 0;
+  uint64_t probes = 0;
   double recovery_seconds = 0;
   // RCOLL_INJECT faults applied on this rank: those that break the data plane
   // (close-link, drop-chunk: each costs one recovery) and delays (stall, delay-chunk).

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rcoll {
 
@@ -30,8 +31,23 @@ struct Options {
   // Per-job secret checked on every connection (RCOLL_JOB_TOKEN). Empty = none.
   std::string job_token;
 
-  // "auto", "tcp" (later "ucx", "nccl"). RCOLL_TRANSPORT overrides "auto".
+  // "auto" runs the fallback chain below; "tcp", "ucx" or "nccl" pins one
+  // transport (no fallback). RCOLL_TRANSPORT overrides "auto".
   std::string transport = "auto";
+  // The fallback chain, preferred first (RCOLL_TRANSPORTS=nccl,ucx,tcp). Empty =
+  // nccl, ucx, tcp. Transports not built in, or not usable for host buffers,
+  // are skipped (and said so at start-up). A transport that fails to connect on
+  // any rank, or fails transport_failures_to_drop times within
+  // transport_failure_window, is dropped for the next epoch by agreement of
+  // every rank; after transport_probe_after, a recovery tries it again.
+  std::vector<std::string> transports;
+  int transport_failures_to_drop = 3;                          // RCOLL_TRANSPORT_FAILURES
+  std::chrono::milliseconds transport_failure_window{60000};   // RCOLL_TRANSPORT_FAILURE_WINDOW_MS
+  std::chrono::milliseconds transport_probe_after{300000};     // RCOLL_TRANSPORT_PROBE_MS
+  // UCX endpoints' error handling (RCOLL_UCX_ERROR_MODE): "auto" (none on one
+  // host, where UCX 1.13's shared memory cannot do peer mode; peer across
+  // hosts), "peer" or "none". See transports/ucx/ucx_transport.h.
+  std::string ucx_error_mode = "auto";
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;
 

@@ -36,15 +36,6 @@ FrameHeader hello_header(FrameType type, const MeshParams& p) {
 
 }  // namespace
 
-uint64_t job_token_hash(const std::string& token) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : token) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string remote_address(const tcp::socket& s) {
   error_code ec;
   auto ep = s.remote_endpoint(ec);

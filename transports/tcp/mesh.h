@@ -21,6 +21,7 @@
 #include "rcoll/status.h"
 #include "rcoll/store.h"
 #include "runtime/deadline.h"
+#include "transports/frame.h"
 #include "transports/tcp/interfaces.h"
 
 namespace rcoll {
@@ -57,7 +58,5 @@ Result<MeshSockets> build_tcp_mesh(boost::asio::io_context& io, const MeshParams
 // "10.1.2.3:4567" of the socket's peer, or "?" when it has none.
 std::string remote_address(const boost::asio::ip::tcp::socket& s);
 
-// The hash of the job token carried in hellos (FNV-1a).
-uint64_t job_token_hash(const std::string& token);
 
 }  // namespace rcoll

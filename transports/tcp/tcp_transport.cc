@@ -200,43 +200,7 @@ class TcpTransport final : public Transport {
   Status match(int peer, const FrameHeader& want, const FrameHeader& got) const {
     ErrorContext ctx = context(peer);
     ctx.op_seq = want.op_seq;
-    const std::string me = "rank " + std::to_string(rank_);
-    const std::string them = "rank " + std::to_string(peer);
-    if (got.type != FrameType::kData || got.epoch != epoch_) {
-      return Status(ErrorCode::kTransport, ctx,
-                    "unexpected frame from " + them + ": " + describe_frame(got) +
-                        "; closing the connection");
-    }
-    if (!got.same_op(want)) {
-      if (want.op_kind == OpKind::kSendRecv && got.op_kind == OpKind::kSendRecv &&
-          want.op_seq == got.op_seq) {
-        return Status(ErrorCode::kInvalidArgument, ctx,
-                      me + " posted recv of " + to_string(static_cast<DataType>(want.dtype)) + " x " +
-                          std::to_string(want.count) + " from " + them + ", which sent " +
-                          to_string(static_cast<DataType>(got.dtype)) + " x " +
-                          std::to_string(got.count) + " (p2p seq " + std::to_string(got.op_seq) +
-                          "); counts and dtypes of a send and its recv must match");
-      }
-      // Collective sequence numbers are equal on every rank, so a peer that is
-      // already past this op sent its frames for it: they were lost. The same
-      // holds within the send/recv sequence. A different op at the same
-      // sequence number is a desync.
-      const bool same_sequence_space = (got.op_kind == OpKind::kSendRecv) == (want.op_kind == OpKind::kSendRecv);
-      if (same_sequence_space && got.op_seq != want.op_seq) {
-        return Status(ErrorCode::kTransport, ctx,
-                      "frames lost: " + me + " still waits for " + describe_frame(want) + " but " + them +
-                          " sent " + describe_frame(got) + "; frames of one of these ops never arrived");
-      }
-      return Status(ErrorCode::kDesync, ctx,
-                    me + " is at " + describe_op(want) + " but " + them + " sent data for " + describe_op(got) +
-                        "; every rank must issue the same collectives in the same order");
-    }
-    if (!got.same_position(want)) {
-      return Status(ErrorCode::kTransport, ctx,
-                    "frames lost: " + me + " expected " + describe_frame(want) + " from " + them + " but got " +
-                        describe_frame(got) + "; the stream to this rank lost data");
-    }
-    return Status();
+    return match_frame(want, got, ctx);
   }
 
   Status io_status(int peer, const error_code& ec, const char* what) const {

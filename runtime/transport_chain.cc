@@ -1,0 +1,113 @@
+#include "runtime/transport_chain.h"
+
+#include <algorithm>
+
+namespace rcoll {
+
+std::vector<std::string> built_transports() {
+  std::vector<std::string> t;
+#if RCOLL_HAVE_NCCL
+  t.push_back("nccl");
+#endif
+#if RCOLL_HAVE_UCX
+  t.push_back("ucx");
+#endif
+  t.push_back("tcp");
+  return t;
+}
+
+bool transport_built(const std::string& name) {
+  const auto b = built_transports();
+  return std::find(b.begin(), b.end(), name) != b.end();
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+}  // namespace
+
+Result<TransportChain> TransportChain::make(const Options& options, std::vector<std::string>* notes) {
+  TransportChain c;
+  c.failures_to_drop_ = std::max(1, options.transport_failures_to_drop);
+  c.failure_window_ = options.transport_failure_window;
+  c.probe_after_ = options.transport_probe_after;
+  const bool pinned = options.transport != "auto";
+  std::vector<std::string> wanted =
+      pinned ? std::vector<std::string>{options.transport}
+             : (options.transports.empty() ? std::vector<std::string>{"nccl", "ucx", "tcp"} : options.transports);
+  for (const auto& name : wanted) {
+    if (name != "tcp" && name != "ucx" && name != "nccl") {
+      return Status(ErrorCode::kInvalidArgument, "transport '" + name + "' is not tcp, ucx or nccl");
+    }
+    if (std::find(c.order_.begin(), c.order_.end(), name) != c.order_.end()) continue;
+    if (!transport_built(name)) {
+      if (pinned) {
+        return Status(ErrorCode::kUnsupported, ErrorContext{-1, -1, 0, -1, name},
+                      "transport '" + name + "' is not available in this build (available: " + join(built_transports()) + ")");
+      }
+      notes->push_back(name + ": not built in, skipped");
+      continue;
+    }
+    if (name == "nccl") {
+      // Communicator buffers are host memory; NCCL moves device memory only.
+      notes->push_back("nccl: not usable for host buffers, skipped");
+      continue;
+    }
+    c.order_.push_back(name);
+  }
+  if (c.order_.empty()) {
+    return Status(ErrorCode::kUnsupported, "no usable transport in '" + join(wanted) + "' (built in: " + join(built_transports()) + ")");
+  }
+  c.dropped_at_.assign(c.order_.size(), Clock::time_point{});
+  return c;
+}
+
+std::string TransportChain::describe() const {
+  std::string s;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    s += (i ? " -> " : "") + order_[i];
+    if (i == index_) s += " (current)";
+  }
+  return s;
+}
+
+bool TransportChain::drop_current(Clock::time_point now) {
+  if (!has_next()) return false;
+  dropped_at_[index_] = now;
+  ++index_;
+  ++fallbacks_;
+  failures_.clear();
+  return true;
+}
+
+size_t TransportChain::vote_after_failure(Clock::time_point now) {
+  failures_.push_back(now);
+  while (!failures_.empty() && now - failures_.front() > failure_window_) failures_.pop_front();
+  if (static_cast<int>(failures_.size()) >= failures_to_drop_ && has_next()) return index_ + 1;
+  // Probe back up: the most preferred transport dropped long enough ago.
+  for (size_t i = 0; i < index_; ++i) {
+    if (now - dropped_at_[i] >= probe_after_) return i;
+  }
+  return index_;
+}
+
+bool TransportChain::adopt(size_t index, Clock::time_point now) {
+  index = std::min(index, order_.size() - 1);
+  if (index == index_) return false;
+  if (index > index_) {
+    for (size_t i = index_; i < index; ++i) dropped_at_[i] = now;
+    ++fallbacks_;
+  } else {
+    ++probes_;
+  }
+  index_ = index;
+  failures_.clear();
+  return true;
+}
+
+}  // namespace rcoll
