@@ -6,12 +6,32 @@ target_compile_options(rcoll-correctness-worker PRIVATE -O2)
 set(RCOLL_RUN $<TARGET_FILE:rcoll-run>)
 set(RCOLL_CORRECTNESS $<TARGET_FILE:rcoll-correctness-worker>)
 
+# The transports every multi-process test body runs on: one test per
+# transport, named <test>_<transport>, with RCOLL_TRANSPORT pinning it.
+set(RCOLL_TEST_TRANSPORTS tcp)
+if(RCOLL_HAVE_UCX)
+  list(APPEND RCOLL_TEST_TRANSPORTS ucx)
+endif()
+# Tags test NAME_T as the body NAME on transport T (pinned by RCOLL_TRANSPORT).
+function(rcoll_transport_props name t timeout labels)
+  set_tests_properties(${name}_${t} PROPERTIES ENVIRONMENT "RCOLL_TRANSPORT=${t}" TIMEOUT ${timeout}
+                       LABELS "${labels};${t}")
+endfunction()
+
 # Every op x dtype x reduce op x size {0, 1, 7, 4 KiB + 3, 1 MiB, 64 MiB} at world
-# sizes 1, 2, 3, 4 and 8, checked against an independent reference.
+# sizes 1, 2, 3, 4 and 8, checked against an independent reference. At 8 ranks
+# (on 2 cores) 64 MiB runs for float32 and float16 only, to keep CI in budget.
 foreach(np 1 2 3 4 8)
-  add_test(NAME correctness_np${np}
-           COMMAND ${RCOLL_RUN} -n ${np} --timeout 1500 -- ${RCOLL_CORRECTNESS} --sizes 0,1,7,4K+3,1M,64M)
-  set_tests_properties(correctness_np${np} PROPERTIES TIMEOUT 1600 LABELS multiprocess)
+  set(big all)
+  if(np EQUAL 8)
+    set(big float32,float16)
+  endif()
+  foreach(t ${RCOLL_TEST_TRANSPORTS})
+    add_test(NAME correctness_np${np}_${t}
+             COMMAND ${RCOLL_RUN} -n ${np} --timeout 1500 -- ${RCOLL_CORRECTNESS} --sizes 0,1,7,4K+3,1M,64M
+                               --big-dtypes ${big})
+    rcoll_transport_props(correctness_np${np} ${t} 1600 multiprocess)
+  endforeach()
 endforeach()
 
 # The main job's check: rcoll-bench over every op verifies every result.
@@ -41,13 +61,16 @@ set_tests_properties(install_find_package PROPERTIES TIMEOUT 300)
 # that names the failing rank/peer/op, and a time budget.
 set(RCOLL_EXPECT ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh)
 set(RCOLL_SMALL_RUN ${RCOLL_CORRECTNESS} --sizes 4K+3 --dtypes float32)
-add_test(NAME fault_kill_rank_reported
-         COMMAND ${RCOLL_EXPECT} 137 "rank 1 \\(pid [0-9]+\\) was killed by signal 9" 30 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME fault_kill_rank_reported_${t}
+           COMMAND ${RCOLL_EXPECT} 137 "rank 1 \\(pid [0-9]+\\) was killed by signal 9" 30 --
                  ${RCOLL_RUN} -n 3 --inject kill:rank=1,op=4 -- ${RCOLL_SMALL_RUN})
+  rcoll_transport_props(fault_kill_rank_reported ${t} 60 faults)
+endforeach()
 add_test(NAME fault_malformed_inject_spec
          COMMAND ${RCOLL_EXPECT} 3 "RCOLL_INJECT: fault 'stall:rank=1,op=2': missing key 'ms'" 30 --
                  ${RCOLL_RUN} -n 2 --inject stall:rank=1,op=2 -- ${RCOLL_SMALL_RUN})
-set_tests_properties(fault_kill_rank_reported fault_malformed_inject_spec PROPERTIES TIMEOUT 60 LABELS faults)
+set_tests_properties(fault_malformed_inject_spec PROPERTIES TIMEOUT 60 LABELS faults)
 
 # Resilience (issue: per-op deadlines, liveness, abort, rebuild and resume).
 # Each asserts every result against the independent reference, and the
@@ -55,51 +78,103 @@ set_tests_properties(fault_kill_rank_reported fault_malformed_inject_spec PROPER
 set(RCOLL_FAULT_RUN ${RCOLL_CORRECTNESS} --dtypes float32)
 foreach(op allreduce allgather reduce_scatter broadcast sendrecv)
   # A link closed in the middle of a 64 MiB op at 4 ranks.
-  add_test(NAME recovery_close_link_${op}
-           COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=1,op=1 --
+  foreach(t ${RCOLL_TEST_TRANSPORTS})
+    add_test(NAME recovery_close_link_${op}_${t}
+             COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=1,op=1 --
                    ${RCOLL_FAULT_RUN} --sizes 64M --ops ${op} --expect-recoveries 1)
-  set_tests_properties(recovery_close_link_${op} PROPERTIES TIMEOUT 320 LABELS "faults;recovery")
+    rcoll_transport_props(recovery_close_link_${op} ${t} 320 "faults;recovery")
+  endforeach()
 endforeach()
 # The same for in-place allreduce (op 2 of the worker): inputs come from window backups.
-add_test(NAME recovery_close_link_allreduce_in_place
-         COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=2,op=2 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_close_link_allreduce_in_place_${t}
+           COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=2,op=2 --
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce --expect-recoveries 1)
-set_tests_properties(recovery_close_link_allreduce_in_place PROPERTIES TIMEOUT 320 LABELS "faults;recovery")
+  rcoll_transport_props(recovery_close_link_allreduce_in_place ${t} 320 "faults;recovery")
+endforeach()
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
-add_test(NAME recovery_straggler_no_recovery
-         COMMAND ${RCOLL_EXPECT} 0 "rank 2 is late to allreduce seq 2.*no recovery && arrived [0-9.]+ s late" 60 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_straggler_no_recovery_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "rank 2 is late to allreduce seq 2.*no recovery && arrived [0-9.]+ s late" 60 --
                  env RCOLL_LIVENESS_MS=500 ${RCOLL_RUN} -n 4 --inject stall:rank=2,op=2,ms=2500 --
                  ${RCOLL_FAULT_RUN} --sizes 1M --ops allreduce --max-recoveries 0)
+  rcoll_transport_props(recovery_straggler_no_recovery ${t} 620 "faults;recovery")
+endforeach()
 # A dropped chunk: the receiver sees the gap (or the deadline fires), the epoch is rebuilt, results are right.
-add_test(NAME recovery_drop_chunk
-         COMMAND env RCOLL_OP_TIMEOUT_MS=2000 ${RCOLL_RUN} -n 3 --timeout 120 --inject drop-chunk:rank=0,op=3 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_drop_chunk_${t}
+           COMMAND env RCOLL_OP_TIMEOUT_MS=2000 ${RCOLL_RUN} -n 3 --timeout 120 --inject drop-chunk:rank=0,op=3 --
                  ${RCOLL_FAULT_RUN} --sizes 4K+3,1M --expect-recoveries 1)
+  rcoll_transport_props(recovery_drop_chunk ${t} 620 "faults;recovery")
+endforeach()
 # Frozen for 3 s in the middle of 64 MiB allreduces, then thawed: the job lives, every result is right.
-add_test(NAME recovery_sigstop_3s
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/sigstop.sh 1.5 3 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_sigstop_3s_${t}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/sigstop.sh 1.5 3 --
                  ${RCOLL_RUN} -n 4 --timeout 300 -- ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce)
+  rcoll_transport_props(recovery_sigstop_3s ${t} 620 "faults;recovery")
+endforeach()
 # Frozen past the recovery timeout: the others get a typed error naming it, well within the budget.
-add_test(NAME recovery_sigstop_forever_named
-         COMMAND ${RCOLL_EXPECT} nonzero "never joined|rank [0-9] .*silent|is silent" 90 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_sigstop_forever_named_${t}
+           COMMAND ${RCOLL_EXPECT} nonzero "never joined|rank [0-9] .*silent|is silent" 90 --
                  ${CMAKE_CURRENT_SOURCE_DIR}/scripts/sigstop.sh 1.5 forever --
                  env RCOLL_OP_TIMEOUT_MS=2000 RCOLL_RECOVERY_TIMEOUT_MS=4000 ${RCOLL_RUN} -n 4 --linger 15 --grace 1 --
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce)
+  rcoll_transport_props(recovery_sigstop_forever_named ${t} 620 "faults;recovery")
+endforeach()
 # SIGKILL of a rank: the survivors name it within the liveness budget; rcoll-run names it too.
-add_test(NAME recovery_sigkill_named
-         COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && \\[[013]\\] rcoll error: \\[rank [013] peer 2 .*peer dead" 30 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_sigkill_named_${t}
+           COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && \\[[013]\\] rcoll error: \\[rank [013] peer 2 .*peer dead" 30 --
                  ${RCOLL_RUN} -n 4 --linger 10 --inject kill:rank=2,op=3 -- ${RCOLL_FAULT_RUN} --sizes 1M --ops allreduce)
+  rcoll_transport_props(recovery_sigkill_named ${t} 620 "faults;recovery")
+endforeach()
 # Shrink mode: rank 2 is killed; the survivors get kPeerDead once, continue as
 # 3 ranks, and run the whole suite again with every result right.
-add_test(NAME recovery_shrink_after_death
-         COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && now rank [0-2] of 3 && \\[[013]\\] rank 0/3: [0-9]+ checks, 0 failed && \\[[013]\\] rank 1/3: [0-9]+ checks, 0 failed && \\[[013]\\] rank 2/3: [0-9]+ checks, 0 failed" 60 --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_shrink_after_death_${t}
+           COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && now rank [0-2] of 3 && \\[[013]\\] rank 0/3: [0-9]+ checks, 0 failed && \\[[013]\\] rank 1/3: [0-9]+ checks, 0 failed && \\[[013]\\] rank 2/3: [0-9]+ checks, 0 failed" 60 --
                  env RCOLL_SHRINK=1 ${RCOLL_RUN} -n 4 --linger 30 --inject kill:rank=2,op=5 --
                  ${RCOLL_CORRECTNESS} --sizes 7,4K+3,64K --dtypes float32,int32 --survive-shrink 1)
-set_tests_properties(recovery_shrink_after_death PROPERTIES TIMEOUT 120 LABELS "faults;recovery")
+  rcoll_transport_props(recovery_shrink_after_death ${t} 120 "faults;recovery")
+endforeach()
 # The soak: ~2,900 mixed ops at 4 ranks with random link closes and chunk delays;
 # every result right and exactly one recovery per injected data-plane fault.
-add_test(NAME recovery_soak_random_faults
-         COMMAND ${RCOLL_RUN} -n 4 --timeout 600 --inject random:rate=0.02,seed=11,kinds=close-link+delay-chunk --
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_soak_random_faults_${t}
+           COMMAND ${RCOLL_RUN} -n 4 --timeout 600 --inject random:rate=0.02,seed=11,kinds=close-link+delay-chunk --
                  ${RCOLL_CORRECTNESS} --sizes 7,4K+3,64K --repeat 5 --recoveries-equal-faults 1)
-set_tests_properties(recovery_straggler_no_recovery recovery_drop_chunk recovery_sigstop_3s
-                     recovery_sigstop_forever_named recovery_sigkill_named recovery_soak_random_faults
-                     PROPERTIES TIMEOUT 620 LABELS "faults;recovery")
+  rcoll_transport_props(recovery_soak_random_faults ${t} 620 "faults;recovery")
+endforeach()
+
+# The transport fallback chain (auto mode: ucx, then tcp). Each asserts every
+# result, the transport the run ends on and the fallback/probe counters.
+if(RCOLL_HAVE_UCX)
+  # ucx cannot connect on rank 2 at start-up: every rank starts on tcp instead.
+  add_test(NAME fallback_connect_fails_at_start
+           COMMAND ${RCOLL_RUN} -n 3 --timeout 120 --inject fail-connect:transport=ucx,count=1,rank=2 --
+                   ${RCOLL_FAULT_RUN} --sizes 4K+3,1M --expect-transport tcp --expect-fallbacks 1 --max-recoveries 0)
+  # A link closes in the middle of a 64 MiB allreduce and ucx then fails every
+  # reconnect: the recovery falls back to tcp and the op in flight completes.
+  add_test(NAME fallback_reconnect_fails_mid_op
+           COMMAND ${RCOLL_RUN} -n 4 --timeout 300
+                   --inject "close-link:rank=1,op=1;fail-connect:transport=ucx,count=1000,epoch=1" --
+                   ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce --expect-recoveries 1 --expect-transport tcp
+                   --expect-fallbacks 1)
+  # ucx fails twice (the limit here): every rank votes to drop it; a third
+  # failure, on tcp, after the (zero) cool-down probes back up to ucx.
+  add_test(NAME fallback_drop_after_failures_then_probe_back
+           COMMAND env RCOLL_TRANSPORT_FAILURES=2 RCOLL_TRANSPORT_PROBE_MS=0 ${RCOLL_RUN} -n 3 --timeout 120
+                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=5;close-link:rank=0,op=9" --
+                   ${RCOLL_FAULT_RUN} --sizes 1M --ops allreduce --expect-recoveries 3 --expect-fallbacks 1
+                   --expect-probes 1 --expect-transport ucx)
+  # A pinned transport has nowhere to fall back to: a clear error naming it.
+  add_test(NAME fallback_pinned_transport_fails_clearly
+           COMMAND ${RCOLL_EXPECT} 3 "\\[rank [0-9] epoch 0 ucx\\].*connect of epoch 0 failed by fault injection" 30 --
+                   env RCOLL_TRANSPORT=ucx ${RCOLL_RUN} -n 2 --inject fail-connect:transport=ucx,count=1,rank=1 --
+                   ${RCOLL_SMALL_RUN})
+  set_tests_properties(fallback_connect_fails_at_start fallback_reconnect_fails_mid_op
+                       fallback_drop_after_failures_then_probe_back fallback_pinned_transport_fails_clearly
+                       PROPERTIES TIMEOUT 320 LABELS "faults;fallback")
+endif()

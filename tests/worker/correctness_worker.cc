@@ -330,6 +330,9 @@ int main(int argc, char** argv) {
   bool recoveries_equal_faults = false;  // recoveries == data-plane faults injected on all ranks
   int repeat = 1;
   bool survive_shrink = false;
+  std::string expect_transport;  // the transport the run must end on
+  long expect_fallbacks = -1;    // exactly this many moves down the transport chain
+  long expect_probes = -1;       // exactly this many moves back up
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -341,6 +344,9 @@ int main(int argc, char** argv) {
     else if (k == "--recoveries-equal-faults") recoveries_equal_faults = std::string(argv[i + 1]) == "1";
     else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
     else if (k == "--survive-shrink") survive_shrink = std::string(argv[i + 1]) == "1";
+    else if (k == "--expect-transport") expect_transport = argv[i + 1];
+    else if (k == "--expect-fallbacks") expect_fallbacks = std::stol(argv[i + 1]);
+    else if (k == "--expect-probes") expect_probes = std::stol(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -399,11 +405,28 @@ int main(int argc, char** argv) {
     }
     comm.barrier();
     rcoll::Counters counters = comm.counters();
-    std::printf("rank %d/%d: %d checks, %d failed, %llu ops, %llu bytes sent, %llu recoveries (%.1f ms recovering), %llu faults + %llu delays injected\n",
+    std::printf("rank %d/%d: %d checks, %d failed, %llu ops, %llu bytes sent, %llu recoveries (%.1f ms recovering), %llu faults + %llu delays injected, transport %s (epoch %lld, %llu fallbacks, %llu probes)\n",
                 r, p, g_checks, g_failures, static_cast<unsigned long long>(counters.ops),
                 static_cast<unsigned long long>(counters.bytes_sent), static_cast<unsigned long long>(counters.recoveries),
                 counters.recovery_seconds * 1000.0, static_cast<unsigned long long>(counters.faults_injected),
-                static_cast<unsigned long long>(counters.delays_injected));
+                static_cast<unsigned long long>(counters.delays_injected), counters.transport.c_str(),
+                static_cast<long long>(counters.epoch), static_cast<unsigned long long>(counters.fallbacks),
+                static_cast<unsigned long long>(counters.probes));
+    if (!expect_transport.empty() && counters.transport != expect_transport) {
+      std::fprintf(stderr, "FAIL rank %d: expected to end on transport %s, ended on %s\n", r, expect_transport.c_str(),
+                   counters.transport.c_str());
+      ++g_failures;
+    }
+    if (expect_fallbacks >= 0 && counters.fallbacks != static_cast<uint64_t>(expect_fallbacks)) {
+      std::fprintf(stderr, "FAIL rank %d: expected %ld transport fallbacks, counted %llu\n", r, expect_fallbacks,
+                   static_cast<unsigned long long>(counters.fallbacks));
+      ++g_failures;
+    }
+    if (expect_probes >= 0 && counters.probes != static_cast<uint64_t>(expect_probes)) {
+      std::fprintf(stderr, "FAIL rank %d: expected %ld probes back up the transport chain, counted %llu\n", r,
+                   expect_probes, static_cast<unsigned long long>(counters.probes));
+      ++g_failures;
+    }
     if (max_recoveries >= 0 && counters.recoveries > static_cast<uint64_t>(max_recoveries)) {
       std::fprintf(stderr, "FAIL rank %d: expected at most %ld recoveries, counted %llu\n", r, max_recoveries,
                    static_cast<unsigned long long>(counters.recoveries));

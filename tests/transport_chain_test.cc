@@ -1,0 +1,127 @@
+// The fallback chain's decisions: which transports make the chain, when a
+// rank votes to move down or back up, and what adopting an agreed vote does.
+#include "runtime/transport_chain.h"
+
+#include <gtest/gtest.h>
+
+namespace rcoll {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TransportChain chain_of(std::vector<std::string> order, int failures = 3, milliseconds window = seconds(60),
+                        milliseconds probe = seconds(300)) {
+  Options o;
+  o.transports = std::move(order);
+  o.transport_failures_to_drop = failures;
+  o.transport_failure_window = window;
+  o.transport_probe_after = probe;
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return std::move(c).value();
+}
+
+TEST(TransportChain, DefaultOrderSkipsWhatCannotServeHostBuffers) {
+  Options o;
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value().order().back(), "tcp");
+  EXPECT_EQ(c.value().order().front(), transport_built("ucx") ? "ucx" : "tcp");
+  // nccl is never in a host-buffer chain, and the reason is recorded.
+  for (const auto& t : c.value().order()) EXPECT_NE(t, "nccl");
+  bool explained = false;
+  for (const auto& n : notes) explained |= n.rfind("nccl:", 0) == 0;
+  EXPECT_TRUE(explained);
+}
+
+TEST(TransportChain, PinnedTransportIsTheWholeChain) {
+  Options o;
+  o.transport = "tcp";
+  o.transports = {"ucx", "tcp"};
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value().order(), std::vector<std::string>{"tcp"});
+  EXPECT_FALSE(c.value().has_next());
+}
+
+TEST(TransportChain, PinnedTransportNotBuiltIsUnsupported) {
+  Options o;
+  o.transport = "nccl";
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(c.status().message().find("not available in this build"), std::string::npos);
+}
+
+TEST(TransportChain, UnknownNameIsInvalid) {
+  Options o;
+  o.transports = {"tcp", "carrier-pigeon"};
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(TransportChain, DuplicatesAreIgnored) {
+  auto c = chain_of({"tcp", "tcp"});
+  EXPECT_EQ(c.order().size(), 1u);
+}
+
+TEST(TransportChain, ConnectFailureDropsToTheNext) {
+  if (!transport_built("ucx")) GTEST_SKIP() << "needs a second transport (UCX not built)";
+  auto c = chain_of({"ucx", "tcp"});
+  EXPECT_EQ(c.current(), "ucx");
+  EXPECT_TRUE(c.drop_current(Clock::now()));
+  EXPECT_EQ(c.current(), "tcp");
+  EXPECT_EQ(c.fallbacks(), 1u);
+  EXPECT_FALSE(c.drop_current(Clock::now())) << "nothing below the last transport";
+  EXPECT_EQ(c.current(), "tcp");
+}
+
+TEST(TransportChain, VotesDownAfterKFailuresWithinTheWindow) {
+  if (!transport_built("ucx")) GTEST_SKIP() << "needs a second transport (UCX not built)";
+  auto c = chain_of({"ucx", "tcp"}, 3, seconds(60));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(c.vote_after_failure(t0), 0u);
+  EXPECT_EQ(c.vote_after_failure(t0 + seconds(1)), 0u);
+  EXPECT_EQ(c.vote_after_failure(t0 + seconds(2)), 1u) << "third failure within 60 s";
+  EXPECT_TRUE(c.adopt(1, t0 + seconds(2)));
+  EXPECT_EQ(c.current(), "tcp");
+  EXPECT_EQ(c.fallbacks(), 1u);
+}
+
+TEST(TransportChain, OldFailuresLeaveTheWindow) {
+  if (!transport_built("ucx")) GTEST_SKIP() << "needs a second transport (UCX not built)";
+  auto c = chain_of({"ucx", "tcp"}, 2, seconds(10));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(c.vote_after_failure(t0), 0u);
+  EXPECT_EQ(c.vote_after_failure(t0 + seconds(11)), 0u) << "the first failure is outside the window";
+  EXPECT_EQ(c.vote_after_failure(t0 + seconds(12)), 1u);
+}
+
+TEST(TransportChain, ProbesBackUpOnlyAfterTheCoolDown) {
+  if (!transport_built("ucx")) GTEST_SKIP() << "needs a second transport (UCX not built)";
+  auto c = chain_of({"ucx", "tcp"}, 1, seconds(60), seconds(300));
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(c.drop_current(t0));
+  EXPECT_EQ(c.vote_after_failure(t0 + seconds(10)), 1u) << "stay: cool-down not over (and tcp is the last)";
+  EXPECT_EQ(c.vote_after_failure(t0 + seconds(301)), 0u) << "cool-down over: try ucx again";
+  EXPECT_TRUE(c.adopt(0, t0 + seconds(301)));
+  EXPECT_EQ(c.current(), "ucx");
+  EXPECT_EQ(c.probes(), 1u);
+  EXPECT_FALSE(c.adopt(0, t0 + seconds(302))) << "adopting the current index changes nothing";
+}
+
+TEST(TransportChain, AdoptClampsToTheChain) {
+  auto c = chain_of({"tcp"});
+  EXPECT_FALSE(c.adopt(7, Clock::now()));
+  EXPECT_EQ(c.current(), "tcp");
+}
+
+}  // namespace
+}  // namespace rcoll
