@@ -101,6 +101,7 @@ class Report {
   // Comment lines ("# ...") that describe the run, then the column headings.
   void print_header(const std::vector<std::string>& preamble) const;
   void add(Row row);  // prints it and keeps it
+  void keep(Row row) { rows_.push_back(std::move(row)); }  // keeps it without printing
   void print_footer(uint64_t recoveries, uint64_t fallbacks, int ranks, const std::string& transport) const;
   // Throws std::runtime_error naming the file if it cannot be written.
   void write_json(const std::string& path, uint64_t recoveries, uint64_t fallbacks, int ranks) const;

@@ -51,6 +51,9 @@ constexpr const char* kUsage =
     "  --chunk BYTES  Options.chunk_bytes  [chosen by rcoll]\n"
     "  --window N     Options.pipeline_depth, chunks in flight  [chosen by rcoll]\n"
     "  --algo A       auto|ring|direct: Options.allreduce_algorithm  [auto]\n"
+    "  --transport T  auto|tcp|ucx, a comma list, or all (every transport built in): with more\n"
+    "                 than one, the same sizes run on each in turn and a side-by-side table\n"
+    "                 (busbw, time, ratio to the first) follows  [auto: the fallback chain]\n"
     "  --help         this text\n"
     "Time: median of per-iteration times on each rank, max over ranks. GB/s = 1e9 B/s.\n"
     "Exit: 0 ok, 1 wrong results (--check), 2 bad arguments, 3 rcoll error.\n";
@@ -89,6 +92,7 @@ struct Config {
   size_t chunk = 0;
   int window = 0;
   AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto;
+  std::vector<std::string> transports{"auto"};
   bool help = false;
 };
 
@@ -153,6 +157,27 @@ Config parse_args(int argc, char** argv) {
       else if (v == "ring") c.algo = AllreduceAlgorithm::kRing;
       else if (v == "direct") c.algo = AllreduceAlgorithm::kDirect;
       else throw UsageError("--algo: unknown algorithm '" + v + "' (auto|ring|direct)");
+    } else if (f == "--transport") {
+      std::string v = args.value();
+      c.transports.clear();
+      if (v == "all") {
+        for (const auto& t : rcoll::available_transports())
+          if (t != "nccl") c.transports.push_back(t);
+      } else {
+        size_t start = 0;
+        while (start <= v.size()) {
+          size_t comma = std::min(v.find(',', start), v.size());
+          std::string t = v.substr(start, comma - start);
+          start = comma + 1;
+          const auto built = rcoll::available_transports();
+          if (t != "auto" && std::find(built.begin(), built.end(), t) == built.end()) {
+            std::string list;
+            for (const auto& b : built) list += " " + b;
+            throw UsageError("--transport: '" + t + "' is not auto or a transport built into this rcoll (built:" + list + ")");
+          }
+          c.transports.push_back(t);
+        }
+      }
     } else {
       args.unknown();
     }
@@ -519,8 +544,11 @@ std::string describe_sizes(const Config& c) {
 
 std::string auto_or(uint64_t v) { return v ? std::to_string(v) : "auto"; }
 
-int run_bench(const Config& cfg) {
+// Runs every op and size on one transport. Rank 0 appends its rows to `rows`.
+int run_one(const Config& cfg, const std::string& transport_choice, std::vector<Row>* rows) {
   rcoll::Options options;
+  options.transport = transport_choice;
+  options.name = "bench-" + transport_choice;
   options.chunk_bytes = cfg.chunk;
   options.pipeline_depth = cfg.window;
   options.allreduce_algorithm = cfg.algo;
@@ -605,7 +633,8 @@ int run_bench(const Config& cfg) {
   int rc = any_wrong ? 1 : 0;
   if (leader) {
     report.print_footer(counters.recoveries, counters.fallbacks, n, counters.transport);
-    if (!cfg.json.empty()) {
+    rows->insert(rows->end(), report.rows().begin(), report.rows().end());
+    if (!cfg.json.empty() && cfg.transports.size() == 1) {
       try {
         report.write_json(cfg.json, counters.recoveries, counters.fallbacks, n);
       } catch (const std::runtime_error& e) {
@@ -618,6 +647,71 @@ int run_bench(const Config& cfg) {
   // once one exits non-zero, which must not cut the table or the JSON short.
   comm.barrier();
   comm.close();
+  return rc;
+}
+
+// One line per op and size: each transport's busbw and time, and its busbw
+// (or, for ops without a bandwidth, its speed) relative to the first transport.
+void print_side_by_side(const Config& cfg, const std::vector<Row>& rows) {
+  const auto& ts = cfg.transports;
+  std::printf("# side by side (same sizes, one transport after the other in this run)\n");
+  std::printf("# %14s %12s", "op", "size (B)");
+  for (const auto& t : ts) std::printf(" %10s GB/s %10s us", t.c_str(), t.c_str());
+  for (size_t i = 1; i < ts.size(); ++i) std::printf(" %12s", (ts[i] + "/" + ts[0]).c_str());
+  std::printf("\n");
+  // Rows of the first transport set the order; the others are found by op and size.
+  const size_t per = rows.size() / ts.size();
+  for (size_t k = 0; k < per; ++k) {
+    const Row& base = rows[k];
+    std::printf("  %14s %12llu", base.op.c_str(), static_cast<unsigned long long>(base.size));
+    std::vector<const Row*> same;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const Row* r = nullptr;
+      for (size_t j = i * per; j < (i + 1) * per && j < rows.size(); ++j) {
+        if (rows[j].op == base.op && rows[j].size == base.size) r = &rows[j];
+      }
+      same.push_back(r);
+      if (r) {
+        std::printf(" %15.3f %13.2f", r->busbw, r->time_us);
+      } else {
+        std::printf(" %15s %13s", "-", "-");
+      }
+    }
+    for (size_t i = 1; i < ts.size(); ++i) {
+      if (!same[i] || !same[0] || same[i]->time_us <= 0) {
+        std::printf(" %12s", "-");
+      } else {
+        // time ratio inverted: > 1 means faster than the first, for every op.
+        std::printf(" %12.2f", same[0]->time_us / same[i]->time_us);
+      }
+    }
+    std::printf("\n");
+  }
+  std::printf("# ratio = time on the first transport / time on this one (> 1: faster)\n#\n");
+  std::fflush(stdout);
+}
+
+int run_bench(const Config& cfg) {
+  std::vector<Row> rows;
+  int rc = 0;
+  for (const auto& t : cfg.transports) {
+    const int one = run_one(cfg, t, &rows);
+    if (one == 2 || one == 3) return one;
+    rc = std::max(rc, one);
+  }
+  if (cfg.transports.size() > 1 && !rows.empty()) {
+    print_side_by_side(cfg, rows);
+    if (!cfg.json.empty()) {
+      rcoll::bench::Report all(false, cfg.check);
+      for (const auto& r : rows) all.keep(r);
+      try {
+        all.write_json(cfg.json, 0, 0, 0);
+      } catch (const std::runtime_error& e) {
+        std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
+        rc = rc ? rc : 1;
+      }
+    }
+  }
   return rc;
 }
 

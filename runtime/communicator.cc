@@ -24,6 +24,8 @@ const char* version_string() {
 #endif
 }
 
+std::vector<std::string> available_transports() { return built_transports(); }
+
 // ---------------------------------------------------------------- the runtime
 
 Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options options) {

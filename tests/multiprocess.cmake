@@ -21,7 +21,9 @@ endfunction()
 # Every op x dtype x reduce op x size {0, 1, 7, 4 KiB + 3, 1 MiB, 64 MiB} at world
 # sizes 1, 2, 3, 4 and 8, checked against an independent reference. At 8 ranks
 # (on 2 cores) 64 MiB runs for float32 and float16 only, to keep CI in budget.
-foreach(np 1 2 3 4 8)
+add_test(NAME correctness_np1 COMMAND ${RCOLL_RUN} -n 1 --timeout 1500 -- ${RCOLL_CORRECTNESS} --sizes 0,1,7,4K+3,1M,64M)
+set_tests_properties(correctness_np1 PROPERTIES TIMEOUT 1600 LABELS multiprocess)  # no data plane to vary
+foreach(np 2 3 4 8)
   set(big all)
   if(np EQUAL 8)
     set(big float32,float16)

@@ -62,7 +62,9 @@ class UcxContext {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-    params.mt_workers_shared = 0;
+    // Several communicators of one process (one worker each) may progress
+    // their workers from different threads at once.
+    params.mt_workers_shared = 1;
     ucp_context_h handle = nullptr;
     s = ucp_init(&params, config, &handle);
     ucp_config_release(config);
