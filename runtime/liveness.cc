@@ -312,6 +312,7 @@ class LivenessImpl final : public Liveness {
     {
       std::lock_guard<std::mutex> lock(mu_);
       views_[r].health = PeerHealth::kDead;  // gone, though not by dying: no event
+      views_[r].left = true;
     }
     close_link(r);
   }

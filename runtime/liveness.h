@@ -38,6 +38,7 @@ struct PeerView {
   RankState state;
   Clock::time_point last_heard;  // last heartbeat received
   std::string address;           // "ip:port" of its liveness connection
+  bool left = false;             // it said goodbye: closed its communicator on purpose
 };
 
 struct LivenessEvent {

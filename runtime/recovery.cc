@@ -105,6 +105,11 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
       if (has.ok() && !has.value()) {
         if (first_missing < 0) first_missing = q;
         missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        if (liveness_ && liveness_->peer(q).left) {
+          return Status(ErrorCode::kClosed, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
+                        "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
+                            " has closed its communicator (it said goodbye), so it will not rejoin");
+        }
         if (dead_ && dead_[static_cast<size_t>(q)]) {
           return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
                         "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +

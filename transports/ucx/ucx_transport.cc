@@ -43,6 +43,8 @@ uint64_t make_tag(int sender, TagKind kind, uint64_t seq) {
 // the payload, sent from and received into the caller's buffer.
 constexpr size_t kInlinePayload = 8192;
 constexpr size_t kHeadBytes = kFrameHeaderBytes + kInlinePayload;
+// How long a graceful close waits for the endpoints to flush.
+constexpr std::chrono::milliseconds kFlushBound{2000};
 
 std::string ucs_error(ucs_status_t s) { return ucs_status_string(s); }
 
@@ -90,7 +92,14 @@ class UcxTransport final : public Transport {
       : rank_(rank), size_(size), epoch_(epoch), mode_(mode), peers_(static_cast<size_t>(size)) {
     if (const char* spin = std::getenv("RCOLL_UCX_SPIN_US")) spin_ = std::chrono::microseconds(std::atoll(spin));
   }
-  ~UcxTransport() override { abort(Status(ErrorCode::kClosed, context(-1), "transport destroyed")); }
+  // A transport that was not aborted closes gracefully: every endpoint is
+  // flushed first, so what this rank sent last (the end of a closing barrier,
+  // say) reaches its peer even over a wire where a closed connection drops
+  // data still in flight.
+  ~UcxTransport() override {
+    if (!aborted_) flush_close();
+    abort(Status(ErrorCode::kClosed, context(-1), "transport destroyed"));
+  }
 
   const char* name() const override { return "ucx"; }
   int rank() const override { return rank_; }
@@ -411,8 +420,8 @@ class UcxTransport final : public Transport {
     UcxTransport* t = pr->transport;
     t->fail_peer(pr->index,
                  Status(ErrorCode::kTransport, t->context(pr->index),
-                        "UCX reports the endpoint to rank " + std::to_string(pr->index) + " failed: " + ucs_error(status) +
-                            " (peer error handling)"),
+                        "UCX reports the endpoint to rank " + std::to_string(pr->index) + " failed (" + ucs_error(status) +
+                            "): rank " + std::to_string(pr->index) + " closed it (it aborted the epoch, or its process is gone)"),
                  true);
   }
 
@@ -434,6 +443,36 @@ class UcxTransport final : public Transport {
       }
     }
     for (Slot* s : mine) maybe_release(s);
+  }
+
+  void flush_close() {
+    if (!worker_) return;
+    std::vector<void*> closing;
+    for (auto& pr : peers_) {
+      if (!pr.ep || !pr.error.ok()) continue;
+      ucp_request_param_t prm{};  // no flags: flush, then close
+      ucs_status_ptr_t r = ucp_ep_close_nbx(pr.ep, &prm);
+      pr.ep = nullptr;
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+    }
+    const Deadline bound = Deadline::after(kFlushBound);
+    while (!closing.empty() && !bound.expired()) {
+      ucp_worker_progress(worker_);
+      for (size_t i = 0; i < closing.size();) {
+        if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
+          ucp_request_free(closing[i]);
+          closing[i] = closing.back();
+          closing.pop_back();
+        } else {
+          ++i;
+        }
+      }
+    }
+    if (!closing.empty()) {
+      RCOLL_LOG(kInfo, "ucx epoch %u: %zu endpoint(s) did not flush within %lld ms on close; closing anyway", epoch_,
+                closing.size(), static_cast<long long>(kFlushBound.count()));
+      for (void* r : closing) ucp_request_free(r);
+    }
   }
 
   // Closes the endpoints and destroys the worker. Peer mode force-closes the
