@@ -202,6 +202,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
                    : options_.ucx_error_mode == "none" ? UcxErrorMode::kNone
                                                        : UcxErrorMode::kAuto;
     p.deadline = deadline;
+    p.spin_us = options_.ucx_spin_us;
     std::shared_ptr<Store> store = store_;
     const bool can_fall_back = chain_.has_next();
     p.cancelled = [store, failed_key, can_fall_back] {

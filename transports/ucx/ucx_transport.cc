@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -88,10 +89,8 @@ class UcxContext {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(int rank, int size, uint32_t epoch, UcxErrorMode mode)
-      : rank_(rank), size_(size), epoch_(epoch), mode_(mode), peers_(static_cast<size_t>(size)) {
-    if (const char* spin = std::getenv("RCOLL_UCX_SPIN_US")) spin_ = std::chrono::microseconds(std::atoll(spin));
-  }
+  UcxTransport(int rank, int size, uint32_t epoch, UcxErrorMode mode, std::chrono::microseconds spin)
+      : rank_(rank), size_(size), epoch_(epoch), mode_(mode), peers_(static_cast<size_t>(size)), spin_(spin) {}
   // A transport that was not aborted closes gracefully: every endpoint is
   // flushed first, so what this rank sent last (the end of a closing barrier,
   // say) reaches its peer even over a wire where a closed connection drops
@@ -553,7 +552,7 @@ class UcxTransport final : public Transport {
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
   bool aborted_ = false;
-  std::chrono::microseconds spin_{20};
+  std::chrono::microseconds spin_;
 };
 
 Status UcxTransport::start(const UcxConnectParams& p, const std::string& tls) {
@@ -772,17 +771,24 @@ std::string default_tls(bool one_host, UcxErrorMode mode) {
 Result<std::unique_ptr<Transport>> connect_ucx_transport(const UcxConnectParams& p) {
   UcxErrorMode mode = p.error_mode;
   if (mode == UcxErrorMode::kAuto) mode = p.one_host ? UcxErrorMode::kNone : UcxErrorMode::kPeer;
-  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode);
+  int spin = p.spin_us;
+  if (spin < 0) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned local = p.one_host ? static_cast<unsigned>(p.size) : 1u;
+    // A rank is a caller thread and a progress thread: polling pays only with a core for each.
+    spin = 2 * local <= cores ? 20 : 0;
+  }
+  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode, std::chrono::microseconds(spin));
   const std::string tls = default_tls(p.one_host, mode);
   if (Status s = t->start(p, tls); !s.ok()) return s;
   if (p.size > 1) {
     if (Status s = t->wire_up(p); !s.ok()) return s;
   }
   if (p.epoch == 0 && p.rank == 0) {
-    RCOLL_LOG(kInfo, "ucx: UCX %s, UCX_TLS=%s, error mode %s%s", ucp_get_version_string(),
+    RCOLL_LOG(kInfo, "ucx: UCX %s, UCX_TLS=%s, error mode %s%s, polls %d us before sleeping", ucp_get_version_string(),
               std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : (tls.empty() ? "<UCX default>" : tls.c_str()),
               to_string(mode),
-              mode == UcxErrorMode::kNone ? " (failures caught by rcoll's deadlines and heartbeats)" : "");
+              mode == UcxErrorMode::kNone ? " (failures caught by rcoll's deadlines and heartbeats)" : "", spin);
   }
   return std::unique_ptr<Transport>(std::move(t));
 }

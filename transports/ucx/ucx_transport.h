@@ -33,6 +33,10 @@ struct UcxConnectParams {
   std::shared_ptr<Store> store;
   std::string job_token;
   bool one_host = true;  // every rank on this host
+  // How long progress() polls before sleeping on the worker's event fd; -1 =
+  // chosen here: 20 us when every rank's progress thread can have a core of
+  // its own, else 0 (polling would steal the core a peer needs).
+  int spin_us = -1;
   UcxErrorMode error_mode = UcxErrorMode::kAuto;
   Deadline deadline = Deadline::never();
   // Polled while waiting for peers: true ends the connect at once (another
