@@ -53,7 +53,7 @@ set_tests_properties(fault_kill_rank_reported fault_malformed_inject_spec PROPER
 # Each asserts every result against the independent reference, and the
 # recovery counters.
 set(RCOLL_FAULT_RUN ${RCOLL_CORRECTNESS} --dtypes float32)
-foreach(op allreduce allgather reduce_scatter broadcast sendrecv)
+foreach(op allreduce allgather reduce_scatter broadcast sendrecv alltoall)
   # A link closed in the middle of a 64 MiB op at 4 ranks.
   add_test(NAME recovery_close_link_${op}
            COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=1,op=1 --
