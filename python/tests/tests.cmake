@@ -1,0 +1,1 @@
+# PyTorch backend tests (filled below)
