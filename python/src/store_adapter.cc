@@ -45,11 +45,29 @@ Status C10dStore::set(const std::string& key, const Bytes& value) {
   }
 }
 
+// Waits poll check() instead of calling c10d's wait(): rcoll waits in short
+// slices (recovery looks around every 200 ms), and a c10d wait that runs out
+// logs a socket warning each time; polling is silent and never ties up the
+// connection past one round trip.
+Status C10dStore::poll(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  auto s = mine();
+  for (;;) {
+    if (s->check(keys)) return Status();
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return Status(ErrorCode::kTimeout, "PyTorch store: " + join(keys) + " not set within " + std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+}
+
 Result<Bytes> C10dStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   try {
-    auto s = mine();
-    s->wait({key}, timeout);
-    return s->get(key);
+    if (Status st = poll({key}, timeout); !st.ok()) return st;
+    return mine()->get(key);
   } catch (const std::exception& e) {
     return from_exception(e, "get '" + key + "' within " + std::to_string(timeout.count()) + " ms", true);
   }
@@ -65,8 +83,7 @@ Result<int64_t> C10dStore::add(const std::string& key, int64_t delta) {
 
 Status C10dStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   try {
-    mine()->wait(keys, timeout);
-    return Status();
+    return poll(keys, timeout);
   } catch (const std::exception& e) {
     return from_exception(e, "wait for " + join(keys) + " within " + std::to_string(timeout.count()) + " ms", true);
   }

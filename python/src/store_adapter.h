@@ -5,7 +5,7 @@
 // c10d's TCPStore client runs one request at a time per connection, and
 // rcoll blocks in waits on several threads (progress, recovery, liveness), so
 // each calling thread gets its own clone of the store (a connection of its own)
-// when the store can be cloned.
+// when the store can be cloned. Waits poll, so none holds a connection long.
 #pragma once
 
 #include <chrono>
@@ -34,6 +34,8 @@ class C10dStore : public Store {
   Status erase(const std::string& key) override;
 
  private:
+  // Waits for every key by polling check(); kTimeout naming them when time runs out.
+  Status poll(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   // This thread's connection: a clone of the store, or the shared one.
   c10::intrusive_ptr<c10d::Store> mine();
 
