@@ -101,4 +101,16 @@ void check_same_layout(const at::Tensor& a, const at::Tensor& b, const OpName& w
   TORCH_CHECK_VALUE(a.numel() == b.numel(), who.str(), ": ", what, " has ", b.numel(), " elements, expected ", a.numel());
 }
 
+bool any_on_device(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts)
+    if (t->defined() && !t->device().is_cpu()) return true;
+  return false;
+}
+
+bool any_on_device(const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts)
+    if (t.defined() && !t.device().is_cpu()) return true;
+  return false;
+}
+
 }  // namespace rcoll::torch_backend

@@ -6,6 +6,7 @@
 // so they work for every dtype; reductions need a dtype rcoll can reduce.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,5 +54,9 @@ Buffer byte_buffer(const at::Tensor& host);
 void check_tensor(const at::Tensor& t, const OpName& who, const char* role);
 void check_single(const std::vector<at::Tensor>& tensors, const OpName& who);
 void check_same_layout(const at::Tensor& a, const at::Tensor& b, const OpName& who, const char* what);
+
+// Does any of these tensors live on a device (its op then completes before returning)?
+bool any_on_device(std::initializer_list<const at::Tensor*> tensors);
+bool any_on_device(const std::vector<at::Tensor>& tensors);
 
 }  // namespace rcoll::torch_backend

@@ -37,6 +37,20 @@ def main():
     d = rcoll.torch.diagnostics()
     expect("diagnostics", f"rank {r} of {p}" in d, d[:200])
 
+    # CUDA tensors are staged through host memory (needs a GPU per rank; skipped without).
+    if torch.cuda.is_available() and torch.cuda.device_count() >= p:
+        torch.cuda.set_device(r)
+        g = torch.full((1000,), float(r + 1), device="cuda")
+        dist.all_reduce(g)
+        expect("cuda allreduce", torch.equal(g.cpu(), torch.full((1000,), float(sum(range(1, p + 1))))), str(g[:3]))
+        h = torch.empty(1000, device="cuda")
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, g, (r + 1) % p), dist.P2POp(dist.irecv, h, (r - 1) % p)])
+        for q in reqs:
+            q.wait()
+        expect("cuda batch_isend_irecv", torch.equal(h.cpu(), g.cpu()), str(h[:3]))
+    else:
+        print(f"rank {r}: CUDA checks skipped: no GPU for every rank", flush=True)
+
     # A second rcoll group beside the world: its own communicator and counters.
     sub = dist.new_group(backend="rcoll")
     u = torch.ones(3)
