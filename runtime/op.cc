@@ -105,6 +105,11 @@ Status validate(const Op& op, int rank, int size) {
     case OpKind::kBroadcast:
       if (op.root < 0 || op.root >= size) return invalid(op, rank, "root " + std::to_string(op.root) + " is out of range [0, " + std::to_string(size) + ")");
       break;
+    case OpKind::kAlltoall:
+      if (op.in.count != op.out.count) return invalid(op, rank, "input has " + std::to_string(op.in.count) + " elements but output has " + std::to_string(op.out.count));
+      if (op.out.count % n != 0) return invalid(op, rank, std::to_string(op.out.count) + " elements do not split into " + std::to_string(size) + " equal blocks");
+      if (overlap(op.in, op.out)) return invalid(op, rank, "input and output overlap; alltoall needs separate buffers");
+      break;
     case OpKind::kBarrier:
     case OpKind::kNone:
       break;

@@ -279,6 +279,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     case OpKind::kReduceScatter: s = run_reduce_scatter(ctx); break;
     case OpKind::kBroadcast: s = run_broadcast(ctx); break;
     case OpKind::kBarrier: s = run_barrier(ctx); break;
+    case OpKind::kAlltoall: s = run_alltoall(ctx); break;
     case OpKind::kNone: s = Status(ErrorCode::kInternal, "op of kind none"); break;
   }
   if (!replay) rec.done = std::max(rec.done, ctx.done());

@@ -11,7 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libucx-dev              # optional UCX transport
   iproute2                # network-namespace chaos tests
-  python3
+  python3 python3-venv    # python3-venv: the PyTorch venv (scripts/install-torch.sh)
 )
 
 missing=()

@@ -68,7 +68,7 @@ TEST(FrameTest, RoundTripsEveryField) {
 
 TEST(FrameTest, RoundTripsEveryTypeKindDtypeAndRedop) {
   for (uint8_t type = 1; type <= 4; ++type) {
-    for (uint8_t kind = 0; kind <= static_cast<uint8_t>(OpKind::kBarrier); ++kind) {
+    for (uint8_t kind = 0; kind <= static_cast<uint8_t>(kLastOpKind); ++kind) {
       for (int dtype = 0; dtype < kNumDataTypes; ++dtype) {
         for (int redop = 0; redop < kNumReduceOps; ++redop) {
           FrameHeader h;
@@ -187,7 +187,7 @@ TEST(FrameTest, DecodeRejectsUnknownType) {
 }
 
 TEST(FrameTest, DecodeRejectsUnknownOpKind) {
-  for (int kind : {static_cast<int>(OpKind::kBarrier) + 1, 8, 200, 255}) {
+  for (int kind : {static_cast<int>(kLastOpKind) + 1, 9, 200, 255}) {
     FrameBytes b = encode(sample_header());
     b[5] = static_cast<uint8_t>(kind);
     auto d = decode_frame_header(b.data(), b.size());
@@ -326,6 +326,7 @@ TEST(FrameTest, OpKindNames) {
   EXPECT_STREQ(to_string(OpKind::kReduceScatter), "reduce_scatter");
   EXPECT_STREQ(to_string(OpKind::kBroadcast), "broadcast");
   EXPECT_STREQ(to_string(OpKind::kBarrier), "barrier");
+  EXPECT_STREQ(to_string(OpKind::kAlltoall), "alltoall");
   EXPECT_STREQ(to_string(OpKind::kSendRecv), "send/recv");
   EXPECT_STREQ(to_string(static_cast<OpKind>(99)), "invalid-op-kind");
 }

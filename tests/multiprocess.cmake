@@ -78,7 +78,7 @@ set_tests_properties(fault_malformed_inject_spec PROPERTIES TIMEOUT 60 LABELS fa
 # Each asserts every result against the independent reference, and the
 # recovery counters.
 set(RCOLL_FAULT_RUN ${RCOLL_CORRECTNESS} --dtypes float32)
-foreach(op allreduce allgather reduce_scatter broadcast sendrecv)
+foreach(op allreduce allgather reduce_scatter broadcast sendrecv alltoall)
   # A link closed in the middle of a 64 MiB op at 4 ranks.
   foreach(t ${RCOLL_TEST_TRANSPORTS})
     add_test(NAME recovery_close_link_${op}_${t}

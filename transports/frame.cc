@@ -32,6 +32,7 @@ const char* to_string(OpKind kind) {
     case OpKind::kReduceScatter: return "reduce_scatter";
     case OpKind::kBroadcast: return "broadcast";
     case OpKind::kBarrier: return "barrier";
+    case OpKind::kAlltoall: return "alltoall";
   }
   return "invalid-op-kind";
 }
@@ -71,7 +72,7 @@ Result<FrameHeader> decode_frame_header(const uint8_t* data, size_t size) {
   if (type < 1 || type > static_cast<uint8_t>(FrameType::kGoodbye)) return Status(ErrorCode::kTransport, "unknown frame type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
   uint8_t kind = data[5];
-  if (kind > static_cast<uint8_t>(OpKind::kBarrier)) {
+  if (kind > static_cast<uint8_t>(kLastOpKind)) {
     return Status(ErrorCode::kTransport, "unknown op kind " + std::to_string(kind) + " in frame");
   }
   h.op_kind = static_cast<OpKind>(kind);

@@ -43,7 +43,10 @@ enum class OpKind : uint8_t {
   kReduceScatter,
   kBroadcast,
   kBarrier,
+  kAlltoall,  // appended: values on the wire never change meaning
 };
+// The highest op kind a frame may carry (decoders reject anything above).
+inline constexpr OpKind kLastOpKind = OpKind::kAlltoall;
 const char* to_string(OpKind kind);
 
 struct FrameHeader {

@@ -87,6 +87,9 @@ class Communicator {
   // Every rank's data becomes root's data.
   Work broadcast_async(Buffer data, int root, OpOptions op = {});
   Work barrier_async(OpOptions op = {});
+  // in and out have size * n elements each: block q of in goes to rank q, and
+  // block q of out comes from rank q (pairwise exchange; buffers must not overlap).
+  Work alltoall_async(Buffer in, Buffer out, OpOptions op = {});
 
   // Blocking forms: wait, and throw rcoll::Error on failure.
   void send(Buffer data, int peer, OpOptions op = {});
@@ -97,6 +100,7 @@ class Communicator {
   void reduce_scatter(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
   void broadcast(Buffer data, int root, OpOptions op = {});
   void barrier(OpOptions op = {});
+  void alltoall(Buffer in, Buffer out, OpOptions op = {});
 
   // Waits for issued ops, then closes every connection. Later ops fail with kClosed.
   void close();

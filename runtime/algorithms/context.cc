@@ -164,6 +164,14 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
       if (writes) plan.outputs.push_back(range(piece, n, 0));
       break;
     }
+    case OpKind::kAlltoall: {
+      // Slice k is piece k of every block, sent and received alike.
+      const size_t n = op.out.count / p;
+      plan.slices = std::max<size_t>(1, ceil_div(n, piece));
+      for (size_t q = 0; q < p; ++q) plan.inputs.push_back(range(piece, n, q * n));
+      for (size_t q = 0; q < p; ++q) plan.outputs.push_back(range(piece, n, q * n));
+      break;
+    }
     case OpKind::kBarrier:
     case OpKind::kNone:
       plan.slices = 1;

@@ -184,6 +184,7 @@ Status run_allgather(AlgoContext& ctx);
 Status run_reduce_scatter(AlgoContext& ctx);
 Status run_broadcast(AlgoContext& ctx);
 Status run_barrier(AlgoContext& ctx);
+Status run_alltoall(AlgoContext& ctx);
 
 // How many slices the op has (the same on every rank), and which element
 // ranges of its input and output slices [first, end) touch. Used by the ledger

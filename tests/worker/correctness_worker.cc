@@ -290,6 +290,25 @@ void test_send_recv(rcoll::Communicator& comm, const Case& c) {
   check(describe("send/recv", c, p), r, c, in.data(), tile(c.dtype, input_table(c, from), c.count), c.count);
 }
 
+// Alltoall: element i of rank q's input is input(q, i); rank r's output block q
+// is block r of rank q's input, i.e. rank q's pattern from offset r * block.
+// Blocks are count / p elements (rounded up), so the op moves about `count`
+// elements in all, as the other collectives do.
+void test_alltoall(rcoll::Communicator& comm, const Case& c) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t block = (c.count + static_cast<size_t>(p) - 1) / static_cast<size_t>(p);
+  const size_t total = block * static_cast<size_t>(p), es = rcoll::size_of(c.dtype);
+  auto in = tile(c.dtype, input_table(c, r), total);
+  auto out = make_buffer(c, total);
+  comm.alltoall(Buffer{in.data(), total, c.dtype}, Buffer{out.data(), total, c.dtype});
+  std::vector<char> want(total * es + 1);
+  for (int q = 0; q < p; ++q) {
+    auto theirs = tile(c.dtype, input_table(c, q), block, block * static_cast<size_t>(r));
+    std::memcpy(want.data() + block * es * static_cast<size_t>(q), theirs.data(), block * es);
+  }
+  check(describe("alltoall", c, p), r, c, out.data(), want, total);
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -322,7 +341,7 @@ size_t parse_count(const std::string& spec, DataType d) {
 
 int main(int argc, char** argv) {
   std::string sizes = "0,1,7,4K+3,1M,64M";
-  std::string ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier";
+  std::string ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier,alltoall";
   std::string dtypes = "int8,uint8,int32,uint32,int64,uint64,float16,bfloat16,float32,float64";
   std::string big_dtypes = "all";  // dtypes that run at sizes >= 16 MiB
   long expect_recoveries = -1;     // at least this many recoveries on this rank
@@ -352,7 +371,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (ops == "all") ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier";
+  if (ops == "all") ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier,alltoall";
   auto has = [](const std::string& list, const std::string& item) {
     for (const auto& x : split(list))
       if (x == item) return true;
@@ -391,6 +410,7 @@ int main(int argc, char** argv) {
         }
         if (has(ops, "broadcast")) test_broadcast(comm, c, salt % p);
         if (has(ops, "sendrecv")) test_send_recv(comm, c);
+        if (has(ops, "alltoall")) test_alltoall(comm, c);
         if (has(ops, "barrier")) comm.barrier();
         if (d == DataType::kFloat32) {
           Case f{d, ReduceOp::kSum, count, salt, true};

@@ -1,0 +1,61 @@
+"""rcoll as a ``torch.distributed`` process-group backend.
+
+    import rcoll.torch                          # registers "rcoll"
+    dist.init_process_group("rcoll")            # or "cpu:rcoll,cuda:rcoll"
+    ...
+    rcoll.torch.counters()                      # {"recoveries": 1, "bytes_sent": ..., ...}
+
+Every op runs under rcoll's per-op progress deadlines, liveness and in-process
+recovery: a closed link or a frozen peer costs a recovery, not the job. The
+process group's ``timeout`` caps rcoll's deadlines. CUDA tensors are staged
+through host memory (their ops complete before the call returns).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from rcoll import _C
+
+__all__ = ["BACKEND", "RcollBackend", "get_backend", "counters", "diagnostics", "abort", "shutdown"]
+
+BACKEND = "rcoll"
+RcollBackend = _C.RcollBackend
+
+
+def _create(store, rank, world_size, timeout):
+    return _C.create_backend(store, rank, world_size, timeout)
+
+
+if BACKEND.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+
+
+def get_backend(group=None, device: str = "cpu") -> RcollBackend:
+    """The rcoll backend object of ``group`` (default: the world) for ``device``."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device(device))
+    if not isinstance(backend, RcollBackend):
+        raise TypeError(f"the process group's {device} backend is {type(backend).__name__}, not rcoll")
+    return backend
+
+
+def counters(group=None) -> dict:
+    """rcoll's counters for ``group``: ops, bytes_sent, bytes_received, recoveries,
+    fallbacks, recovery_seconds, faults_injected, delays_injected, epoch, transport."""
+    return get_backend(group).counters()
+
+
+def diagnostics(group=None) -> str:
+    """Identity, epoch, transport, counters and the last ops, for humans."""
+    return get_backend(group).diagnostics()
+
+
+def abort(group=None) -> None:
+    """Fails every op of ``group`` not yet complete, then closes its communicator."""
+    get_backend(group).abort()
+
+
+def shutdown(group=None) -> None:
+    """Waits for the issued ops of ``group``, then closes its communicator."""
+    get_backend(group).shutdown()
