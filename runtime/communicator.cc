@@ -9,6 +9,7 @@
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "transports/tcp/interfaces.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace rcoll {
@@ -33,6 +34,12 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
     RCOLL_LOG(kWarn, "fault injection is on (RCOLL_INJECT=%s): %zu fault(s) planned", env_string("RCOLL_INJECT")->c_str(),
               impl->faults_.size());
   }
+  if (impl->options_.socket_ifname.empty() && !impl->prefer_loopback() && !impl->boot_.store_host.empty()) {
+    impl->route_address_ = route_source_address(impl->boot_.store_host);
+    RCOLL_LOG(kInfo, "no RCOLL_SOCKET_IFNAME: using the interface with address %s, the route toward the store at %s",
+              impl->route_address_.empty() ? "(none found; first non-loopback interface instead)" : impl->route_address_.c_str(),
+              impl->boot_.store_host.c_str());
+  }
   const Deadline connect_deadline = Deadline::after(impl->options_.connect_timeout);
   if (Status s = impl->connect_epoch(0, connect_deadline); !s.ok()) return s;
   if (Status s = impl->start_liveness(connect_deadline); !s.ok()) return s;
@@ -49,6 +56,7 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
     lp.store = store_;
     lp.ifname_spec = options_.socket_ifname;
     lp.prefer_loopback = prefer_loopback();
+    lp.route_address = route_address_;
     lp.job_token = boot_.job_token;
     lp.interval = std::max<Millis>(Millis(10), options_.liveness_budget / 15);
     lp.budget = options_.liveness_budget;
@@ -130,6 +138,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   p.store = store_;
   p.ifname_spec = options_.socket_ifname;
   p.prefer_loopback = prefer_loopback();
+  p.route_address = route_address_;
   p.job_token = boot_.job_token;
   p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
   p.deadline = deadline;

@@ -59,6 +59,10 @@ class CommunicatorImpl : public ProgressGuard {
     return d.find("127.0.0.1") != std::string::npos || d.find("localhost") != std::string::npos ||
            d.find("file store") != std::string::npos;
   }
+  // With no RCOLL_SOCKET_IFNAME and ranks on several hosts (or network
+  // namespaces): the local address of the route toward the store, so the
+  // interface that reaches the job is chosen over one listed earlier.
+  std::string route_address_;
   void progress_loop();
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);

@@ -118,6 +118,7 @@ Status connect_store(const Options& o, Bootstrap* b, const std::string& host, ui
                       client.status().message());
   }
   b->store = std::move(client).value();
+  b->store_host = host;
   b->store_description = "tcp store " + host + ":" + std::to_string(so.port) + (serve ? " (hosted here)" : "");
   return Status();
 }

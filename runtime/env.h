@@ -18,6 +18,7 @@ struct Bootstrap {
   std::string identity_source;  // "RCOLL_RANK", "torchrun", "Open MPI", "Slurm", "options", "default"
   std::shared_ptr<Store> store;
   std::string store_description;  // "tcp store 127.0.0.1:29500", "file store /tmp/x", ...
+  std::string store_host;         // the TCP store's host; empty for other stores
   std::unique_ptr<TcpStoreServer> hosted_store;  // when this rank hosts the store
   std::string job_token;
 };

@@ -53,7 +53,7 @@ std::string remote_address(const tcp::socket& s) {
 }
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
-  auto iface = select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback);
+  auto iface = select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
   if (!iface.ok()) {
     return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
                   iface.status().message());
