@@ -155,6 +155,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   retire_transport();
   transport_ = std::move(t_or).value();
   epoch_ = epoch;
+  if (size_ > 1) epoch_watch_.watch(store_, epoch, "epoch/" + std::to_string(epoch) + "/failed");
   if (epoch > 0) return Status();
   RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport tcp, store: %s, identity from %s",
             options_.name.c_str(), size_.load(), epoch, boot_.store_description.c_str(), boot_.identity_source.c_str());
@@ -219,6 +220,7 @@ void CommunicatorImpl::close() {
   }
   cv_.notify_all();
   if (progress_.joinable()) progress_.join();
+  epoch_watch_.stop();
   transport_.reset();
   liveness_.reset();  // says goodbye, so peers do not take this exit for a death
   std::lock_guard<std::mutex> lock(mu_);
