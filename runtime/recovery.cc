@@ -53,8 +53,10 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
             failed, what.c_str(), cause.to_string().c_str());
   transport_->abort(cause);
-  // Every store call below ends by the recovery deadline, even on a stalled store host.
-  const ScopedStoreDeadline store_bound(deadline);
+  // Every store call below ends by the recovery deadline (plus a second, so the
+  // diagnosis made once it has passed can still ask the store who is missing),
+  // even on a stalled store host.
+  const ScopedStoreDeadline store_bound(Deadline::after(options_.recovery_timeout + Millis(1000)));
   const uint64_t seq = current_ ? current_->op.seq : 0;
   auto store_failed = [&](const Status& s, const char* step) {
     return Status(s.code(), ErrorContext{rank_, -1, seq, failed, "tcp"},
