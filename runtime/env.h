@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "rcoll/options.h"
 #include "rcoll/status.h"
@@ -34,5 +35,8 @@ Status apply_env_overrides(Options* options);
 // error naming the variable when it is set but not an integer in [lo, hi].
 Result<std::optional<long long>> env_int(const char* name, long long lo, long long hi);
 std::optional<std::string> env_string(const char* name);
+
+// "HOST:PORT" or "[V6]:PORT" as in RCOLL_STORE_ADDR; errors name `var`.
+Result<std::pair<std::string, uint16_t>> split_host_port(const std::string& addr, const char* var);
 
 }  // namespace rcoll
