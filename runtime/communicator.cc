@@ -74,14 +74,17 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
           RCOLL_LOG(kError, "rank %d is dead: its liveness connection closed without a goodbye (the process is gone)", e.peer);
           break;
         case LivenessEvent::Kind::kPeerSilent:
-          RCOLL_LOG(kWarn, "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); suspect",
-                    e.peer, static_cast<long long>(self->options_.liveness_budget.count()));
+          RCOLL_LOG(kWarn, "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); suspect: an op that "
+                    "stalls on it recovers and waits for it up to the recovery timeout (%lld ms)",
+                    e.peer, static_cast<long long>(self->options_.liveness_budget.count()),
+                    static_cast<long long>(self->options_.recovery_timeout.count()));
           break;
         case LivenessEvent::Kind::kPeerBack:
-          RCOLL_LOG(kWarn, "rank %d heartbeats again", e.peer);
+          RCOLL_LOG(kWarn, "rank %d heartbeats again (%s); no longer suspect, ops with it go on", e.peer, e.reason.c_str());
           break;
         case LivenessEvent::Kind::kPeerAborted:
-          RCOLL_LOG(kInfo, "rank %d announced that epoch %u failed: %s", e.peer, e.epoch, e.reason.c_str());
+          RCOLL_LOG(kInfo, "rank %d announced that epoch %u failed: %s; this rank aborts that epoch and joins the recovery",
+                    e.peer, e.epoch, e.reason.c_str());
           break;
       }
     });

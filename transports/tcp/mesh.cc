@@ -202,7 +202,8 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
         if (ec == asio::error::operation_aborted) return;  // torn down at the deadline
         const std::string from = remote_address(*in->sock);
         auto refuse = [&](const std::string& why) {
-          RCOLL_LOG(kWarn, "%s: refused connection from %s: %s", purpose, from.c_str(), why.c_str());
+          RCOLL_LOG(kWarn, "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks", purpose,
+                    rank, from.c_str(), why.c_str());
           error_code ignored;
           in->sock->close(ignored);
         };
