@@ -73,13 +73,25 @@ void check_decoders(const uint8_t* data, size_t size) {
 // Sends the bytes as a client, then reads whatever comes back until the server
 // closes or goes quiet for a moment (a parked get/wait, say).
 void send_to_server(uint16_t port, const uint8_t* data, size_t size) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) std::abort();
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) std::abort();
+  int fd = -1;
+  // A refused connection is retried briefly; a server that stays unreachable died.
+  for (int attempt = 0; fd < 0; ++attempt) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) std::abort();
+    // Close with a reset: tens of thousands of connections a minute must not
+    // leave the ephemeral ports in TIME_WAIT (the harness ran out of them).
+    linger no_wait{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_wait, sizeof(no_wait));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) break;
+    ::close(fd);
+    fd = -1;
+    if (attempt == 50) std::abort();
+    ::usleep(10000);
+  }
   size_t off = 0;
   while (off < size) {
     ssize_t n = ::send(fd, data + off, size - off, MSG_NOSIGNAL);
