@@ -9,6 +9,7 @@
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "transports/tcp/interfaces.h"
 #include "transports/tcp/tcp_transport.h"
 #if RCOLL_HAVE_UCX
 #include "transports/ucx/ucx_transport.h"
@@ -49,6 +50,12 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
     RCOLL_LOG(kWarn, "fault injection is on (RCOLL_INJECT=%s): %zu fault(s) planned", env_string("RCOLL_INJECT")->c_str(),
               impl->faults_.size());
   }
+  if (impl->options_.socket_ifname.empty() && !impl->prefer_loopback() && !impl->boot_.store_host.empty()) {
+    impl->route_address_ = route_source_address(impl->boot_.store_host);
+    RCOLL_LOG(kInfo, "no RCOLL_SOCKET_IFNAME: using the interface with address %s, the route toward the store at %s",
+              impl->route_address_.empty() ? "(none found; first non-loopback interface instead)" : impl->route_address_.c_str(),
+              impl->boot_.store_host.c_str());
+  }
   const Deadline connect_deadline = Deadline::after(impl->options_.connect_timeout);
   if (Status s = impl->connect_epoch(0, connect_deadline); !s.ok()) return s;
   if (Status s = impl->start_liveness(connect_deadline); !s.ok()) return s;
@@ -65,6 +72,7 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
     lp.store = store_;
     lp.ifname_spec = options_.socket_ifname;
     lp.prefer_loopback = prefer_loopback();
+    lp.route_address = route_address_;
     lp.job_token = boot_.job_token;
     lp.interval = std::max<Millis>(Millis(10), options_.liveness_budget / 15);
     lp.budget = options_.liveness_budget;
@@ -82,14 +90,17 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
           RCOLL_LOG(kError, "rank %d is dead: its liveness connection closed without a goodbye (the process is gone)", e.peer);
           break;
         case LivenessEvent::Kind::kPeerSilent:
-          RCOLL_LOG(kWarn, "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); suspect",
-                    e.peer, static_cast<long long>(self->options_.liveness_budget.count()));
+          RCOLL_LOG(kWarn, "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); suspect: an op that "
+                    "stalls on it recovers and waits for it up to the recovery timeout (%lld ms)",
+                    e.peer, static_cast<long long>(self->options_.liveness_budget.count()),
+                    static_cast<long long>(self->options_.recovery_timeout.count()));
           break;
         case LivenessEvent::Kind::kPeerBack:
-          RCOLL_LOG(kWarn, "rank %d heartbeats again", e.peer);
+          RCOLL_LOG(kWarn, "rank %d heartbeats again (%s); no longer suspect, ops with it go on", e.peer, e.reason.c_str());
           break;
         case LivenessEvent::Kind::kPeerAborted:
-          RCOLL_LOG(kInfo, "rank %d announced that epoch %u failed: %s", e.peer, e.epoch, e.reason.c_str());
+          RCOLL_LOG(kInfo, "rank %d announced that epoch %u failed: %s; this rank aborts that epoch and joins the recovery",
+                    e.peer, e.epoch, e.reason.c_str());
           break;
       }
     });
@@ -147,6 +158,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
       transport_ = std::move(t).value();
       transport_name_ = transport_->name();
       epoch_ = epoch;
+      if (size_ > 1) epoch_watch_.watch(store_, epoch, "epoch/" + std::to_string(epoch) + "/failed");
       break;
     }
     if (t.ok()) t.value()->abort(outcome);
@@ -184,6 +196,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     p.store = store_;
     p.ifname_spec = options_.socket_ifname;
     p.prefer_loopback = prefer_loopback();
+    p.route_address = route_address_;
     p.job_token = boot_.job_token;
     p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
     p.deadline = deadline;
@@ -310,6 +323,7 @@ void CommunicatorImpl::close() {
   }
   cv_.notify_all();
   if (progress_.joinable()) progress_.join();
+  epoch_watch_.stop();
   transport_.reset();
   liveness_.reset();  // says goodbye, so peers do not take this exit for a death
   std::lock_guard<std::mutex> lock(mu_);

@@ -14,6 +14,7 @@
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
 #include "runtime/env.h"
+#include "runtime/epoch_watch.h"
 #include "runtime/flight_recorder.h"
 #include "runtime/inject.h"
 #include "runtime/ledger.h"
@@ -68,6 +69,10 @@ class CommunicatorImpl : public ProgressGuard {
     return d.find("127.0.0.1") != std::string::npos || d.find("localhost") != std::string::npos ||
            d.find("file store") != std::string::npos;
   }
+  // With no RCOLL_SOCKET_IFNAME and ranks on several hosts (or network
+  // namespaces): the local address of the route toward the store, so the
+  // interface that reaches the job is chosen over one listed earlier.
+  std::string route_address_;
   void progress_loop();
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);
@@ -82,7 +87,8 @@ class CommunicatorImpl : public ProgressGuard {
   Status replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume);
   void record_completion(OpRecord rec);
   Clock::duration progress_budget(const Op& op) const;
-  // Has a peer announced that the current epoch failed? (rate-limited store check)
+  // Has a peer announced that the current epoch failed? (liveness notice, or
+  // the store key as seen by epoch_watch_; never blocks)
   bool epoch_failed_elsewhere();
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
   void inject_before(const Op& op, AlgoContext& ctx);
@@ -95,6 +101,9 @@ class CommunicatorImpl : public ProgressGuard {
   void report_positions(const Status& s);
 
   static constexpr size_t kSocketBufferBytes = 4u << 20;
+  // How long the best-effort store writes after a failure for good (the fatal
+  // diagnosis, where every rank was) may take before the caller gets its error.
+  static constexpr Millis kBestEffortStoreBudget{2000};
 
   Options options_;
   Bootstrap boot_;
@@ -146,8 +155,9 @@ class CommunicatorImpl : public ProgressGuard {
   bool last_stall_was_straggler_ = false;
   OpRecord* current_ = nullptr;
   Status fatal_;
-  Clock::time_point last_failure_check_{};
   bool epoch_failed_seen_ = false;
+  // Polls the store for "this epoch failed" off the progress thread.
+  EpochWatch epoch_watch_{std::chrono::milliseconds(20)};
 
   std::mutex mu_;
   std::condition_variable cv_;

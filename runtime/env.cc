@@ -28,6 +28,21 @@ Result<std::optional<long long>> env_int(const char* name, long long lo, long lo
   return std::optional<long long>(v);
 }
 
+Result<std::pair<std::string, uint16_t>> split_host_port(const std::string& addr, const char* var) {
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
+    return Status(ErrorCode::kInvalidArgument, std::string(var) + "='" + addr + "' is not HOST:PORT");
+  }
+  std::string host = addr.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  char* end = nullptr;
+  long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535) {
+    return Status(ErrorCode::kInvalidArgument, std::string(var) + "='" + addr + "' has no valid port");
+  }
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
 namespace {
 
 struct Identity {
@@ -78,21 +93,6 @@ Status resolve_identity(const Options& o, Bootstrap* b) {
   return Status();
 }
 
-Result<std::pair<std::string, uint16_t>> split_host_port(const std::string& addr, const char* var) {
-  auto colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
-    return Status(ErrorCode::kInvalidArgument, std::string(var) + "='" + addr + "' is not HOST:PORT");
-  }
-  std::string host = addr.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  char* end = nullptr;
-  long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || port < 1 || port > 65535) {
-    return Status(ErrorCode::kInvalidArgument, std::string(var) + "='" + addr + "' has no valid port");
-  }
-  return std::make_pair(host, static_cast<uint16_t>(port));
-}
-
 Status connect_store(const Options& o, Bootstrap* b, const std::string& host, uint16_t port, bool serve,
                      const std::string& origin) {
   TcpStoreOptions so;
@@ -118,6 +118,7 @@ Status connect_store(const Options& o, Bootstrap* b, const std::string& host, ui
                       client.status().message());
   }
   b->store = std::move(client).value();
+  b->store_host = host;
   b->store_description = "tcp store " + host + ":" + std::to_string(so.port) + (serve ? " (hosted here)" : "");
   return Status();
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "rcoll/options.h"
 #include "rcoll/status.h"
@@ -18,6 +19,7 @@ struct Bootstrap {
   std::string identity_source;  // "RCOLL_RANK", "torchrun", "Open MPI", "Slurm", "options", "default"
   std::shared_ptr<Store> store;
   std::string store_description;  // "tcp store 127.0.0.1:29500", "file store /tmp/x", ...
+  std::string store_host;         // the TCP store's host; empty for other stores
   std::unique_ptr<TcpStoreServer> hosted_store;  // when this rank hosts the store
   std::string job_token;
 };
@@ -33,5 +35,8 @@ Status apply_env_overrides(Options* options);
 // error naming the variable when it is set but not an integer in [lo, hi].
 Result<std::optional<long long>> env_int(const char* name, long long lo, long long hi);
 std::optional<std::string> env_string(const char* name);
+
+// "HOST:PORT" or "[V6]:PORT" as in RCOLL_STORE_ADDR; errors name `var`.
+Result<std::pair<std::string, uint16_t>> split_host_port(const std::string& addr, const char* var);
 
 }  // namespace rcoll

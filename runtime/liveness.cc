@@ -80,6 +80,7 @@ class LivenessImpl final : public Liveness {
     m.key_prefix = "liveness/";
     m.ifname_spec = p.ifname_spec;
     m.prefer_loopback = p.prefer_loopback;
+    m.route_address = p.route_address;
     m.job_token = p.job_token;
     m.deadline = p.connect_deadline;
     m.purpose = "liveness";

@@ -60,6 +60,7 @@ struct LivenessParams {
   std::shared_ptr<Store> store;  // namespaced for the communicator instance
   std::string ifname_spec;
   bool prefer_loopback = true;
+  std::string route_address;  // source address of the route to the store (select_interface)
   std::string job_token;
   std::chrono::milliseconds interval{100};   // heartbeat period
   std::chrono::milliseconds budget{1500};    // silent after this long without a heartbeat

@@ -317,6 +317,16 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
     if (v.health == PeerHealth::kDead || dead_[static_cast<size_t>(peer)]) {
       return Status(ErrorCode::kPeerDead, ctx, op.describe() + ": rank " + std::to_string(peer) + " is dead (its process is gone)");
     }
+    // A silent rank (frozen, partitioned) explains the stall better than a live
+    // one that is behind: that one may be stuck in an earlier op waiting for it.
+    // Recover and wait for the silent rank (DESIGN.md: silent peers).
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_ || liveness_->peer(q).health != PeerHealth::kSilent) continue;
+      ctx.peer = q;
+      return Status(ErrorCode::kTimeout, ctx,
+                    op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and rank " + std::to_string(q) +
+                        " is silent (no heartbeat); recovering and waiting for it");
+    }
     // In a ring or chain most ranks wait on a neighbour that is itself waiting:
     // the op waits for a straggler if ANY live rank has not reached it yet.
     // For send/recv, the awaited peer being in compute is the straggler.

@@ -11,6 +11,7 @@
 
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "runtime/store/call_deadline.h"
 
 namespace rcoll {
 namespace {
@@ -31,16 +32,13 @@ bool CommunicatorImpl::epoch_failed_elsewhere() {
     epoch_failed_seen_ = true;
     return true;
   }
-  const auto now = Clock::now();
-  if (now - last_failure_check_ < std::chrono::milliseconds(20)) return false;
-  last_failure_check_ = now;
-  auto failed = store_->check(epoch_key("failed", epoch_.load()));
-  epoch_failed_seen_ = failed.ok() && failed.value();
+  epoch_failed_seen_ = epoch_watch_.failed(epoch_.load());
   return epoch_failed_seen_;
 }
 
 void CommunicatorImpl::publish_fatal(const Status& s) {
   if (size_ == 1 || !store_) return;
+  const ScopedStoreDeadline store_bound(Deadline::after(kBestEffortStoreBudget));
   // The first diagnosis wins; ranks that learned it from the store do not restate it.
   if (auto there = store_->check(epoch_key("fatal", epoch_.load())); there.ok() && there.value()) return;
   const std::string text = std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.context().peer) + "\n" +
@@ -58,20 +56,37 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
             failed, what.c_str(), cause.to_string().c_str());
   transport_->abort(cause);
+  // Every store call below ends by the recovery deadline (plus a second, so the
+  // diagnosis made once it has passed can still ask the store who is missing),
+  // even on a stalled store host.
+  const ScopedStoreDeadline store_bound(Deadline::after(options_.recovery_timeout + Millis(1000)));
+  const uint64_t seq = current_ ? current_->op.seq : 0;
+  auto store_failed = [&](const Status& s, const char* step) {
+    return Status(s.code(), ErrorContext{rank_, -1, seq, failed, transport_name_.load()},
+                  "recovery of epoch " + std::to_string(failed) + " gave up after " +
+                      std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) + " ms: " + step +
+                      ": " + s.message());
+  };
 
   // Tell everyone (idle ranks poll this key), then publish what this rank has done.
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
   if (liveness_) liveness_->announce_abort(failed, why.substr(0, 1000));
-  if (Status s = store_->set(epoch_key("failed", failed), Bytes(why.begin(), why.end())); !s.ok()) return s;
+  if (Status s = store_->set(epoch_key("failed", failed), Bytes(why.begin(), why.end())); !s.ok()) {
+    return store_failed(s, "could not announce the failed epoch in the store");
+  }
   // This rank's vote on the next epoch's transport, before the ledger: a rank
   // that sees every ledger sees every vote.
   const bool chain = chain_.order().size() > 1;
   if (chain) {
     const size_t vote = chain_.vote_after_failure(Clock::now());
-    if (Status s = store_->set(vote_key(failed, rank_), Bytes{static_cast<uint8_t>(vote)}); !s.ok()) return s;
+    if (Status s = store_->set(vote_key(failed, rank_), Bytes{static_cast<uint8_t>(vote)}); !s.ok()) {
+      return store_failed(s, "could not publish this rank's transport vote in the store");
+    }
   }
   const std::string ledger = serialize_ledger(log_, current_, size_);
-  if (Status s = store_->set(ledger_key(failed, rank_), Bytes(ledger.begin(), ledger.end())); !s.ok()) return s;
+  if (Status s = store_->set(ledger_key(failed, rank_), Bytes(ledger.begin(), ledger.end())); !s.ok()) {
+    return store_failed(s, "could not publish this rank's ledger in the store");
+  }
 
   // Wait for every rank's ledger. Silent ranks are waited for up to the
   // recovery timeout; the error names whoever never joined.
@@ -81,7 +96,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   for (;;) {
     Status s = store_->wait(keys, std::min<Millis>(Millis(200), std::max<Millis>(Millis(1), deadline.remaining_ms())));
     if (s.ok()) break;
-    if (s.code() != ErrorCode::kTimeout) return s;
+    if (s.code() != ErrorCode::kTimeout) return store_failed(s, "waiting for the other ranks' ledgers");
     // A peer hit a failure no recovery can fix: end with its diagnosis.
     if (auto fatal = store_->check(epoch_key("fatal", failed)); fatal.ok() && fatal.value()) {
       auto text = store_->get(epoch_key("fatal", failed), Millis(1000));
@@ -100,9 +115,14 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
     }
     std::string missing;
     int first_missing = -1;
+    Status store_status;  // the store's own failure, if it did not answer
     for (int q = 0; q < size_; ++q) {
       auto has = store_->check(keys[static_cast<size_t>(q)]);
-      if (has.ok() && !has.value()) {
+      if (!has.ok()) {
+        store_status = has.status();
+        break;
+      }
+      if (!has.value()) {
         if (first_missing < 0) first_missing = q;
         missing += (missing.empty() ? "" : ", ") + std::to_string(q);
         if (liveness_ && liveness_->peer(q).left) {
@@ -116,6 +136,10 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
                             " is dead (its process is gone); a dead rank cannot be recovered in place");
         }
       }
+    }
+    if (deadline.expired() && !store_status.ok()) {
+      return store_failed(store_status, "the store did not answer while this rank waited for the other ranks' ledgers "
+                                        "(is the store's host stalled?)");
     }
     if (deadline.expired()) {
       return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, first_missing, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
@@ -132,7 +156,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   std::vector<std::string> ledgers;
   for (const auto& k : keys) {
     auto v = store_->get(k, deadline.remaining_ms());
-    if (!v.ok()) return v.status();
+    if (!v.ok()) return store_failed(v.status(), "reading the ledgers from the store");
     ledgers.emplace_back(v.value().begin(), v.value().end());
   }
   auto plan = agree_resume(rank_, size_, log_, current_, ledgers);
@@ -143,7 +167,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
     size_t agreed = 0;
     for (int q = 0; q < size_; ++q) {
       auto v = store_->get(vote_key(failed, q), deadline.remaining_ms());
-      if (!v.ok()) return v.status();
+      if (!v.ok()) return store_failed(v.status(), "reading the transport votes from the store");
       if (!v.value().empty()) agreed = std::max<size_t>(agreed, v.value()[0]);
     }
     const std::string from = chain_.current();
@@ -217,6 +241,7 @@ Status CommunicatorImpl::recover_and_replay(Status cause, OpRecord* current, siz
 
 void CommunicatorImpl::report_positions(const Status& s) {
   if (size_ == 1 || !store_) return;
+  const ScopedStoreDeadline store_bound(Deadline::after(kBestEffortStoreBudget + Millis(1000)));
   const uint32_t e = epoch_.load();
   const std::string mine = recorder_.position();
   (void)store_->set(epoch_key("where", e) + "/" + std::to_string(rank_), Bytes(mine.begin(), mine.end()));

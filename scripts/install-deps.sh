@@ -10,7 +10,10 @@ packages=(
   libgloo-dev             # baseline for rcoll-bench comparisons
   libopenmpi-dev openmpi-bin
   libucx-dev              # optional UCX transport
-  iproute2                # network-namespace chaos tests
+  iproute2                # network-namespace chaos tests (ip, tc, nstat)
+  nftables                # chaos tests: packet loss on kernels without tc netem
+  procps                  # chaos tests: ps
+  clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz) with ASan/UBSan
   python3 python3-venv    # python3-venv: the PyTorch venv (scripts/install-torch.sh)
 )
 

@@ -635,6 +635,28 @@ TEST(SelectInterfaceTest, DefaultChoice) {
   EXPECT_FALSE(select_interface({}, "eth", false).ok());
 }
 
+TEST(SelectInterfaceTest, RouteTowardTheStoreWinsOverListOrder) {
+  // A rank with a dead interface listed first and the one that reaches the
+  // store second: the route's source address picks the second.
+  const std::vector<NetInterface> two = {{"lo", "127.0.0.1", true, false},
+                                         {"eth0", "10.66.1.2", false, false},
+                                         {"eth1", "10.77.0.2", false, false}};
+  EXPECT_EQ(pick(two, "", false), "eth0 10.66.1.2") << "list order without a hint";
+  auto r = select_interface(two, "", false, "10.77.0.2");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().name, "eth1");
+  // An explicit spec and loopback-only jobs ignore the hint; an unknown one is no hint.
+  EXPECT_EQ(select_interface(two, "eth0", false, "10.77.0.2").value().name, "eth0");
+  EXPECT_EQ(select_interface(two, "", true, "10.77.0.2").value().name, "lo");
+  EXPECT_EQ(select_interface(two, "", false, "10.9.9.9").value().name, "eth0");
+}
+
+TEST(SelectInterfaceTest, RouteSourceAddress) {
+  EXPECT_EQ(route_source_address("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(route_source_address(""), "");
+  EXPECT_EQ(route_source_address("no-such-host.invalid"), "");
+}
+
 TEST(SelectInterfaceTest, DescribeInterfaces) {
   EXPECT_EQ(describe_interfaces({}), "none");
   EXPECT_EQ(describe_interfaces({{"lo", "127.0.0.1", true, false}, {"eth0", "10.0.0.1", false, false}}),

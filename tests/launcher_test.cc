@@ -489,6 +489,7 @@ TEST(Launcher, BadUsageExits2WithAMessage) {
       {{"-n", "2", "--timeout", "-1", "--", "/bin/true"}, "--timeout wants a positive"},
       {{"-n", "2", "--inject", "", "--", "/bin/true"}, "--inject needs a non-empty"},
       {{"-n", "2", "--store-port", "70000", "--", "/bin/true"}, "--store-port wants a port"},
+      {{"-n", "2", "--store-host", "", "--", "/bin/true"}, "--store-host wants a numeric address"},
       {{"-n", "2", "--", "no-such-program-rcoll"}, "cannot find program 'no-such-program-rcoll'"},
       {{"-n", "2", "--", "/no/such/dir/program"}, "cannot run '/no/such/dir/program'"},
       {{"-n", "2", "--", "/tmp"}, "is a directory"},
@@ -560,6 +561,18 @@ TEST(Launcher, StorePortOptionIsUsed) {
       {"-n", "1", "--store-port", port, "--", "/bin/sh", "-c", "echo $RCOLL_STORE_ADDR"});
   ASSERT_EQ(o.exit_code, 0) << describe(o);
   EXPECT_EQ(o.out, "[0] 127.0.0.1:" + port + "\n");
+}
+
+TEST(Launcher, StoreHostIsBoundAndHandedToTheRanks) {
+  // Any loopback address works without configuration on Linux: 127.0.0.2 is not the default.
+  Outcome o = run_launcher({"-n", "1", "--store-host", "127.0.0.2", "--", "/bin/sh", "-c",
+                            "echo $RCOLL_STORE_ADDR"});
+  ASSERT_EQ(o.exit_code, 0) << describe(o);
+  EXPECT_EQ(o.out.rfind("[0] 127.0.0.2:", 0), 0u) << describe(o);
+  Outcome bad = run_launcher({"-n", "1", "--store-host", "192.0.2.1", "--", "/bin/true"});
+  EXPECT_EQ(bad.exit_code, 125) << describe(bad);
+  EXPECT_NE(bad.err.find("cannot start the rendezvous store on 192.0.2.1:0"), std::string::npos)
+      << describe(bad);
 }
 
 TEST(Launcher, RanksReachTheEmbeddedStore) {

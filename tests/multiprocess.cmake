@@ -180,3 +180,20 @@ if(RCOLL_HAVE_UCX)
                        fallback_drop_after_failures_then_probe_back fallback_pinned_transport_fails_clearly
                        PROPERTIES TIMEOUT 320 LABELS "faults;fallback")
 endif()
+
+# The multi-process subset that scripts/test.sh runs in its sanitizer builds
+# (label "sanitize": AddressSanitizer + UBSan; "tsan": ThreadSanitizer): every
+# op and dtype at small sizes, a recovery after a closed link, a dead rank.
+add_test(NAME san_correctness_np2
+         COMMAND ${RCOLL_RUN} -n 2 --timeout 300 -- ${RCOLL_CORRECTNESS} --sizes 0,1,7,4K+3,64K)
+add_test(NAME san_correctness_np3
+         COMMAND ${RCOLL_RUN} -n 3 --timeout 300 -- ${RCOLL_CORRECTNESS} --sizes 7,4K+3,64K --dtypes int32,float32,bfloat16)
+add_test(NAME san_recovery_close_link
+         COMMAND ${RCOLL_RUN} -n 3 --timeout 300 --inject close-link:rank=1,op=3 --
+                 ${RCOLL_FAULT_RUN} --sizes 4K+3,1M --expect-recoveries 1)
+add_test(NAME san_sigkill_named
+         COMMAND ${RCOLL_EXPECT} 137 "rank 1 \\(pid [0-9]+\\) was killed by signal 9 && \\[[02]\\] rcoll error: \\[rank [02] peer 1 .*peer dead" 60 --
+                 ${RCOLL_RUN} -n 3 --linger 10 --inject kill:rank=1,op=3 -- ${RCOLL_FAULT_RUN} --sizes 64K --ops allreduce)
+set_tests_properties(san_correctness_np2 san_recovery_close_link san_sigkill_named
+                     PROPERTIES TIMEOUT 320 LABELS sanitize)
+set_tests_properties(san_correctness_np3 PROPERTIES TIMEOUT 320 LABELS "sanitize;tsan")

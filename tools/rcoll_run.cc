@@ -88,16 +88,16 @@ int launch(int argc, char** argv) {
   if (!signals.ok()) return fail(kExitLauncherFailed, signals.status().message());
 
   TcpStoreOptions store_options;
-  store_options.host = "127.0.0.1";
+  store_options.host = options.store_host;
   store_options.port = options.store_port;
   store_options.token = env.token;
   Result<std::unique_ptr<TcpStoreServer>> store = start_tcp_store_server(store_options);
   if (!store.ok()) {
-    return fail(kExitLauncherFailed, "cannot start the rendezvous store on 127.0.0.1:" +
-                                         std::to_string(options.store_port) + ": " +
+    return fail(kExitLauncherFailed, "cannot start the rendezvous store on " + options.store_host +
+                                         ":" + std::to_string(options.store_port) + ": " +
                                          store.status().to_string());
   }
-  env.store_addr = "127.0.0.1:" + std::to_string(store.value()->port());
+  env.store_addr = store.value()->address();
 
   std::fflush(stdout);  // nothing of ours may sit in stdio buffers across fork
   std::fflush(stderr);

@@ -42,6 +42,10 @@ struct TcpStoreOptions {
   std::chrono::milliseconds connect_timeout{8000};
   // Shared secret: the server refuses clients that present a different one. Empty = none.
   std::string token;
+  // Server: a connection that has not said hello (with the token) this long
+  // after it was accepted is closed and logged, so strangers that connect and
+  // say nothing cannot pile up.
+  std::chrono::milliseconds hello_timeout{10000};
 };
 
 // A client of the built-in TCP store server. Connects (retrying) within

@@ -28,6 +28,7 @@
 #include "rcoll/store.h"
 #include "runtime/deadline.h"
 #include "runtime/log.h"
+#include "runtime/store/call_deadline.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {
@@ -309,7 +310,7 @@ class TcpStoreClient final : public Store {
     int64_t ms = clamp_timeout(timeout);
     Request q{Op::kWait, keys, {}, ms};
     auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true,
-                  "wait(" + std::to_string(keys.size()) + " keys)");
+                  "wait(" + key_list(keys) + ")");
     if (!r.ok()) return r.status();
     if (r.value().reply == Reply::kTimeout) {
       const auto& absent = r.value().keys.empty() ? keys : r.value().keys;
@@ -392,8 +393,9 @@ class TcpStoreClient final : public Store {
 
   // Sends q and returns the server's answer (kOk or kTimeout); every other
   // outcome becomes an error naming the store address and the call.
-  Result<Response> call(const Request& q, const Deadline& d, bool idempotent,
+  Result<Response> call(const Request& q, const Deadline& own_deadline, bool idempotent,
                         const std::string& what) {
+    const Deadline d = own_deadline.earlier(ScopedStoreDeadline::current());
     if (Status s = store_wire::validate(q); !s.ok()) return s;
     Bytes frame = store_wire::encode_request(q);
     std::string first_failure;
@@ -431,10 +433,8 @@ class TcpStoreClient final : public Store {
       }
       // The connection is in an unknown state now: it is dropped (fd goes out of scope).
       if (failure.timed_out) {
-        std::string keys = key_list(q.keys);
         return Status(ErrorCode::kTimeout, "the rcoll store at " + address_ + " did not answer " +
-                                               what + " for key " + keys +
-                                               " in time; dropping that connection");
+                                               what + " in time; dropping that connection");
       }
       first_failure = failure.what;
       // A pooled connection may have gone stale (server restarted): retry once on a

@@ -77,9 +77,10 @@ struct Waiter {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(ServerImpl& server, tcp::socket socket, std::string peer)
-      : server_(server), socket_(std::move(socket)), peer_(std::move(peer)) {}
+      : server_(server), socket_(std::move(socket)), peer_(std::move(peer)), hello_timer_(socket_.get_executor()) {}
 
-  void start() { read_header(); }
+  // Starts reading; a client that has not said hello within `hello_timeout` is closed.
+  void start(std::chrono::milliseconds hello_timeout);
   const std::string& peer() const { return peer_; }
 
   // Queues a response; close_after closes the connection once it is written.
@@ -107,6 +108,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool close_after_write_ = false;
   bool closed_ = false;
+  asio::steady_timer hello_timer_;
 };
 
 class ServerImpl final : public TcpStoreServer {
@@ -223,7 +225,7 @@ class ServerImpl final : public TcpStoreServer {
       std::string peer = e ? std::string("unknown peer") : endpoint_string(remote);
       auto session = std::make_shared<Session>(*this, std::move(socket), std::move(peer));
       sessions_[session.get()] = session;
-      session->start();
+      session->start(options_.hello_timeout);
       accept_next();
     });
   }
@@ -251,6 +253,17 @@ class ServerImpl final : public TcpStoreServer {
 };
 
 // ---- Session ----------------------------------------------------------------
+
+void Session::start(std::chrono::milliseconds hello_timeout) {
+  auto self = shared_from_this();
+  hello_timer_.expires_after(hello_timeout);
+  hello_timer_.async_wait([self, hello_timeout](const boost::system::error_code& ec) {
+    if (ec || self->closed_ || self->authenticated_) return;
+    self->close("no hello within " + std::to_string(hello_timeout.count()) +
+                " ms of connecting (not an rcoll client?)");
+  });
+  read_header();
+}
 
 void Session::read_header() {
   auto self = shared_from_this();
@@ -318,7 +331,8 @@ void Session::on_frame() {
       return;
     }
     if (!server_.token().empty() && !same_token(server_.token(), req.value)) {
-      RCOLL_LOG(kWarn, "refused store client from %s: wrong job token", peer_.c_str());
+      RCOLL_LOG(kWarn, "rcoll store on %s: refused a client from %s: wrong job token (another job, or not an rcoll process); closing that connection",
+                server_.address().c_str(), peer_.c_str());
       Response r;
       r.reply = Reply::kRefused;
       std::string why = "job token mismatch";
@@ -327,6 +341,7 @@ void Session::on_frame() {
       return;  // no further reads: the connection ends after the refusal
     }
     authenticated_ = true;
+    hello_timer_.cancel();
     send(Response{});
     read_header();
     return;
@@ -380,6 +395,7 @@ void Session::close(const std::string& why) {
     server_.cancel(w);
   }
   boost::system::error_code ec;
+  hello_timer_.cancel();
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   out_.clear();

@@ -2,6 +2,11 @@
 //
 //   rcoll-run -n 4 -- rcoll-correctness-worker [--sizes 0,1,7,4K+3,1M,64M] [--ops all]
 //                                              [--dtypes all] [--big-dtypes all]
+//                                              [--repeat N | --duration SECONDS]
+//
+// --duration runs the suite again and again until rank 0 has run it for that
+// long (it broadcasts the decision after every pass, so every rank runs the
+// same ops): the chaos tests (tests/chaos/) break the network while it runs.
 //
 // Every rank fills its inputs from a formula of (rank, element, op), so every
 // rank can compute the expected result of every op on its own, in plain scalar
@@ -352,6 +357,7 @@ int main(int argc, char** argv) {
   std::string expect_transport;  // the transport the run must end on
   long expect_fallbacks = -1;    // exactly this many moves down the transport chain
   long expect_probes = -1;       // exactly this many moves back up
+  double duration_s = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -366,6 +372,7 @@ int main(int argc, char** argv) {
     else if (k == "--expect-transport") expect_transport = argv[i + 1];
     else if (k == "--expect-fallbacks") expect_fallbacks = std::stol(argv[i + 1]);
     else if (k == "--expect-probes") expect_probes = std::stol(argv[i + 1]);
+    else if (k == "--duration") duration_s = std::stod(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -380,13 +387,27 @@ int main(int argc, char** argv) {
 
   try {
     rcoll::Communicator comm = rcoll::Communicator::create();
+    const auto started = std::chrono::steady_clock::now();
+    std::printf("rank %d/%d: communicator ready, running collectives\n", comm.rank(), comm.size());
+    std::fflush(stdout);
+    // Another pass? A fixed number, or (--duration) rank 0's clock, shared by a broadcast.
+    auto another_pass = [&](int done) {
+      if (duration_s <= 0) return done < repeat;
+      std::vector<int32_t> go{0};
+      if (comm.rank() == 0) {
+        go[0] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < duration_s;
+      }
+      comm.broadcast(Buffer::of(go), 0);
+      return go[0] != 0;
+    };
     // With --survive-shrink, a rank death shrinks the group (RCOLL_SHRINK=1):
     // the op that saw it fails with kPeerDead, and the suite runs again, from
     // the start, on the survivors.
     auto run_suite = [&]() {
     const int p = comm.size(), r = comm.rank();
     int salt = 0;
-    for (int pass = 0; pass < repeat; ++pass)
+    int passes = 0;
+    for (int pass = 0; another_pass(pass); ++pass, ++passes)
     for (const auto& dname : split(dtypes)) {
       DataType d = *rcoll::parse_data_type(dname);
       for (const auto& sspec : split(sizes)) {
@@ -425,6 +446,8 @@ int main(int argc, char** argv) {
     }
     comm.barrier();
     rcoll::Counters counters = comm.counters();
+    if (duration_s > 0) std::printf("rank %d/%d: %d passes in %.1f s\n", r, p, passes,
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     std::printf("rank %d/%d: %d checks, %d failed, %llu ops, %llu bytes sent, %llu recoveries (%.1f ms recovering), %llu faults + %llu delays injected, transport %s (epoch %lld, %llu fallbacks, %llu probes)\n",
                 r, p, g_checks, g_failures, static_cast<unsigned long long>(counters.ops),
                 static_cast<unsigned long long>(counters.bytes_sent), static_cast<unsigned long long>(counters.recoveries),

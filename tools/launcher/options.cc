@@ -49,6 +49,9 @@ const char* usage_text() {
          "  --tag-output             prefix every output line with \"[RANK] \" (default)\n"
          "  --no-tag-output          pass the ranks' output through untouched\n"
          "  --store-port P           port of the embedded store (default 0: any free port)\n"
+         "  --store-host ADDR        address the embedded store binds to and the ranks dial\n"
+         "                           (default 127.0.0.1; e.g. a bridge address when ranks run\n"
+         "                           in their own network namespaces)\n"
          "  -h, --help               show this help\n"
          "  --version                show the rcoll version\n"
          "\n"
@@ -61,7 +64,8 @@ const char* usage_text() {
 
 Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kTakesValue = {
-      "-n", "--nproc", "--transport", "--inject", "--timeout", "--linger", "--grace", "--store-port"};
+      "-n", "--nproc", "--transport", "--inject", "--timeout", "--linger", "--grace", "--store-port",
+      "--store-host"};
   LaunchOptions opts;
   bool have_n = false;
   size_t i = 0;
@@ -143,6 +147,11 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args)
         return bad("--store-port wants a port from 0 to 65535, got '" + *value + "'");
       }
       opts.store_port = static_cast<uint16_t>(port);
+    } else if (name == "--store-host") {
+      if (value->empty() || value->find_first_of(" \t/") != std::string::npos) {
+        return bad("--store-host wants a numeric address or a host name, got '" + *value + "'");
+      }
+      opts.store_host = *value;
     } else {
       return bad("unknown option '" + arg + "'");
     }

@@ -26,6 +26,7 @@ struct LaunchOptions {
   double grace_s = 5.0;               // SIGTERM -> SIGKILL delay when stopping ranks
   bool tag_output = true;
   uint16_t store_port = 0;           // 0: any free port
+  std::string store_host = "127.0.0.1";  // address the store binds and the ranks dial
   std::vector<std::string> command;  // program and its arguments
   bool show_help = false;
   bool show_version = false;

@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <netinet/in.h>
@@ -90,8 +93,37 @@ std::string describe_interfaces(const std::vector<NetInterface>& all) {
   return s.empty() ? "none" : s;
 }
 
+std::string route_source_address(const std::string& host) {
+  if (host.empty()) return "";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &list) != 0) return "";
+  std::string out;
+  for (addrinfo* ai = list; ai != nullptr && out.empty(); ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (local.ss_family == AF_INET) {
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof(buf));
+      } else if (local.ss_family == AF_INET6) {
+        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf, sizeof(buf));
+      }
+      out = buf;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  return out;
+}
+
 Result<NetInterface> select_interface(const std::vector<NetInterface>& all, const std::string& spec,
-                                      bool prefer_loopback) {
+                                      bool prefer_loopback, const std::string& route_address) {
   if (!spec.empty()) {
     Matcher m = parse_spec(spec);
     for (const auto& i : all)
@@ -103,6 +135,10 @@ Result<NetInterface> select_interface(const std::vector<NetInterface>& all, cons
   if (prefer_loopback) {
     for (const auto& i : all)
       if (i.loopback) return i;
+  }
+  if (!route_address.empty()) {
+    for (const auto& i : all)
+      if (i.address == route_address) return i;
   }
   for (const auto& i : all)
     if (!i.loopback && !is_virtual_bridge(i.name)) return i;

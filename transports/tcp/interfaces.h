@@ -21,11 +21,19 @@ struct NetInterface {
 // Every interface that is up and has an address.
 std::vector<NetInterface> list_interfaces();
 
-// Applies `spec` (may be empty) to `all`. With an empty spec: non-loopback,
-// non-docker/virbr interfaces first, or loopback when `prefer_loopback` (all
-// ranks on this host) or when nothing else is up.
+// Applies `spec` (may be empty) to `all`. With an empty spec: loopback when
+// `prefer_loopback` (all ranks on this host); else the interface that owns
+// `route_address` (the source address of the route toward the store, see
+// route_source_address) when one does; else non-loopback, non-docker/virbr
+// interfaces first, loopback when nothing else is up.
 Result<NetInterface> select_interface(const std::vector<NetInterface>& all, const std::string& spec,
-                                      bool prefer_loopback);
+                                      bool prefer_loopback, const std::string& route_address = "");
+
+// The local address the kernel would send from to reach `host` (numeric or a
+// name; nothing is sent: a UDP socket is connected and asked for its name), or
+// "" when there is no route. A rank with several interfaces uses this to pick
+// the one that reaches the rest of the job instead of the first one listed.
+std::string route_source_address(const std::string& host);
 
 // "lo 127.0.0.1, eth0 10.1.2.3" for error messages.
 std::string describe_interfaces(const std::vector<NetInterface>& all);

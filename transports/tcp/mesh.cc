@@ -44,7 +44,7 @@ std::string remote_address(const tcp::socket& s) {
 }
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
-  auto iface = select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback);
+  auto iface = select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
   if (!iface.ok()) {
     return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
                   iface.status().message());
@@ -193,7 +193,8 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
         if (ec == asio::error::operation_aborted) return;  // torn down at the deadline
         const std::string from = remote_address(*in->sock);
         auto refuse = [&](const std::string& why) {
-          RCOLL_LOG(kWarn, "%s: refused connection from %s: %s", purpose, from.c_str(), why.c_str());
+          RCOLL_LOG(kWarn, "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks", purpose,
+                    rank, from.c_str(), why.c_str());
           error_code ignored;
           in->sock->close(ignored);
         };

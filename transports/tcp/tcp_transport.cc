@@ -290,6 +290,7 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   m.key_prefix = "tcp/" + std::to_string(p.epoch) + "/";
   m.ifname_spec = p.ifname_spec;
   m.prefer_loopback = p.prefer_loopback;
+  m.route_address = p.route_address;
   m.job_token = p.job_token;
   m.socket_buffer_bytes = p.socket_buffer_bytes;
   m.deadline = p.deadline;
@@ -309,7 +310,7 @@ Result<std::unique_ptr<Transport>> connect_tcp_transport(const TcpConnectParams&
   auto t = std::make_unique<TcpTransport>(p.rank, p.size, p.epoch);
   if (p.size > 1) {
     auto all = list_interfaces();
-    auto iface = select_interface(all, p.ifname_spec, p.prefer_loopback);
+    auto iface = select_interface(all, p.ifname_spec, p.prefer_loopback, p.route_address);
     if (!iface.ok()) {
       return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, "tcp"},
                     iface.status().message());

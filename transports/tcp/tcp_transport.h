@@ -20,6 +20,7 @@ struct TcpConnectParams {
   std::shared_ptr<Store> store;
   std::string ifname_spec;     // RCOLL_SOCKET_IFNAME syntax
   bool prefer_loopback = true;  // every rank on this host
+  std::string route_address;    // source address of the route to the store (select_interface)
   std::string job_token;
   size_t socket_buffer_bytes = 0;  // 0 = leave the kernel's default
   Deadline deadline = Deadline::never();
