@@ -27,6 +27,7 @@ PYBIND11_MODULE(_C, m) {
             d["bytes_received"] = c.bytes_received;
             d["recoveries"] = c.recoveries;
             d["fallbacks"] = c.fallbacks;
+            d["probes"] = c.probes;
             d["recovery_seconds"] = c.recovery_seconds;
             d["faults_injected"] = c.faults_injected;
             d["delays_injected"] = c.delays_injected;
@@ -34,7 +35,7 @@ PYBIND11_MODULE(_C, m) {
             d["transport"] = c.transport;
             return d;
           },
-          "rcoll's counters for this process group: ops, bytes, recoveries, fallbacks, injected faults, epoch, transport")
+          "rcoll's counters for this process group: ops, bytes, recoveries, fallbacks, probes, injected faults, epoch, transport")
       .def("diagnostics", &RcollBackend::diagnostics, py::call_guard<py::gil_scoped_release>(),
            "A human-readable report: identity, epoch, transport, counters and the last ops")
       .def("abort", &RcollBackend::abort, py::call_guard<py::gil_scoped_release>(),
