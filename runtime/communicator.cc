@@ -216,6 +216,8 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
                                                        : UcxErrorMode::kAuto;
     p.deadline = deadline;
     p.spin_us = options_.ucx_spin_us;
+    // Within what a send's tail backup covers (in_flight_capacity()).
+    p.buffered_send_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
     std::shared_ptr<Store> store = store_;
     const bool can_fall_back = chain_.has_next();
     p.cancelled = [store, failed_key, can_fall_back] {

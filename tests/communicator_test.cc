@@ -265,6 +265,23 @@ TEST(CommunicatorTest, AllgatherResults) { run_ranks(3, check_allgather); }
 TEST(CommunicatorTest, ReduceScatterResults) { run_ranks(3, check_reduce_scatter); }
 TEST(CommunicatorTest, BroadcastResults) { run_ranks(3, check_broadcast); }
 TEST(CommunicatorTest, SendRecvResults) { run_ranks(3, check_send_recv); }
+
+// Both ranks of a pair post their send before their recv (isend; irecv; wait
+// both): as with MPI, this completes for messages the wire can hold in flight
+// (socket buffers on tcp, rcoll's buffered sends on ucx), here 1 MiB.
+TEST(CommunicatorTest, SendBeforeRecvOnBothSidesOfAPair) {
+  run_ranks(2, [](Communicator& c) {
+    const int me = c.rank(), other = 1 - me;
+    constexpr size_t n = 256 * 1024;  // 1 MiB of float32
+    std::vector<float> out(n, static_cast<float>(me + 1)), in(n, -1.0f);
+    Work s = c.send_async(Buffer::of(out), other);
+    Work r = c.recv_async(Buffer::of(in), other);
+    ASSERT_TRUE(s.wait(std::chrono::seconds(30)).ok());
+    ASSERT_TRUE(r.wait(std::chrono::seconds(30)).ok());
+    EXPECT_EQ(in.front(), static_cast<float>(other + 1));
+    EXPECT_EQ(in.back(), static_cast<float>(other + 1));
+  });
+}
 TEST(CommunicatorTest, BarrierWaitsForEveryRank) { run_ranks(3, check_barrier); }
 
 // Tiny frames: many slices and several pipeline windows per op, the paths a

@@ -89,8 +89,9 @@ class UcxContext {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(int rank, int size, uint32_t epoch, UcxErrorMode mode, std::chrono::microseconds spin)
-      : rank_(rank), size_(size), epoch_(epoch), mode_(mode), peers_(static_cast<size_t>(size)), spin_(spin) {}
+  UcxTransport(int rank, int size, uint32_t epoch, UcxErrorMode mode, std::chrono::microseconds spin, size_t buffered)
+      : rank_(rank), size_(size), epoch_(epoch), mode_(mode), peers_(static_cast<size_t>(size)), spin_(spin),
+        buffered_capacity_(buffered) {}
   // A transport that was not aborted closes gracefully: every endpoint is
   // flushed first, so what this rank sent last (the end of a closing barrier,
   // say) reaches its peer even over a wire where a closed connection drops
@@ -124,6 +125,22 @@ class UcxTransport final : public Transport {
       std::memcpy(slot->buf.data(), head.data(), kFrameHeaderBytes);
       if (header.payload_bytes > 0) std::memcpy(slot->buf.data() + kFrameHeaderBytes, data, header.payload_bytes);
       send_part(slot, pr.ep, slot->buf.data(), slot->buf.size(), make_tag(rank_, TagKind::kHead, seq));
+    } else if (header.op_kind == OpKind::kSendRecv && pr.buffered + header.payload_bytes <= buffered_capacity_) {
+      // A point-to-point frame is copied aside and its send completes at once,
+      // as a TCP send does once the socket buffer holds it: two ranks that
+      // both send before they receive then meet, as they do over TCP (UCX's
+      // own send completes only when the receiver has fetched the data). The
+      // runtime keeps the tail of a send that a recovery could need again.
+      slot->buf.assign(head.begin(), head.end());
+      slot->payload.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + header.payload_bytes);
+      slot->buffered = header.payload_bytes;
+      pr.buffered += slot->buffered;
+      send_part(slot, pr.ep, slot->buf.data(), kFrameHeaderBytes, make_tag(rank_, TagKind::kHead, seq));
+      send_part(slot, pr.ep, slot->payload.data(), header.payload_bytes, make_tag(rank_, TagKind::kPayload, seq));
+      if (slot->req) {
+        bytes_sent_ += slot->wire_bytes;
+        settle(slot, Status());
+      }
     } else {
       slot->buf.assign(head.begin(), head.end());
       send_part(slot, pr.ep, slot->buf.data(), kFrameHeaderBytes, make_tag(rank_, TagKind::kHead, seq));
@@ -201,6 +218,8 @@ class UcxTransport final : public Transport {
     FrameHeader expected;
     void* dst = nullptr;
     std::vector<uint8_t> buf;
+    std::vector<uint8_t> payload;  // a buffered send's copy of its payload
+    size_t buffered = 0;           // bytes of it still counted against the peer's capacity
     size_t wire_bytes = 0;
     Status error;
     bool head_done = false;
@@ -211,6 +230,7 @@ class UcxTransport final : public Transport {
     ucp_ep_h ep = nullptr;
     uint64_t send_seq = 0;
     uint64_t recv_seq = 0;
+    size_t buffered = 0;  // bytes of buffered sends UCX has not finished
     Status error;  // set once: every later request on this peer fails with it
     int index = -1;
     UcxTransport* transport = nullptr;
@@ -244,6 +264,7 @@ class UcxTransport final : public Transport {
     raw->posting = false;
     raw->live = true;
     raw->wire_bytes = 0;
+    raw->buffered = 0;
     live_.push_back(std::move(s));
     return raw;
   }
@@ -269,6 +290,10 @@ class UcxTransport final : public Transport {
   // Returns a slot whose request is settled and whose UCX parts are all back to the pool.
   void maybe_release(Slot* slot) {
     if (slot->req || slot->parts > 0 || !slot->live) return;
+    if (slot->buffered > 0) {
+      peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
+      slot->buffered = 0;
+    }
     slot->live = false;
     for (size_t i = 0; i < live_.size(); ++i) {
       if (live_[i].get() == slot) {
@@ -308,6 +333,10 @@ class UcxTransport final : public Transport {
     UcxTransport* t = slot->transport;
     t->part_returned(slot, request);
     ucp_request_free(request);
+    if (slot->parts == 0 && slot->buffered > 0) {
+      t->peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
+      slot->buffered = 0;
+    }
     t->send_done(slot, status);
     t->maybe_release(slot);
   }
@@ -553,6 +582,7 @@ class UcxTransport final : public Transport {
   uint64_t bytes_received_ = 0;
   bool aborted_ = false;
   std::chrono::microseconds spin_;
+  size_t buffered_capacity_;  // per peer
 };
 
 Status UcxTransport::start(const UcxConnectParams& p, const std::string& tls) {
@@ -778,7 +808,8 @@ Result<std::unique_ptr<Transport>> connect_ucx_transport(const UcxConnectParams&
     // A rank is a caller thread and a progress thread: polling pays only with a core for each.
     spin = 2 * local <= cores ? 20 : 0;
   }
-  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode, std::chrono::microseconds(spin));
+  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode, std::chrono::microseconds(spin),
+                                         p.buffered_send_bytes);
   const std::string tls = default_tls(p.one_host, mode);
   if (Status s = t->start(p, tls); !s.ok()) return s;
   if (p.size > 1) {

@@ -37,6 +37,10 @@ struct UcxConnectParams {
   // chosen here: 20 us when every rank's progress thread can have a core of
   // its own, else 0 (polling would steal the core a peer needs).
   int spin_us = -1;
+  // Point-to-point sends up to this many bytes in flight per peer are copied
+  // aside and complete at once, like a TCP send into the socket buffer. The
+  // runtime must keep at least this much of a send's tail for recovery.
+  size_t buffered_send_bytes = 4u << 20;
   UcxErrorMode error_mode = UcxErrorMode::kAuto;
   Deadline deadline = Deadline::never();
   // Polled while waiting for peers: true ends the connect at once (another
