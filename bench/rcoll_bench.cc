@@ -545,7 +545,14 @@ std::string describe_sizes(const Config& c) {
 std::string auto_or(uint64_t v) { return v ? std::to_string(v) : "auto"; }
 
 // Runs every op and size on one transport. Rank 0 appends its rows to `rows`.
-int run_one(const Config& cfg, const std::string& transport_choice, std::vector<Row>* rows) {
+// What a run over several transports writes in its one JSON file.
+struct RunTotals {
+  uint64_t recoveries = 0;
+  uint64_t fallbacks = 0;
+  int ranks = 0;
+};
+
+int run_one(const Config& cfg, const std::string& transport_choice, std::vector<Row>* rows, RunTotals* totals) {
   rcoll::Options options;
   options.transport = transport_choice;
   options.name = "bench-" + transport_choice;
@@ -634,6 +641,9 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   if (leader) {
     report.print_footer(counters.recoveries, counters.fallbacks, n, counters.transport);
     rows->insert(rows->end(), report.rows().begin(), report.rows().end());
+    totals->recoveries += counters.recoveries;
+    totals->fallbacks += counters.fallbacks;
+    totals->ranks = n;
     if (!cfg.json.empty() && cfg.transports.size() == 1) {
       try {
         report.write_json(cfg.json, counters.recoveries, counters.fallbacks, n);
@@ -693,9 +703,10 @@ void print_side_by_side(const Config& cfg, const std::vector<Row>& rows) {
 
 int run_bench(const Config& cfg) {
   std::vector<Row> rows;
+  RunTotals totals;
   int rc = 0;
   for (const auto& t : cfg.transports) {
-    const int one = run_one(cfg, t, &rows);
+    const int one = run_one(cfg, t, &rows, &totals);
     if (one == 2 || one == 3) return one;
     rc = std::max(rc, one);
   }
@@ -705,7 +716,7 @@ int run_bench(const Config& cfg) {
       rcoll::bench::Report all(false, cfg.check);
       for (const auto& r : rows) all.keep(r);
       try {
-        all.write_json(cfg.json, 0, 0, 0);
+        all.write_json(cfg.json, totals.recoveries, totals.fallbacks, totals.ranks);
       } catch (const std::runtime_error& e) {
         std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
         rc = rc ? rc : 1;
