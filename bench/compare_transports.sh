@@ -18,29 +18,9 @@ sizes=${SIZES:-8,4K,64K,256K,1M,4M,16M,64M,256M}
 iters=${ITERS:-20}
 warmup=${WARMUP:-5}
 
-build=${RCOLL_BUILD_DIR:-}
-if [[ -z $build ]]; then
-  for d in "$root/build-bench" "$root/build"; do
-    if [[ -x $d/bench/rcoll-bench ]]; then build=$d; break; fi
-  done
-fi
-if [[ -z $build || ! -x $build/bench/rcoll-bench || ! -x $build/tools/rcoll-run ]]; then
-  echo "compare_transports.sh: no rcoll-bench / rcoll-run found; build them or set RCOLL_BUILD_DIR" >&2
-  exit 2
-fi
-run=$build/tools/rcoll-run
-mkdir -p "$out"
-common=(--op allreduce --dtype float32 --redop sum --sizes "$sizes" --iters "$iters" --warmup "$warmup")
-
-measure() {
-  local name=$1; shift
-  echo "compare_transports.sh: $name ..." >&2
-  rm -f "$out/$name.json"
-  if ! "$@" "${common[@]}" --json "$out/$name.json" >"$out/$name.log" 2>&1; then
-    echo "compare_transports.sh: $name failed (see $out/$name.log)" >&2
-    rm -f "$out/$name.json"
-  fi
-}
+me=compare_transports.sh
+# shellcheck source=bench/bench_common.sh
+source "$root/bench/bench_common.sh"
 
 for n in $ranks; do
   measure "ucx-np$n" "$run" -n "$n" -- "$build/bench/rcoll-bench" --transport ucx

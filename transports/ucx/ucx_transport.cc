@@ -473,6 +473,19 @@ class UcxTransport final : public Transport {
     for (Slot* s : mine) maybe_release(s);
   }
 
+  // Progresses the worker until every endpoint-close request in `closing` is
+  // done (and frees it) or `bound` passes; what is left stays in `closing`.
+  void settle_closes(std::vector<void*>* closing, Deadline bound) {
+    while (!closing->empty() && !bound.expired()) {
+      ucp_worker_progress(worker_);
+      std::erase_if(*closing, [](void* r) {
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+        ucp_request_free(r);
+        return true;
+      });
+    }
+  }
+
   void flush_close() {
     if (!worker_) return;
     std::vector<void*> closing;
@@ -483,19 +496,7 @@ class UcxTransport final : public Transport {
       pr.ep = nullptr;
       if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
     }
-    const Deadline bound = Deadline::after(kFlushBound);
-    while (!closing.empty() && !bound.expired()) {
-      ucp_worker_progress(worker_);
-      for (size_t i = 0; i < closing.size();) {
-        if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
-          ucp_request_free(closing[i]);
-          closing[i] = closing.back();
-          closing.pop_back();
-        } else {
-          ++i;
-        }
-      }
-    }
+    settle_closes(&closing, Deadline::after(kFlushBound));
     if (!closing.empty()) {
       RCOLL_LOG(kInfo, "ucx epoch %u: %zu endpoint(s) did not flush within %lld ms on close; closing anyway", epoch_,
                 closing.size(), static_cast<long long>(kFlushBound.count()));
@@ -522,19 +523,7 @@ class UcxTransport final : public Transport {
       }
       pr.ep = nullptr;
     }
-    const Deadline bound = Deadline::after(std::chrono::milliseconds(500));
-    while (!closing.empty() && !bound.expired()) {
-      ucp_worker_progress(worker_);
-      for (size_t i = 0; i < closing.size();) {
-        if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
-          ucp_request_free(closing[i]);
-          closing[i] = closing.back();
-          closing.pop_back();
-        } else {
-          ++i;
-        }
-      }
-    }
+    settle_closes(&closing, Deadline::after(std::chrono::milliseconds(500)));
     for (int i = 0; i < 64; ++i) {
       if (ucp_worker_progress(worker_) == 0) break;
     }
