@@ -5,15 +5,23 @@
 
 namespace rcoll {
 
-Work Communicator::alltoall_async(Buffer in, Buffer out, OpOptions o) {
+namespace {
+
+Op alltoall_op(Buffer in, Buffer out, OpOptions o) {
   Op op;
   op.kind = OpKind::kAlltoall;
   op.in = in;
   op.out = out;
   op.options = o;
-  return impl_->submit(std::move(op));
+  return op;
 }
 
-void Communicator::alltoall(Buffer in, Buffer out, OpOptions o) { throw_if_error(alltoall_async(in, out, o).wait()); }
+}  // namespace
+
+Work Communicator::alltoall_async(Buffer in, Buffer out, OpOptions o) { return impl_->submit(alltoall_op(in, out, o)); }
+
+void Communicator::alltoall(Buffer in, Buffer out, OpOptions o) {
+  throw_if_error(impl_->submit(alltoall_op(in, out, o), CommunicatorImpl::Issue::kHereIfIdle).wait());
+}
 
 }  // namespace rcoll

@@ -194,9 +194,9 @@ Status apply_env_overrides(Options* o) {
       return Status(ErrorCode::kInvalidArgument, "RCOLL_UCX_ERROR_MODE='" + o->ucx_error_mode + "' is not auto, peer or none");
     }
   }
-  auto spin = env_int("RCOLL_UCX_SPIN_US", 0, 1000000);
+  auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);
   if (!spin.ok()) return spin.status();
-  if (spin.value() && o->ucx_spin_us < 0) o->ucx_spin_us = static_cast<int>(*spin.value());
+  if (spin.value() && o->spin_us < 0) o->spin_us = static_cast<int>(*spin.value());
   auto failures = env_int("RCOLL_TRANSPORT_FAILURES", 1, 1000000);
   if (!failures.ok()) return failures.status();
   if (failures.value()) o->transport_failures_to_drop = static_cast<int>(*failures.value());

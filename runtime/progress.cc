@@ -15,63 +15,82 @@ void CommunicatorImpl::progress_loop() {
   bool closing_barrier_done = false;
   for (;;) {
     Op op;
+    bool closing_barrier = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return !queue_.empty() || closing_; });
+      // A caller running a blocking op itself owns the data plane until it is done.
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return !running_ && (!queue_.empty() || closing_); });
+      if (running_) continue;
       if (queue_.empty()) {
         if (closing_) {
           // Before leaving, make sure no peer still needs this rank to re-run
           // a slice it already finished: a last barrier, which only completes
           // once every rank has finished every earlier op.
           if (closing_barrier_done || size_ == 1 || !options_.recovery || !fatal_.ok()) return;
-          closing_barrier_done = true;
+          closing_barrier_done = closing_barrier = true;
           op.kind = OpKind::kBarrier;
           op.in = op.out = Buffer{nullptr, 0, DataType::kUint8};
           op.seq = ++next_seq_;
           op.match_seq = ++collective_seq_;
           op.work = std::make_shared<WorkState>();
           op.options.timeout = options_.recovery_timeout;
+          running_ = true;
         } else {
+          running_ = true;
           lock.unlock();
-          if (fatal_.ok() && options_.shrink_on_death && size_ > 1 && first_dead_peer() >= 0) {
-            const int dead = first_dead_peer();
-            Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},
-                       "rank " + std::to_string(dead) + " died (its process is gone)");
-            shrink_idle(why);
-            continue;
-          }
-          // Idle: a peer may have failed the epoch and need this rank in the recovery.
-          if (fatal_.ok() && options_.recovery && size_ > 1 && epoch_failed_elsewhere()) {
-            Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
-                         "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
-            transport_->abort(cause);
-            size_t unused = 0;
-            recoveries_this_op_ = 0;
-            Status s = recover_and_replay(cause, nullptr, &unused);
-            if (!s.ok() && options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
-              shrink_idle(s);
-              continue;
-            }
-            if (!s.ok()) {
-              fatal_ = s;
-              publish_fatal(s);
-              report_positions(s);
-              RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
-            }
-          }
+          idle_checks();
+          lock.lock();
+          running_ = false;
           continue;
         }
       } else {
         op = std::move(queue_.front());
         queue_.pop_front();
+        running_ = true;
       }
     }
-    Status s = run_op(op);
-    if (op.kind != OpKind::kBarrier || op.work->seq != 0) ++ops_done_;
-    if (!s.ok() && closing_barrier_done && queue_.empty()) {
-      RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
+    execute(op, closing_barrier);
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+}
+
+void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
+  Status s = run_op(op);
+  if (!closing_barrier) ++ops_done_;
+  if (!s.ok() && closing_barrier) {
+    RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
+  }
+  op.work->finish(std::move(s));
+}
+
+// While no op runs: a dead peer (shrink mode), or a peer that failed the epoch
+// and needs this rank in the recovery.
+void CommunicatorImpl::idle_checks() {
+  if (fatal_.ok() && options_.shrink_on_death && size_ > 1 && first_dead_peer() >= 0) {
+    const int dead = first_dead_peer();
+    Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},
+               "rank " + std::to_string(dead) + " died (its process is gone)");
+    shrink_idle(why);
+    return;
+  }
+  if (fatal_.ok() && options_.recovery && size_ > 1 && epoch_failed_elsewhere()) {
+    Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
+                 "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
+    transport_->abort(cause);
+    size_t unused = 0;
+    recoveries_this_op_ = 0;
+    Status s = recover_and_replay(cause, nullptr, &unused);
+    if (!s.ok() && options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
+      shrink_idle(s);
+      return;
     }
-    op.work->finish(std::move(s));
+    if (!s.ok()) {
+      fatal_ = s;
+      publish_fatal(s);
+      report_positions(s);
+      RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
+    }
   }
 }
 

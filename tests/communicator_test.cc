@@ -349,6 +349,30 @@ TEST(CommunicatorTest, EmptyWorkHandleIsAnErrorNotACrash) {
   EXPECT_EQ(w.status().code(), ErrorCode::kInvalidArgument);
 }
 
+// A blocking op runs on the calling thread only when nothing is queued; with
+// async ops still queued it waits its turn. The blocking allreduce reads the
+// buffer the queued async ops write, so running it early gives wrong numbers.
+TEST(CommunicatorTest, BlockingOpAfterQueuedAsyncOpsRunsInIssueOrder) {
+  run_ranks(3, [](Communicator& c) {
+    const int r = c.rank();
+    constexpr size_t n = 300 * 1000;  // several frames: the async ops take a while
+    std::vector<float> a(n, static_cast<float>(r + 1));
+    std::vector<Work> works;
+    for (int k = 0; k < 4; ++k) works.push_back(c.allreduce_async(Buffer::of(a), Buffer::of(a), ReduceOp::kSum));
+    c.allreduce(Buffer::of(a), ReduceOp::kSum);  // after the 4 above: 6, 18, 54, 162, then 486
+    for (auto& w : works) EXPECT_TRUE(w.done()) << "a blocking op returned before an earlier async op finished";
+    EXPECT_EQ(a.front(), 486.0f);
+    EXPECT_EQ(a.back(), 486.0f);
+    // And the other way round: an async op issued after blocking ones.
+    std::vector<int32_t> b(n, r);
+    c.allreduce(Buffer::of(b), ReduceOp::kSum);  // 0 + 1 + 2
+    Work w = c.allreduce_async(Buffer::of(b), Buffer::of(b), ReduceOp::kMax);
+    ASSERT_TRUE(w.wait(30000ms).ok());
+    EXPECT_EQ(w.seq(), 7u);
+    EXPECT_EQ(b.front(), 3);
+  });
+}
+
 TEST(CommunicatorTest, ManyAsyncOpsWaitedInReverseOrder) {
   run_ranks(3, [](Communicator& c) {
     const int r = c.rank(), p = c.size();

@@ -48,10 +48,9 @@ struct Options {
   // host, where UCX 1.13's shared memory cannot do peer mode; peer across
   // hosts), "peer" or "none". See transports/ucx/ucx_transport.h.
   std::string ucx_error_mode = "auto";
-  // Microseconds the UCX progress loop polls before sleeping on the worker's
-  // event fd (RCOLL_UCX_SPIN_US). -1 = 20 when every local rank can have two
-  // cores (caller and progress thread), else 0.
-  int ucx_spin_us = -1;
+  // Microseconds a wait polls the transport (yielding the core between polls)
+  // before it sleeps in the kernel (RCOLL_SPIN_US). -1 = 50. See README.
+  int spin_us = -1;
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;
 

@@ -1,6 +1,9 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <boost/asio.hpp>
+#include <sched.h>
+
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -28,8 +31,8 @@ std::string endpoint_string(const tcp::socket& s) {
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(int rank, int size, uint32_t epoch)
-      : rank_(rank), size_(size), epoch_(epoch), work_(asio::make_work_guard(io_)), peers_(size) {}
+  TcpTransport(int rank, int size, uint32_t epoch, std::chrono::microseconds spin)
+      : rank_(rank), size_(size), epoch_(epoch), spin_(spin), work_(asio::make_work_guard(io_)), peers_(size) {}
 
   ~TcpTransport() override { shutdown(Status(ErrorCode::kClosed, "transport destroyed"), false); }
 
@@ -64,6 +67,16 @@ class TcpTransport final : public Transport {
     // Run everything that is ready without blocking, then block for more only
     // while nothing has completed.
     io_.poll();
+    if (completions_ == before && spin_.count() > 0) {
+      // Poll a little first: waking from epoll costs more than a short frame
+      // takes to arrive. Yield between polls: on an oversubscribed host the
+      // peer we wait for needs this core.
+      const auto spin_until = std::chrono::steady_clock::now() + spin_;
+      while (completions_ == before && std::chrono::steady_clock::now() < spin_until) {
+        sched_yield();
+        io_.poll();
+      }
+    }
     while (completions_ == before && !until.expired()) {
       if (io_.stopped()) io_.restart();
       if (until.is_never()) {
@@ -265,6 +278,7 @@ class TcpTransport final : public Transport {
   int rank_;
   int size_;
   uint32_t epoch_;
+  std::chrono::microseconds spin_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::vector<Peer> peers_;
@@ -307,7 +321,7 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
 }
 
 Result<std::unique_ptr<Transport>> connect_tcp_transport(const TcpConnectParams& p) {
-  auto t = std::make_unique<TcpTransport>(p.rank, p.size, p.epoch);
+  auto t = std::make_unique<TcpTransport>(p.rank, p.size, p.epoch, p.spin);
   if (p.size > 1) {
     auto all = list_interfaces();
     auto iface = select_interface(all, p.ifname_spec, p.prefer_loopback, p.route_address);

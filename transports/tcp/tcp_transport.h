@@ -24,6 +24,9 @@ struct TcpConnectParams {
   std::string job_token;
   size_t socket_buffer_bytes = 0;  // 0 = leave the kernel's default
   Deadline deadline = Deadline::never();
+  // How long a wait polls the sockets (yielding between polls) before it
+  // sleeps in epoll.
+  std::chrono::microseconds spin{50};
 };
 
 // Listens, publishes the address, connects to every peer (lower ranks are

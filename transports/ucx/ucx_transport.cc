@@ -1,6 +1,7 @@
 #include "transports/ucx/ucx_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <ucp/api/ucp.h>
 #include <ucs/config/global_opts.h>
 
@@ -172,7 +173,10 @@ class UcxTransport final : public Transport {
       while (ucp_worker_progress(worker_) != 0) {
       }
       if (completions_ != before || until.expired()) return;
-      if (Clock::now() < spin_until) continue;
+      if (Clock::now() < spin_until) {
+        sched_yield();  // an oversubscribed host runs the peer we wait for
+        continue;
+      }
       // Nothing moved for a while: sleep on the worker's event fd.
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;
@@ -580,7 +584,7 @@ Status UcxTransport::start(const UcxConnectParams& p, const std::string& tls) {
   context_ = std::move(ctx).value();
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the progress thread or a caller running a blocking op, one at a time
   if (ucs_status_t s = ucp_worker_create(context_->handle(), &wp, &worker_); s != UCS_OK) {
     worker_ = nullptr;
     return Status(ErrorCode::kTransport, context(-1), "ucp_worker_create failed: " + ucs_error(s));
@@ -790,15 +794,8 @@ std::string default_tls(bool one_host, UcxErrorMode mode) {
 Result<std::unique_ptr<Transport>> connect_ucx_transport(const UcxConnectParams& p) {
   UcxErrorMode mode = p.error_mode;
   if (mode == UcxErrorMode::kAuto) mode = p.one_host ? UcxErrorMode::kNone : UcxErrorMode::kPeer;
-  int spin = p.spin_us;
-  if (spin < 0) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const unsigned local = p.one_host ? static_cast<unsigned>(p.size) : 1u;
-    // A rank is a caller thread and a progress thread: polling pays only with a core for each.
-    spin = 2 * local <= cores ? 20 : 0;
-  }
-  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode, std::chrono::microseconds(spin),
-                                         p.buffered_send_bytes);
+  const int spin = static_cast<int>(p.spin.count());
+  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode, p.spin, p.buffered_send_bytes);
   const std::string tls = default_tls(p.one_host, mode);
   if (Status s = t->start(p, tls); !s.ok()) return s;
   if (p.size > 1) {

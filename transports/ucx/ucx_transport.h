@@ -36,7 +36,7 @@ struct UcxConnectParams {
   // How long progress() polls before sleeping on the worker's event fd; -1 =
   // chosen here: 20 us when every rank's progress thread can have a core of
   // its own, else 0 (polling would steal the core a peer needs).
-  int spin_us = -1;
+  std::chrono::microseconds spin{50};  // polling before sleeping on the worker's event fd
   // Point-to-point sends up to this many bytes in flight per peer are copied
   // aside and complete at once, like a TCP send into the socket buffer. The
   // runtime must keep at least this much of a send's tail for recovery.
