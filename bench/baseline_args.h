@@ -1,6 +1,6 @@
 // The command line the baseline benchmarks (rcoll-gloo-bench, rcoll-mpi-bench)
-// share with rcoll-bench, so that compare.sh can pass one set of flags to all
-// three. The baselines measure float32 sum only.
+// share with rcoll-bench, so that rcoll-bench --compare can pass them its own
+// flags. The baselines measure float32 sum only.
 #pragma once
 
 #include <functional>

@@ -225,7 +225,8 @@ void Report::write_json(const std::string& path, uint64_t recoveries, uint64_t f
                  static_cast<unsigned long long>(r.count), json_string(r.dtype).c_str(), json_string(r.redop).c_str(),
                  finite(r.time_us), finite(r.algbw), finite(r.busbw), static_cast<unsigned long long>(r.wrong),
                  json_string(r.transport).c_str());
-    if (algo_column_) std::fprintf(f.get(), ", \"algo\": %s", json_string(r.algo).c_str());
+    if (algo_column_ || !r.algo.empty()) std::fprintf(f.get(), ", \"algo\": %s", json_string(r.algo).c_str());
+    if (!r.library.empty()) std::fprintf(f.get(), ", \"library\": %s", json_string(r.library).c_str());
     std::fprintf(f.get(), "}");
   }
   std::fprintf(f.get(), "\n], \"recoveries\": %llu, \"fallbacks\": %llu, \"ranks\": %d}\n",

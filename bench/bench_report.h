@@ -84,7 +84,8 @@ struct Row {
   double busbw = 0;
   uint64_t wrong = 0;
   std::string transport;
-  std::string algo;    // shown (and written) only by programs that choose among algorithms
+  std::string algo;    // shown only by programs that choose among algorithms; written when set
+  std::string library; // who measured it: "rcoll", "gloo", "mpi" (the JSON's "library"; omitted if empty)
 };
 
 // Fills algbw and busbw from size, time_us and the op's factor.

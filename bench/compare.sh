@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Compares rcoll with Gloo and MPI on this host: allreduce, float32, sum, at 2
-# and 4 ranks, over 4 KiB .. 64 MiB, every library on TCP over loopback.
+# and 4 ranks, over 4 KiB .. 64 MiB, every library on TCP over loopback. A thin
+# wrapper over `rcoll-bench --compare`, which runs the baselines itself.
 #
 #   bench/compare.sh [OUTDIR]          (default ./bench-results)
 #
-# Writes OUTDIR/{rcoll,gloo,mpi}-np{2,4}.json (rcoll-bench's JSON format) and
-# each run's table in the matching .log, then prints one table per rank count:
-# busbw of each library, the ratios rcoll/gloo and rcoll/mpi, and the 4 KiB
-# latency of each. A baseline that was not built (no libgloo-dev / no MPI) shows
-# as "n/a".
+# Per rank count N: OUTDIR/npN.log (rcoll-bench's output), OUTDIR/npN.json
+# (every library's rows, each with its "library"), OUTDIR/npN/{gloo,mpi}.{log,json}
+# (the baselines' own output and rows), OUTDIR/npN.png when gnuplot is
+# installed; then the comparison table (busbw of each library, rcoll/gloo and
+# rcoll/mpi, time of each) on stdout. A baseline that was not built (no
+# libgloo-dev / no MPI) is left out.
 #
 # Environment: RCOLL_BUILD_DIR (where the binaries are; default: build-bench,
 # then build, under the repository root), RANKS ("2 4"), SIZES (4K:64M),
@@ -26,41 +28,32 @@ me=compare.sh
 # shellcheck source=bench/bench_common.sh
 source "$root/bench/bench_common.sh"
 
+libs=()
+[[ -x $build/bench/rcoll-gloo-bench ]] && libs+=(gloo)
+[[ -x $build/bench/rcoll-mpi-bench ]] && command -v mpirun >/dev/null && libs+=(mpi)
+if ((${#libs[@]} == 0)); then
+  echo "$me: neither rcoll-gloo-bench nor rcoll-mpi-bench (with mpirun) is there to compare with" >&2
+  exit 2
+fi
+compare=$(IFS=,; echo "${libs[*]}")
+
+rc=0
 for n in $ranks; do
-  measure "rcoll-np$n" "$run" -n "$n" -- "$build/bench/rcoll-bench"
-  if [[ -x $build/bench/rcoll-gloo-bench ]]; then
-    measure "gloo-np$n" "$run" -n "$n" -- "$build/bench/rcoll-gloo-bench"
-  fi
-  if [[ -x $build/bench/rcoll-mpi-bench ]] && command -v mpirun >/dev/null; then
-    # Open MPI; the tcp BTL so that MPI, like rcoll and Gloo, goes through TCP sockets.
-    measure "mpi-np$n" mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl tcp,self \
-      "$build/bench/rcoll-mpi-bench"
+  plot=()
+  command -v gnuplot >/dev/null && plot=(--plot "$out/np$n.png")
+  echo "$me: $n ranks: rcoll, then $compare ..." >&2
+  status=0
+  "$run" -n "$n" -- "$build/bench/rcoll-bench" "${common[@]}" --compare "$compare" --compare-dir "$out/np$n" \
+    --json "$out/np$n.json" "${plot[@]}" >"$out/np$n.log" 2>&1 || status=$?
+  echo
+  echo "allreduce float32 sum, $n ranks"
+  # The table, as rank 0 printed it (rcoll-run prefixes its lines with "[0] ").
+  sed -n '/# comparison:/,/^\[0\] #$/p' "$out/np$n.log" | sed 's/^\[0\] //'
+  if ((status != 0)); then
+    echo "$me: $n ranks: rcoll-bench exited with code $status (see $out/np$n.log)" >&2
+    rc=1
   fi
 done
-
-python3 - "$out" $ranks <<'EOF'
-import json, os, sys
-out, ranks = sys.argv[1], sys.argv[2:]
-def load(name):
-    try:
-        with open(os.path.join(out, name + ".json")) as f:
-            return {r["size"]: r for r in json.load(f)["rows"] if r["op"] == "allreduce"}
-    except (OSError, ValueError, KeyError):
-        return {}
-cell = lambda v, fmt: "n/a" if v is None else fmt % v
-for n in ranks:
-    libs = {lib: load(f"{lib}-np{n}") for lib in ("rcoll", "gloo", "mpi")}
-    bw = lambda lib, s: libs[lib][s]["busbw"] if s in libs[lib] else None
-    ratio = lambda a, b: a / b if a is not None and b else None
-    print(f"\nallreduce float32 sum, {n} ranks, busbw in GB/s")
-    print("%12s %10s %10s %10s %11s %10s" % ("size (B)", "rcoll", "gloo", "mpi", "rcoll/gloo", "rcoll/mpi"))
-    for s in sorted(set().union(*libs.values())):
-        r, g, m = bw("rcoll", s), bw("gloo", s), bw("mpi", s)
-        print("%12d %10s %10s %10s %11s %10s" % (s, cell(r, "%.3f"), cell(g, "%.3f"), cell(m, "%.3f"),
-                                                 cell(ratio(r, g), "%.2f"), cell(ratio(r, m), "%.2f")))
-    lat = {lib: (libs[lib][4096]["time_us"] if 4096 in libs[lib] else None) for lib in libs}
-    algo = libs["gloo"].get(4096, {}).get("algo")
-    print("4 KiB latency (us): rcoll %s  gloo %s%s  mpi %s" % (
-        cell(lat["rcoll"], "%.1f"), cell(lat["gloo"], "%.1f"), f" ({algo})" if algo else "", cell(lat["mpi"], "%.1f")))
-print(f"\nJSON and logs in {out}")
-EOF
+echo
+echo "JSON, logs and plots in $out"
+exit $rc

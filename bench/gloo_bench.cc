@@ -390,6 +390,7 @@ std::optional<Row> GlooBench::run(const std::string& op, uint64_t size) {
   row.wrong = wrong;
   row.transport = "gloo/tcp";
   row.algo = cands[best].name;
+  row.library = "gloo";
   rcoll::bench::set_bandwidth(row, n_);
   return row;
 }

@@ -169,6 +169,7 @@ Row MpiBench::run(const std::string& op, uint64_t size, const std::string& trans
   row.time_us = time_us;
   row.wrong = wrong;
   row.transport = transport;
+  row.library = "mpi";
   rcoll::bench::set_bandwidth(row, n_);
   return row;
 }

@@ -8,8 +8,15 @@
 // maximum of that over ranks (an allreduce outside the timed region). algbw is
 // size / time; busbw scales it with nccl-tests' factor for the op, so that it
 // reads as the speed each link would need.
+//
+// --compare runs the baselines (Gloo, MPI) on the same sizes afterwards
+// (bench/compare.h); --plot draws every row with gnuplot (bench/plot.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +28,9 @@
 
 #include "bench/bench_pattern.h"
 #include "bench/bench_report.h"
+#include "bench/child_process.h"
+#include "bench/compare.h"
+#include "bench/plot.h"
 #include "rcoll/rcoll.h"
 
 namespace {
@@ -45,7 +55,7 @@ constexpr const char* kUsage =
     "  --iters N      timed iterations per size  [20]\n"
     "  --warmup N     untimed iterations before them  [5]\n"
     "  --check        after the timed iterations run one more op and verify every element\n"
-    "  --json FILE    rank 0 writes the rows as JSON\n"
+    "  --json FILE    rank 0 writes the rows as JSON, each with \"library\": rcoll, gloo or mpi\n"
     "  --root R       broadcast root  [0]\n"
     "  --inplace      in-place ops (allreduce, allgather; broadcast is always in place)\n"
     "  --chunk BYTES  Options.chunk_bytes  [chosen by rcoll]\n"
@@ -54,9 +64,23 @@ constexpr const char* kUsage =
     "  --transport T  auto|tcp|ucx, a comma list, or all (every transport built in): with more\n"
     "                 than one, the same sizes run on each in turn and a side-by-side table\n"
     "                 (busbw, time, ratio to the first) follows  [auto: the fallback chain]\n"
+    "  --compare LIST gloo, mpi or gloo,mpi: afterwards rank 0 runs the same ops (of those, the ones\n"
+    "                 they measure: allreduce, allgather, reduce_scatter, broadcast), sizes, iters,\n"
+    "                 warmup, root and --check with rcoll-gloo-bench (Gloo over TCP, under rcoll-run)\n"
+    "                 and rcoll-mpi-bench (Open MPI, mpirun --mca btl tcp,self), both built next to\n"
+    "                 rcoll-bench, then prints busbw, rcoll/LIB busbw ratios and times side by side.\n"
+    "                 Needs --dtype float32, --redop sum, one --transport; --inplace, --chunk,\n"
+    "                 --window and --algo apply to rcoll only\n"
+    "  --compare-dir D   where the baselines' output (NAME.log) and rows (NAME.json) go\n"
+    "                 [a temporary directory, removed unless a baseline failed]\n"
+    "  --compare-timeout S   seconds each baseline may run before it is stopped  [3600]\n"
+    "  --plot FILE    rank 0 draws a PNG with gnuplot: busbw against size, one panel per op, one\n"
+    "                 line per library (and per transport)\n"
     "  --help         this text\n"
     "Time: median of per-iteration times on each rank, max over ranks. GB/s = 1e9 B/s.\n"
-    "Exit: 0 ok, 1 wrong results (--check), 2 bad arguments, 3 rcoll error.\n";
+    "Exit: 0 ok, 1 wrong results (--check) or --json/--plot not written, 2 bad arguments,\n"
+    "3 rcoll error or a --compare baseline failed (its columns show n/a). Once measured, rank 0\n"
+    "alone goes on (baselines, files, plot) and its exit code is the run's; the others exit 0.\n";
 
 enum class OpId { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kSendRecv, kBarrier };
 constexpr OpId kAllOps[] = {OpId::kAllreduce, OpId::kAllgather, OpId::kReduceScatter,
@@ -93,7 +117,15 @@ struct Config {
   int window = 0;
   AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto;
   std::vector<std::string> transports{"auto"};
+  std::vector<std::string> compare;  // baseline libraries, in the order given
+  std::string compare_dir;
+  int compare_timeout_s = 3600;
+  std::string plot;
   bool help = false;
+
+  // Found by check_setup() before anything is measured.
+  rcoll::bench::BaselinePrograms baselines;
+  std::string gnuplot;
 };
 
 int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
@@ -102,6 +134,31 @@ int parse_int(const std::string& flag, const std::string& text, int lo, int hi) 
     throw UsageError(flag + " " + text + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   return static_cast<int>(v);
+}
+
+// What the baselines can measure the same way as rcoll.
+void check_compare(const Config& c) {
+  if (c.transports.size() > 1) {
+    std::string list;
+    for (const auto& t : c.transports) list += (list.empty() ? "" : ",") + t;
+    throw UsageError("--compare measures rcoll on one transport, not " + std::to_string(c.transports.size()) +
+                     " (--transport " + list + ")");
+  }
+  if (c.dtype != DataType::kFloat32) {
+    throw UsageError(std::string("--compare: the baselines measure float32 only, not --dtype ") + rcoll::to_string(c.dtype));
+  }
+  bool any = false, any_reduces = false;
+  for (OpId op : c.ops) {
+    any = any || rcoll::bench::baseline_measures(op_name(op));
+    any_reduces = any_reduces || reduces(op);
+  }
+  if (!any) {
+    throw UsageError(std::string("--compare: the baselines do not measure ") + op_name(c.ops.front()) +
+                     " (they measure allreduce, allgather, reduce_scatter, broadcast)");
+  }
+  if (any_reduces && c.redop != ReduceOp::kSum) {
+    throw UsageError(std::string("--compare: the baselines reduce with sum only, not --redop ") + rcoll::to_string(c.redop));
+  }
 }
 
 Config parse_args(int argc, char** argv) {
@@ -178,6 +235,16 @@ Config parse_args(int argc, char** argv) {
           c.transports.push_back(t);
         }
       }
+    } else if (f == "--compare") {
+      c.compare = rcoll::bench::parse_libraries(args.value());
+    } else if (f == "--compare-dir") {
+      c.compare_dir = args.value();
+      if (c.compare_dir.empty()) throw UsageError("--compare-dir needs a directory");
+    } else if (f == "--compare-timeout") {
+      c.compare_timeout_s = parse_int(f, args.value(), 1, 1 << 24);
+    } else if (f == "--plot") {
+      c.plot = args.value();
+      if (c.plot.empty()) throw UsageError("--plot needs a file name");
     } else {
       args.unknown();
     }
@@ -185,7 +252,24 @@ Config parse_args(int argc, char** argv) {
   if (c.redop == ReduceOp::kAvg && !rcoll::is_floating(c.dtype)) {
     throw UsageError(std::string("--redop avg needs a floating --dtype (") + rcoll::to_string(c.dtype) + " would truncate)");
   }
+  if (!c.compare.empty()) check_compare(c);
   return c;
+}
+
+// The programs --compare and --plot start, and a --compare-dir to write in.
+// Throws UsageError naming what is missing.
+void check_setup(Config& c) {
+  if (!c.compare.empty()) c.baselines = rcoll::bench::find_baseline_programs(c.compare);
+  if (!c.compare_dir.empty() && ::mkdir(c.compare_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw UsageError("--compare-dir " + c.compare_dir + ": cannot create it: " + std::strerror(errno));
+  }
+  if (!c.compare_dir.empty() && ::access(c.compare_dir.c_str(), W_OK | X_OK) != 0) {
+    throw UsageError("--compare-dir " + c.compare_dir + ": cannot write in it: " + std::strerror(errno));
+  }
+  if (!c.plot.empty()) {
+    c.gnuplot = rcoll::bench::find_on_path("gnuplot");
+    if (c.gnuplot.empty()) throw UsageError("--plot needs gnuplot (Debian package gnuplot-nox)");
+  }
 }
 
 // ------------------------------------------------------------ typed helpers
@@ -530,6 +614,7 @@ Row Bench::run(OpId op, uint64_t size) {
   row.time_us = time_us;
   row.wrong = static_cast<uint64_t>(wrong);
   row.transport = comm_.counters().transport;
+  row.library = "rcoll";
   rcoll::bench::set_bandwidth(row, n_);
   a_.reset();
   b_.reset();
@@ -545,11 +630,12 @@ std::string describe_sizes(const Config& c) {
 std::string auto_or(uint64_t v) { return v ? std::to_string(v) : "auto"; }
 
 // Runs every op and size on one transport. Rank 0 appends its rows to `rows`.
-// What a run over several transports writes in its one JSON file.
+// What a run over several transports writes in its one JSON file, and who reports it.
 struct RunTotals {
   uint64_t recoveries = 0;
   uint64_t fallbacks = 0;
   int ranks = 0;
+  int rank = 0;
 };
 
 int run_one(const Config& cfg, const std::string& transport_choice, std::vector<Row>* rows, RunTotals* totals) {
@@ -562,6 +648,7 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   rcoll::Communicator comm = rcoll::Communicator::create(options);
   const int rank = comm.rank(), n = comm.size();
   const bool leader = rank == 0;
+  totals->rank = rank;
 
   // Arguments that depend on the world size: every rank sees the same ones and
   // fails the same way.
@@ -583,19 +670,20 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   if (cfg.inplace && std::find(ops.begin(), ops.end(), OpId::kReduceScatter) != ops.end()) {
     notes.push_back("reduce_scatter runs out of place: rcoll requires separate input and output for it");
   }
-  // An unwritable --json file is a bad argument; find out before measuring.
-  int32_t json_ok = 1;
-  if (leader && !cfg.json.empty()) {
-    FILE* f = std::fopen(cfg.json.c_str(), "a");
+  // An unwritable --json or --plot file is a bad argument; find out before measuring.
+  int32_t files_ok = 1;
+  for (const auto& [flag, path] : {std::pair{"--json", &cfg.json}, std::pair{"--plot", &cfg.plot}}) {
+    if (!leader || path->empty()) continue;
+    FILE* f = std::fopen(path->c_str(), "a");
     if (f == nullptr) {
-      std::fprintf(stderr, "rcoll-bench: cannot write --json file '%s': %s\n", cfg.json.c_str(), std::strerror(errno));
-      json_ok = 0;
+      std::fprintf(stderr, "rcoll-bench: cannot write %s file '%s': %s\n", flag, path->c_str(), std::strerror(errno));
+      files_ok = 0;
     } else {
       std::fclose(f);
     }
   }
-  comm.broadcast(Buffer{&json_ok, 1, DataType::kInt32}, 0);
-  if (!json_ok) return 2;
+  comm.broadcast(Buffer{&files_ok, 1, DataType::kInt32}, 0);
+  if (!files_ok) return 2;
 
   const std::string transport = comm.counters().transport;
   rcoll::bench::Report report(false, cfg.check);
@@ -644,17 +732,9 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
     totals->recoveries += counters.recoveries;
     totals->fallbacks += counters.fallbacks;
     totals->ranks = n;
-    if (!cfg.json.empty() && cfg.transports.size() == 1) {
-      try {
-        report.write_json(cfg.json, counters.recoveries, counters.fallbacks, n);
-      } catch (const std::runtime_error& e) {
-        std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
-        rc = rc ? rc : 1;
-      }
-    }
   }
-  // Ranks with nothing to write wait for rank 0: a launcher stops every rank
-  // once one exits non-zero, which must not cut the table or the JSON short.
+  // Ranks with nothing to print wait for rank 0: a launcher stops every rank
+  // once one exits non-zero, which must not cut the table short.
   comm.barrier();
   comm.close();
   return rc;
@@ -701,6 +781,22 @@ void print_side_by_side(const Config& cfg, const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
+rcoll::bench::CompareOptions compare_options(const Config& cfg, int ranks) {
+  rcoll::bench::CompareOptions o;
+  o.libraries = cfg.compare;
+  o.programs = cfg.baselines;
+  o.ranks = ranks;
+  o.op = cfg.all_ops ? "all" : op_name(cfg.ops.front());
+  o.sizes = cfg.sizes_text;
+  o.iters = cfg.iters;
+  o.warmup = cfg.warmup;
+  o.root = cfg.root;
+  o.check = cfg.check;
+  o.dir = cfg.compare_dir;
+  o.timeout = std::chrono::seconds(cfg.compare_timeout_s);
+  return o;
+}
+
 int run_bench(const Config& cfg) {
   std::vector<Row> rows;
   RunTotals totals;
@@ -710,17 +806,42 @@ int run_bench(const Config& cfg) {
     if (one == 2 || one == 3) return one;
     rc = std::max(rc, one);
   }
-  if (cfg.transports.size() > 1 && !rows.empty()) {
-    print_side_by_side(cfg, rows);
-    if (!cfg.json.empty()) {
-      rcoll::bench::Report all(false, cfg.check);
-      for (const auto& r : rows) all.keep(r);
-      try {
-        all.write_json(cfg.json, totals.recoveries, totals.fallbacks, totals.ranks);
-      } catch (const std::runtime_error& e) {
-        std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
-        rc = rc ? rc : 1;
+  // Every communicator is closed. Rank 0 alone goes on (the baselines, the
+  // files) and its exit code is the run's; the others leave the cores to it.
+  if (totals.rank != 0) return 0;
+  if (cfg.transports.size() > 1 && !rows.empty()) print_side_by_side(cfg, rows);
+
+  if (!cfg.compare.empty()) {
+    try {
+      const auto baselines = rcoll::bench::run_baselines(compare_options(cfg, totals.ranks));
+      rcoll::bench::print_comparison(rows, baselines);
+      for (const auto& b : baselines) {
+        rows.insert(rows.end(), b.rows.begin(), b.rows.end());
+        if (!b.ok()) rc = 3;
       }
+    } catch (const std::runtime_error& e) {
+      std::fprintf(stderr, "rcoll-bench: --compare: %s\n", e.what());
+      rc = 3;
+    }
+  }
+  if (!cfg.json.empty()) {
+    rcoll::bench::Report all(false, cfg.check);
+    for (const auto& r : rows) all.keep(r);
+    try {
+      all.write_json(cfg.json, totals.recoveries, totals.fallbacks, totals.ranks);
+    } catch (const std::runtime_error& e) {
+      std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
+      rc = rc ? rc : 1;
+    }
+  }
+  if (!cfg.plot.empty()) {
+    try {
+      rcoll::bench::write_plot({cfg.plot, cfg.gnuplot, totals.ranks, rcoll::to_string(cfg.dtype)}, rows);
+      std::printf("# plot: %s\n", cfg.plot.c_str());
+      std::fflush(stdout);
+    } catch (const std::runtime_error& e) {
+      std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
+      rc = rc ? rc : 1;
     }
   }
   return rc;
@@ -739,6 +860,12 @@ int main(int argc, char** argv) {
   if (cfg.help) {
     std::fputs(kUsage, stdout);
     return 0;
+  }
+  try {
+    check_setup(cfg);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
+    return 2;
   }
   try {
     return run_bench(cfg);

@@ -8,6 +8,7 @@ packages=(
   libboost-dev            # Boost.Asio (TCP transport, store)
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev             # baseline for rcoll-bench comparisons
+  gnuplot-nox             # rcoll-bench --plot (busbw against size, PNG)
   libopenmpi-dev openmpi-bin
   libucx-dev              # optional UCX transport
   iproute2                # network-namespace chaos tests (ip, tc, nstat)

@@ -46,6 +46,20 @@ if(TARGET rcoll-bench)
   add_test(NAME bench_all_ops_check
            COMMAND ${RCOLL_RUN} -n 4 --timeout 300 -- $<TARGET_FILE:rcoll-bench> --op all --check --sizes 8:4M --iters 2 --warmup 1)
   set_tests_properties(bench_all_ops_check PROPERTIES TIMEOUT 320 LABELS multiprocess)
+
+  # rcoll-bench --compare gloo,mpi --plot: the table, the JSON of all three
+  # libraries and the PNG. The script skips (77) with the reason when the Gloo
+  # or MPI baseline is not built or mpirun or gnuplot is missing.
+  set(RCOLL_BENCH_COMPARE ${CMAKE_CURRENT_SOURCE_DIR}/scripts/bench_compare.sh)
+  add_test(NAME bench_compare_gloo_mpi COMMAND ${RCOLL_BENCH_COMPARE} all ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
+  # A baseline that fails (a fake mpirun that exits 5): exit 3, named, n/a in its columns.
+  add_test(NAME bench_compare_baseline_fails COMMAND ${RCOLL_BENCH_COMPARE} fails ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
+  set_tests_properties(bench_compare_gloo_mpi bench_compare_baseline_fails
+                       PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS multiprocess)
+  add_test(NAME bench_compare_unknown_library
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 2 "--compare: unknown library 'foo'" 30 --
+                   ${RCOLL_RUN} -n 2 -- $<TARGET_FILE:rcoll-bench> --compare foo)
+  set_tests_properties(bench_compare_unknown_library PROPERTIES TIMEOUT 60 LABELS multiprocess)
 endif()
 
 # The README's C++ example is compiled from the README itself and run at 2 ranks.

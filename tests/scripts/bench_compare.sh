@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# bench_compare.sh MODE RCOLL_RUN RCOLL_BENCH
+# rcoll-bench --compare at 2 ranks on two small sizes (allreduce, float32 sum).
+#   MODE all:   --compare gloo,mpi --plot --json; passes when it exits 0, the
+#               comparison table has a line of numbers for rcoll, gloo and mpi
+#               at each size, the JSON holds rows of all three libraries and
+#               the plot is a non-empty PNG.
+#   MODE fails: --compare mpi with a fake mpirun first on PATH that exits 5;
+#               passes when rcoll-bench exits 3 naming mpi, the exit status and
+#               the kept log, and the table shows n/a for mpi only.
+# Exits 77 (ctest: skipped) with the reason when a program it needs is missing.
+set -u
+mode=$1 run=$2 bench=$3
+bin=$(dirname "$bench")
+skip() { echo "SKIPPED: $*"; exit 77; }
+need() { [[ -x $bin/$1 ]] || skip "$1 is not built (it needs $2 at configure time)"; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_compare.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check DESCRIPTION COMMAND...
+  if "${@:2}"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi
+}
+has_line() { grep -Eq -- "$1" "$tmp/out"; }
+
+common=(--sizes 4K,64K --iters 2 --warmup 1)
+# A line of the comparison table as rcoll-run relays it: "[0]  op  size  then numbers".
+num='[0-9]+\.[0-9]+'
+
+case $mode in
+  all)
+    need rcoll-gloo-bench "Gloo (libgloo-dev)"
+    need rcoll-mpi-bench "an MPI (libopenmpi-dev)"
+    command -v mpirun >/dev/null || skip "mpirun is not on PATH (openmpi-bin)"
+    command -v gnuplot >/dev/null || skip "gnuplot is not on PATH (gnuplot-nox)"
+    "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --compare gloo,mpi \
+      --plot "$tmp/x.png" --json "$tmp/x.json" >"$tmp/out" 2>&1
+    code=$?
+    cat "$tmp/out"
+    check "exit code 0 (got $code)" test "$code" -eq 0
+    check "table heading names the three libraries" \
+      has_line "rcoll GB/s +gloo GB/s +mpi GB/s +rcoll/gloo +rcoll/mpi +rcoll us +gloo us +mpi us"
+    for size in 4096 65536; do
+      # busbw x3, ratio x2, time x3
+      check "table line for allreduce $size with 8 numbers" has_line "^\[0\] +allreduce +$size( +$num){8}\$"
+    done
+    for lib in rcoll gloo mpi; do
+      check "JSON has 2 allreduce rows of $lib" \
+        test "$(grep -Ec "\"op\": \"allreduce\".*\"library\": \"$lib\"" "$tmp/x.json")" -eq 2
+    done
+    check "JSON parses as JSON" python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/x.json"
+    check "PNG is non-empty" test -s "$tmp/x.png"
+    check "PNG has the PNG signature" \
+      test "$(head -c 8 "$tmp/x.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a
+    ;;
+  fails)
+    need rcoll-mpi-bench "an MPI (libopenmpi-dev)"
+    mkdir "$tmp/fake"
+    printf '#!/bin/sh\necho "fake mpirun: failing on purpose"\nexit 5\n' >"$tmp/fake/mpirun"
+    chmod +x "$tmp/fake/mpirun"
+    PATH=$tmp/fake:$PATH "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --compare mpi \
+      --compare-dir "$tmp/logs" >"$tmp/out" 2>&1
+    code=$?
+    cat "$tmp/out"
+    check "exit code 3 (got $code)" test "$code" -eq 3
+    check "names mpi and its exit status" has_line "--compare mpi failed after .*: mpirun exited with code 5"
+    check "names its log" has_line "mpi's output is in $tmp/logs/mpi.log"
+    check "repeats the log's last lines" has_line "\| fake mpirun: failing on purpose"
+    check "the log is kept" grep -q "fake mpirun: failing on purpose" "$tmp/logs/mpi.log"
+    for size in 4096 65536; do
+      check "table line for allreduce $size: rcoll numbers, mpi n/a" \
+        has_line "^\[0\] +allreduce +$size +$num +n/a +n/a +$num +n/a\$"
+    done
+    ;;
+  *)
+    echo "bench_compare.sh: unknown mode '$mode' (all, fails)"
+    exit 2
+    ;;
+esac
+exit $fail
