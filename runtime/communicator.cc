@@ -200,6 +200,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     p.job_token = boot_.job_token;
     p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
     p.deadline = deadline;
+    p.spin = spin();
     return connect_tcp_transport(p);
   }
 #if RCOLL_HAVE_UCX
@@ -215,7 +216,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
                    : options_.ucx_error_mode == "none" ? UcxErrorMode::kNone
                                                        : UcxErrorMode::kAuto;
     p.deadline = deadline;
-    p.spin_us = options_.ucx_spin_us;
+    p.spin = spin();
     // Within what a send's tail backup covers (in_flight_capacity()).
     p.buffered_send_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
     std::shared_ptr<Store> store = store_;
@@ -276,7 +277,7 @@ void CommunicatorImpl::retire_transport() {
   bytes_received_ = 0;
 }
 
-Work CommunicatorImpl::submit(Op op) {
+Work CommunicatorImpl::submit(Op op, Issue how) {
   auto work = std::make_shared<WorkState>();
   op.work = work;
   std::unique_lock<std::mutex> lock(mu_);
@@ -310,6 +311,18 @@ Work CommunicatorImpl::submit(Op op) {
     op.match_seq = ++collective_seq_;
   }
   recorder_.issued(op);
+  if (how == Issue::kHereIfIdle && queue_.empty() && !running_) {
+    running_ = true;
+    lock.unlock();
+    log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
+    execute(op, false);
+    lock.lock();
+    running_ = false;
+    const bool more = !queue_.empty() || closing_;
+    lock.unlock();
+    if (more) cv_.notify_all();
+    return Work(work);
+  }
   queue_.push_back(std::move(op));
   lock.unlock();
   cv_.notify_one();
@@ -392,49 +405,66 @@ int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 const Options& Communicator::options() const { return impl_->options(); }
 
-Work Communicator::send_async(Buffer data, int peer, OpOptions o) {
+namespace {
+
+Op send_op(Buffer data, int peer, OpOptions o) {
   Op op = make_op(OpKind::kSendRecv, data, data, o);
   op.is_send = true;
   op.peer = peer;
-  return impl_->submit(std::move(op));
+  return op;
 }
-Work Communicator::recv_async(Buffer data, int peer, OpOptions o) {
+Op recv_op(Buffer data, int peer, OpOptions o) {
   Op op = make_op(OpKind::kSendRecv, data, data, o);
   op.peer = peer;
-  return impl_->submit(std::move(op));
+  return op;
 }
-Work Communicator::allreduce_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
-  Op op = make_op(OpKind::kAllreduce, in, out, o);
+Op reducing_op(OpKind kind, Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
+  Op op = make_op(kind, in, out, o);
   op.reduce = reduce;
-  return impl_->submit(std::move(op));
+  return op;
+}
+Op broadcast_op(Buffer data, int root, OpOptions o) {
+  Op op = make_op(OpKind::kBroadcast, data, data, o);
+  op.root = root;
+  return op;
+}
+Op barrier_op(OpOptions o) {
+  return make_op(OpKind::kBarrier, Buffer{nullptr, 0, DataType::kUint8}, Buffer{nullptr, 0, DataType::kUint8}, o);
+}
+
+constexpr auto kHere = CommunicatorImpl::Issue::kHereIfIdle;
+
+}  // namespace
+
+Work Communicator::send_async(Buffer data, int peer, OpOptions o) { return impl_->submit(send_op(data, peer, o)); }
+Work Communicator::recv_async(Buffer data, int peer, OpOptions o) { return impl_->submit(recv_op(data, peer, o)); }
+Work Communicator::allreduce_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
+  return impl_->submit(reducing_op(OpKind::kAllreduce, in, out, reduce, o));
 }
 Work Communicator::allgather_async(Buffer in, Buffer out, OpOptions o) {
   return impl_->submit(make_op(OpKind::kAllgather, in, out, o));
 }
 Work Communicator::reduce_scatter_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
-  Op op = make_op(OpKind::kReduceScatter, in, out, o);
-  op.reduce = reduce;
-  return impl_->submit(std::move(op));
+  return impl_->submit(reducing_op(OpKind::kReduceScatter, in, out, reduce, o));
 }
-Work Communicator::broadcast_async(Buffer data, int root, OpOptions o) {
-  Op op = make_op(OpKind::kBroadcast, data, data, o);
-  op.root = root;
-  return impl_->submit(std::move(op));
-}
-Work Communicator::barrier_async(OpOptions o) {
-  return impl_->submit(make_op(OpKind::kBarrier, Buffer{nullptr, 0, DataType::kUint8}, Buffer{nullptr, 0, DataType::kUint8}, o));
-}
+Work Communicator::broadcast_async(Buffer data, int root, OpOptions o) { return impl_->submit(broadcast_op(data, root, o)); }
+Work Communicator::barrier_async(OpOptions o) { return impl_->submit(barrier_op(o)); }
 
-void Communicator::send(Buffer data, int peer, OpOptions o) { wait_or_throw(send_async(data, peer, o)); }
-void Communicator::recv(Buffer data, int peer, OpOptions o) { wait_or_throw(recv_async(data, peer, o)); }
-void Communicator::allreduce(Buffer data, ReduceOp reduce, OpOptions o) { wait_or_throw(allreduce_async(data, data, reduce, o)); }
-void Communicator::allreduce(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) { wait_or_throw(allreduce_async(in, out, reduce, o)); }
-void Communicator::allgather(Buffer in, Buffer out, OpOptions o) { wait_or_throw(allgather_async(in, out, o)); }
-void Communicator::reduce_scatter(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
-  wait_or_throw(reduce_scatter_async(in, out, reduce, o));
+// Blocking ops run on the calling thread when the communicator is idle.
+void Communicator::send(Buffer data, int peer, OpOptions o) { wait_or_throw(impl_->submit(send_op(data, peer, o), kHere)); }
+void Communicator::recv(Buffer data, int peer, OpOptions o) { wait_or_throw(impl_->submit(recv_op(data, peer, o), kHere)); }
+void Communicator::allreduce(Buffer data, ReduceOp reduce, OpOptions o) { allreduce(data, data, reduce, o); }
+void Communicator::allreduce(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
+  wait_or_throw(impl_->submit(reducing_op(OpKind::kAllreduce, in, out, reduce, o), kHere));
 }
-void Communicator::broadcast(Buffer data, int root, OpOptions o) { wait_or_throw(broadcast_async(data, root, o)); }
-void Communicator::barrier(OpOptions o) { wait_or_throw(barrier_async(o)); }
+void Communicator::allgather(Buffer in, Buffer out, OpOptions o) {
+  wait_or_throw(impl_->submit(make_op(OpKind::kAllgather, in, out, o), kHere));
+}
+void Communicator::reduce_scatter(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
+  wait_or_throw(impl_->submit(reducing_op(OpKind::kReduceScatter, in, out, reduce, o), kHere));
+}
+void Communicator::broadcast(Buffer data, int root, OpOptions o) { wait_or_throw(impl_->submit(broadcast_op(data, root, o), kHere)); }
+void Communicator::barrier(OpOptions o) { wait_or_throw(impl_->submit(barrier_op(o), kHere)); }
 
 void Communicator::close() { impl_->close(); }
 Counters Communicator::counters() const { return impl_->counters(); }
