@@ -361,6 +361,7 @@ std::string CommunicatorImpl::diagnostics() const {
 Counters CommunicatorImpl::counters() const {
   Counters c;
   c.ops = ops_done_;
+  c.held_bytes = held_bytes_;
   c.bytes_sent = bytes_sent_before_ + bytes_sent_;
   c.bytes_received = bytes_received_before_ + bytes_received_;
   c.recoveries = recoveries_;

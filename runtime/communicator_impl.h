@@ -159,8 +159,14 @@ class CommunicatorImpl : public ProgressGuard {
     return 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
   }
 
-  // Owned by the progress thread.
+  // Owned by the thread that holds running_ (the progress thread, or a caller
+  // running a blocking op).
   ReplayLog log_;
+  // Memory release after a quiet spell (idle_checks).
+  static constexpr Clock::duration kIdleTrimAfter = std::chrono::seconds(5);
+  Clock::time_point last_op_end_ = Clock::now();
+  bool idle_trimmed_ = false;
+  std::atomic<uint64_t> held_bytes_{0};  // for counters()
   Clock::time_point op_started_{};
   bool straggler_logged_ = false;
   int straggler_rank_ = -1;

@@ -47,6 +47,14 @@ void BufferPool::give(std::unique_ptr<char[]> data, size_t capacity) {
   free_.emplace_back(std::move(data), capacity);
 }
 
+size_t BufferPool::trim() {
+  const size_t freed = free_bytes_;
+  free_.clear();
+  free_.shrink_to_fit();
+  free_bytes_ = 0;
+  return freed;
+}
+
 size_t OpRecord::backup_bytes() const {
   size_t n = 0;
   for (const auto& b : backups) n += b.data.size();

@@ -54,6 +54,9 @@ class BufferPool {
   explicit BufferPool(size_t keep_bytes) : keep_(keep_bytes) {}
   PooledBuffer take(size_t bytes);
   void give(std::unique_ptr<char[]> data, size_t capacity);
+  // Frees every block kept for reuse (the communicator went idle); returns the bytes.
+  size_t trim();
+  size_t free_bytes() const { return free_bytes_; }
 
  private:
   size_t keep_;

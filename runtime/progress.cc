@@ -57,6 +57,9 @@ void CommunicatorImpl::progress_loop() {
 
 void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   Status s = run_op(op);
+  last_op_end_ = Clock::now();
+  idle_trimmed_ = false;
+  held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes();
   if (!closing_barrier) ++ops_done_;
   if (!s.ok() && closing_barrier) {
     RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
@@ -67,6 +70,17 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
 // While no op runs: a dead peer (shrink mode), or a peer that failed the epoch
 // and needs this rank in the recovery.
 void CommunicatorImpl::idle_checks() {
+  // Staging and backup memory grows to the working set while ops run; after a
+  // quiet spell it goes back to the system (the next op grows it again).
+  if (!idle_trimmed_ && Clock::now() - last_op_end_ > kIdleTrimAfter) {
+    idle_trimmed_ = true;
+    const size_t freed = scratch_.release() + log_.pool()->trim();
+    held_bytes_ = log_.bytes();
+    if (freed > 0) {
+      RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
+                static_cast<long long>(std::chrono::duration_cast<Millis>(kIdleTrimAfter).count()), freed);
+    }
+  }
   if (fatal_.ok() && options_.shrink_on_death && size_ > 1 && first_dead_peer() >= 0) {
     const int dead = first_dead_peer();
     Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},

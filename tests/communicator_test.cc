@@ -871,6 +871,27 @@ TEST(CommunicatorTest, DesyncIsNotReportedAsADeadPeer) {
 
 // ---- Counters --------------------------------------------------------------------
 
+// Staging and backup memory follows the work: held after a large in-place
+// allreduce (its backups, the ring's scratch), given back after a quiet spell.
+TEST(CommunicatorTest, HeldMemoryIsReleasedWhenIdle) {
+  run_ranks(2, [](Communicator& c) {
+    std::vector<float> a(4u << 20, 1.0f);  // 16 MiB, in place: backed up window by window
+    c.allreduce(Buffer::of(a), ReduceOp::kSum);
+    EXPECT_EQ(a[12345], 2.0f);
+    const uint64_t busy = c.counters().held_bytes;
+    EXPECT_GT(busy, 512u * 1024) << "the ring's scratch and the backups are held between ops";
+    const auto until = std::chrono::steady_clock::now() + 15s;
+    uint64_t idle = busy;
+    while (std::chrono::steady_clock::now() < until && idle >= busy) {
+      std::this_thread::sleep_for(200ms);
+      idle = c.counters().held_bytes;
+    }
+    EXPECT_LT(idle, busy) << "nothing released after 15 s idle";
+    c.allreduce(Buffer::of(a), ReduceOp::kSum);  // and the next op grows it again
+    EXPECT_EQ(a[12345], 4.0f);
+  });
+}
+
 TEST(CommunicatorTest, CountersGrowWithOpsAndBytes) {
   run_ranks(3, [](Communicator& c) {
     Counters c0 = c.counters();

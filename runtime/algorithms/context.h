@@ -29,11 +29,18 @@ struct Tuning {
 };
 
 // Grows to the largest request and keeps it: no allocation per op once warm.
+// release() gives it back when the communicator has gone idle.
 class Scratch {
  public:
   void* get(size_t bytes) {
     if (buf_.size() < bytes) buf_.resize(bytes);
     return buf_.data();
+  }
+  size_t held() const { return buf_.capacity(); }
+  size_t release() {
+    const size_t freed = buf_.size();
+    std::vector<std::byte>().swap(buf_);
+    return freed;
   }
 
  private:
