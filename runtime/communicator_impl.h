@@ -154,6 +154,19 @@ class CommunicatorImpl : public ProgressGuard {
   // Ops whose inputs the algorithm overwrites (in-place allreduce): they back
   // up each window before touching it.
   bool overwrites_input(const Op& op) const { return op.kind == OpKind::kAllreduce && op.in_place() && size_ > 1; }
+  // Large collectives end with a confirmation round (one empty frame to and
+  // from every peer) instead of copying their last window of inputs aside for
+  // peers that might still need it re-run. Measured side by side (allreduce,
+  // median of 7 runs): 2 ranks +12% at 1 MiB, +2..10% up to 64 MiB; at 4 ranks
+  // on 2 cores the round costs more (-16% at 1 MiB, +5..26% at 2-16 MiB), so
+  // it starts at 2 MiB there. Decided from the op and the group alone, so
+  // every rank decides the same.
+  bool confirms_completion(const Op& op) const {
+    const bool kind = op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather ||
+                      op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAlltoall;
+    const size_t from = size_ > 2 ? (2u << 20) : (1u << 20);
+    return kind && size_ > 1 && options_.recovery && op.in.bytes() >= from;
+  }
   // What a send can be ahead of its receiver: both socket buffers, kernel-doubled.
   size_t in_flight_capacity() const {
     return 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);

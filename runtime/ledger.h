@@ -76,6 +76,7 @@ struct OpRecord {
   size_t total = 1;       // slices of the op (equal on every rank)
   size_t done = 0;        // slices [0, done) complete on this rank
   bool complete = false;  // the caller has its result
+  bool confirmed = false; // every rank said it has the whole result: never re-run
   bool replayable = true; // false when its backups would exceed the budget
   // First slice of the last window run: a rank that finished the op is at most
   // one window ahead of the slowest, so a peer resumes no earlier than this.

@@ -246,7 +246,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     if (!op.is_send) return;
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
-    if (op.kind == OpKind::kBroadcast) return;
+    if (op.kind == OpKind::kBroadcast || rec.confirmed) return;
     // An empty collective moves nothing on any rank: nothing to re-run.
     if (op.kind != OpKind::kBarrier && op.out.count == 0) return;
   }
@@ -316,6 +316,10 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     case OpKind::kNone: s = Status(ErrorCode::kInternal, "op of kind none"); break;
   }
   if (!replay) rec.done = std::max(rec.done, ctx.done());
+  if (s.ok() && !replay && confirms_completion(op) && rec.done >= rec.total) {
+    s = ctx.confirm_completion(static_cast<uint32_t>(rec.total));
+    rec.confirmed = s.ok();
+  }
   injected_ += ctx.faults_fired();
   bytes_sent_ = transport_->bytes_sent();
   bytes_received_ = transport_->bytes_received();

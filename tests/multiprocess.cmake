@@ -113,6 +113,19 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce --expect-recoveries 1)
   rcoll_transport_props(recovery_close_link_allreduce_in_place ${t} 320 "faults;recovery")
 endforeach()
+# Ops of 1 MiB and more end with a confirmation round instead of keeping their
+# last window's inputs. A 1 MiB allreduce at 2 ranks is one window, so the link
+# closes after the data moved and before the ranks confirm. Both ranks then
+# hold the whole result, the recovery agrees on "resume at the last slice",
+# and the op completes without the round (out of place: op 1; in place: op 2).
+# The 64 MiB tests above break the link mid-op: there the round runs after
+# the resumed slices.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_close_link_before_confirm_${t}
+           COMMAND ${RCOLL_RUN} -n 2 --timeout 120 --inject "close-link:rank=1,op=1;close-link:rank=0,op=2" --
+                 ${RCOLL_FAULT_RUN} --sizes 1M --ops allreduce --expect-recoveries 2)
+  rcoll_transport_props(recovery_close_link_before_confirm ${t} 140 "faults;recovery")
+endforeach()
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_straggler_no_recovery_${t}

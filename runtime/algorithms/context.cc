@@ -51,6 +51,17 @@ void AlgoContext::recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_
   t_.post_recv(peer, h, dst, r);
 }
 
+Status AlgoContext::confirm_completion(uint32_t chunk) {
+  const int p = size(), r = rank();
+  std::vector<Request> reqs(2 * static_cast<size_t>(p - 1));
+  size_t q = 0;
+  for (int d = 1; d < p; ++d) {
+    recv((r - d + p) % p, chunk, kConfirmStep, nullptr, 0, &reqs[q++]);
+    send((r + d) % p, chunk, kConfirmStep, nullptr, 0, &reqs[q++]);
+  }
+  return wait_all(reqs);
+}
+
 Status AlgoContext::wait(Request& r) {
   // The deadline guards progress: it moves forward whenever bytes move.
   uint64_t moved = t_.bytes_sent() + t_.bytes_received();

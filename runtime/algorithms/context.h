@@ -149,6 +149,11 @@ class AlgoContext {
   // progress budget the guard decides whether to keep waiting.
   Status wait(Request& r);
   Status wait_all(std::span<Request> rs);
+  // Every rank tells every other that it has the op's whole result (an empty
+  // frame each way, as chunk `chunk`): once this returns, no peer can need a
+  // slice of the op re-run, so nothing of it has to be kept.
+  Status confirm_completion(uint32_t chunk);
+  static constexpr uint16_t kConfirmStep = 0xFFFF;
   // Aborts the transport (failing every pending request) and returns `why` with
   // this op named in it. Every algorithm failure goes through here.
   Status fail(Status why);

@@ -118,6 +118,7 @@ class UcxTransport final : public Transport {
     Peer& pr = peers_[static_cast<size_t>(peer)];
     const uint64_t seq = pr.send_seq++;
     Slot* slot = take_slot(peer, req);
+    slot->is_send = true;
     slot->wire_bytes = kFrameHeaderBytes + header.payload_bytes;
     const FrameBytes head = encode(header);
     slot->posting = true;  // no completion until every part is posted
@@ -229,6 +230,7 @@ class UcxTransport final : public Transport {
     bool head_done = false;
     bool posting = false;
     bool live = false;
+    bool is_send = false;
   };
   struct Peer {
     ucp_ep_h ep = nullptr;
@@ -269,6 +271,7 @@ class UcxTransport final : public Transport {
     raw->live = true;
     raw->wire_bytes = 0;
     raw->buffered = 0;
+    raw->is_send = false;
     live_.push_back(std::move(s));
     return raw;
   }
@@ -470,6 +473,12 @@ class UcxTransport final : public Transport {
     }
     for (Slot* s : mine) {
       settle(s, why);
+      // Receives are cancelled. Sends are not: the peer may already hold the
+      // rendezvous and copy the payload out of this process at any moment, so
+      // the memory stays as it is until UCX hands the send back (or the
+      // transport is destroyed). Cancelling one let the slot be reused while
+      // the peer still read it: the peer's receive completed with garbage.
+      if (s->is_send) continue;
       for (void* h : s->ucx) {
         if (h && worker_) ucp_request_cancel(worker_, h);
       }
@@ -557,6 +566,11 @@ class UcxTransport final : public Transport {
       ucp_worker_destroy(worker_);
     }
     worker_ = nullptr;
+    // A peer that has not aborted yet may still copy a payload out of a send
+    // slot (shared-memory rendezvous reads this process's memory directly):
+    // keep their memory until the transport is destroyed, which the runtime
+    // does only once every rank has aborted this epoch (after the ledgers).
+    for (auto& slot : live_) retired_.push_back(std::move(slot));
     live_.clear();
   }
 
@@ -570,6 +584,7 @@ class UcxTransport final : public Transport {
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> free_;
+  std::vector<std::unique_ptr<Slot>> retired_;  // slots live at abort (see teardown)
   uint64_t completions_ = 0;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
