@@ -99,7 +99,7 @@ class CommunicatorImpl : public ProgressGuard {
   // the store key as seen by epoch_watch_; never blocks)
   bool epoch_failed_elsewhere();
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
-  void inject_before(const Op& op, AlgoContext& ctx);
+  void inject_before(const Op& op, AlgoContext& ctx, size_t slices);
   static bool recoverable(const Status& s);
   // A failure no recovery can fix (a desync, mismatched sizes): tell the peers,
   // so their recoveries end at once with the same diagnosis.

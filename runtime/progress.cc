@@ -302,7 +302,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
       rec.back_up(rank_, size_, tuning_, begin, end);
       if (begin >= window) rec.release_before(begin - window);
     });
-    if (first == 0 && !faults_.empty()) inject_before(op, ctx);
+    if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
   }
   Status s;
   switch (op.kind) {
@@ -437,8 +437,10 @@ Status CommunicatorImpl::interrupted() {
 namespace {
 
 // The first peer an op talks to: the link a close-link fault without a peer breaks.
-int first_peer(const Op& op, int rank, int size) {
+int first_peer(const Op& op, int rank, int size, const Tuning& tuning) {
   if (op.kind == OpKind::kSendRecv) return op.peer;
+  // A direct broadcast: every rank but the root talks only to the root.
+  if (op.kind == OpKind::kBroadcast && broadcast_is_direct(op, size, tuning) && rank != op.root) return op.root;
   // The last rank of a broadcast chain only talks back to its predecessor.
   if (op.kind == OpKind::kBroadcast && (rank - op.root + size) % size == size - 1) return (rank - 1 + size) % size;
   return (rank + 1) % size;
@@ -453,7 +455,7 @@ uint64_t next_random(uint64_t* state) {  // splitmix64
 
 }  // namespace
 
-void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
+void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slices) {
   // Each op's faults fire once, not again when it is resumed after the recovery they caused.
   if (op.seq <= injected_through_seq_) return;
   injected_through_seq_ = op.seq;
@@ -470,7 +472,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
       f.ms = 50;
     }
     if (f.kind == FaultKind::kFailConnect || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
-    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_);
+    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_, tuning_);
     switch (f.kind) {
       case FaultKind::kStall:  // a planned stall is applied in run_op, before the op is announced
         if (planned.kind == FaultKind::kRandom) {
@@ -483,9 +485,22 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx) {
         std::raise(SIGKILL);
         break;
       case FaultKind::kCloseLink:
-        RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d during %s", peer, op.describe().c_str());
-        ctx.inject_break_after_first_window(peer);
+      {
+        // After the first window, so the failure lands mid-op. An op that is
+        // one window and then says nothing more to that peer would finish
+        // without noticing (the next op would, and two such faults would
+        // share one recovery): there the link closes before the op starts.
+        const bool one_window = slices <= static_cast<size_t>(std::max(1, tuning_.window));
+        const bool talks_after_data = op.kind == OpKind::kBroadcast || confirms_completion(op);
+        RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d %s %s", peer,
+                  one_window && !talks_after_data ? "at the start of" : "during", op.describe().c_str());
+        if (one_window && !talks_after_data) {
+          ctx.inject_break_now(peer);
+        } else {
+          ctx.inject_break_after_first_window(peer);
+        }
         break;
+      }
       case FaultKind::kDelayChunk:
         ++delays_injected_;
         ctx.inject_first_send(f.ms, false);

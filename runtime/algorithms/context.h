@@ -139,6 +139,11 @@ class AlgoContext {
   // Fault injection: close the link to `peer` once the first window is done,
   // so the failure lands in the middle of the op.
   void inject_break_after_first_window(int peer) { inject_break_peer_ = peer; }
+  // Fault injection: close the link to `peer` now, before the op moves anything.
+  void inject_break_now(int peer) {
+    t_.break_link(peer);
+    ++faults_fired_;
+  }
   // Faults that actually fired during this run (a break set for a run that
   // failed earlier for another reason never fires).
   int faults_fired() const { return faults_fired_; }
@@ -197,6 +202,8 @@ Status run_reduce_scatter(AlgoContext& ctx);
 Status run_broadcast(AlgoContext& ctx);
 Status run_barrier(AlgoContext& ctx);
 Status run_alltoall(AlgoContext& ctx);
+// Whether run_broadcast sends straight from the root (one piece, more than 2 ranks).
+bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
 
 // How many slices the op has (the same on every rank), and which element
 // ranges of its input and output slices [first, end) touch. Used by the ledger
