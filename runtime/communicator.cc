@@ -314,7 +314,7 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   if (how == Issue::kHereIfIdle && queue_.empty() && !running_) {
     running_ = true;
     lock.unlock();
-    log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
+    log::set_thread_rank(rank_, size_);
     execute(op, false);
     lock.lock();
     running_ = false;

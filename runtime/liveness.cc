@@ -111,7 +111,7 @@ class LivenessImpl final : public Liveness {
     next_tick_ = last_tick_;
     on_tick();
     thread_ = std::thread([this] {
-      log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
+      log::set_thread_rank(rank_, size_);
       io_.run();
     });
   }

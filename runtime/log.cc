@@ -55,6 +55,10 @@ thread_local std::string t_identity;
 
 void set_thread_identity(const std::string& identity) { t_identity = identity; }
 
+void set_thread_rank(int rank, int size) {
+  set_thread_identity("rank " + std::to_string(rank) + "/" + std::to_string(size));
+}
+
 bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(logger().level); }
 
 void set_identity(const std::string& identity) {

@@ -20,6 +20,8 @@ void set_identity(const std::string& identity);
 // communicator's progress thread), so several communicators in one process
 // each log as their own rank.
 void set_thread_identity(const std::string& identity);
+// The usual identity of a thread working for one rank: "rank R/N".
+void set_thread_rank(int rank, int size);
 void write(Level level, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

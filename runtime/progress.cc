@@ -11,7 +11,7 @@
 namespace rcoll {
 
 void CommunicatorImpl::progress_loop() {
-  log::set_thread_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
+  log::set_thread_rank(rank_, size_);
   bool closing_barrier_done = false;
   for (;;) {
     Op op;

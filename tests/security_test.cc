@@ -117,30 +117,21 @@ TEST(Security, StrangersOnAMeshListenerAreRefusedLoggedAndTheMeshStillForms) {
     s.send(to_bytes(http));
     EXPECT_TRUE(s.closed_by_peer(3000ms));
   }
-  {  // An rcoll hello of another job (its token hashes differently).
+  // A hello as rank 1 of 2 would send it, for `epoch` and a job whose token is `token`.
+  auto hello_is_refused = [&](uint32_t epoch, const std::string& token) {
     Stranger s(ip, port);
     FrameHeader h;
     h.type = FrameType::kHello;
-    h.epoch = 3;
+    h.epoch = epoch;
     h.root = 1;
     h.count = 2;
-    h.op_seq = job_token_hash("another-job");
+    h.op_seq = job_token_hash(token);
     const FrameBytes b = encode(h);
     s.send(b.data(), b.size());
-    EXPECT_TRUE(s.closed_by_peer(3000ms));
-  }
-  {  // The right job, a stale epoch.
-    Stranger s(ip, port);
-    FrameHeader h;
-    h.type = FrameType::kHello;
-    h.epoch = 2;
-    h.root = 1;
-    h.count = 2;
-    h.op_seq = job_token_hash("job-secret");
-    const FrameBytes b = encode(h);
-    s.send(b.data(), b.size());
-    EXPECT_TRUE(s.closed_by_peer(3000ms));
-  }
+    return s.closed_by_peer(3000ms);
+  };
+  EXPECT_TRUE(hello_is_refused(3, "another-job")) << "an rcoll hello of another job (its token hashes differently)";
+  EXPECT_TRUE(hello_is_refused(2, "job-secret")) << "the right job, a stale epoch";
   // The real rank 1 still gets in.
   boost::asio::io_context io1;
   auto rank1 = build_tcp_mesh(io1, mesh_params(1, st.client, "job-secret", 10000ms));
