@@ -95,7 +95,7 @@ void BM_BackUpWindow(benchmark::State& state) {
     rec.op = allreduce_op(data, 1);
     rec.pool = log.pool();
     rec.total = 8;
-    rec.back_up(0, size, tuning, 0, 4);
+    rec.back_up(0, size, 0, 4);
     benchmark::DoNotOptimize(rec.backups.data());
   }
   const size_t window_bytes = 4 * tuning.piece_bytes * size;

@@ -9,6 +9,7 @@
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "transports/latency/latency_transport.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/tcp_transport.h"
 #if RCOLL_HAVE_UCX
@@ -121,10 +122,15 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
-  if (options_.chunk_bytes > 0) tuning_.piece_bytes = options_.chunk_bytes;
-  if (options_.pipeline_depth > 0) tuning_.window = options_.pipeline_depth;
-  tuning_.allreduce = options_.allreduce_algorithm;
-  tuning_.small_allreduce_bytes = options_.small_allreduce_bytes;
+  pins_.piece = options_.chunk_bytes > 0;
+  pins_.window = options_.pipeline_depth > 0;
+  if (pins_.piece) base_tuning_.piece_bytes = options_.chunk_bytes;
+  if (pins_.window) base_tuning_.window = options_.pipeline_depth;
+  base_tuning_.allreduce = options_.allreduce_algorithm;
+  base_tuning_.small_allreduce_bytes = options_.small_allreduce_bytes;
+  schedule_.reset(base_tuning_);
+  tuned_piece_ = base_tuning_.piece_bytes;
+  tuned_window_ = base_tuning_.window;
 }
 
 CommunicatorImpl::~CommunicatorImpl() { close(); }
@@ -149,6 +155,13 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
     const std::string name = chain_.current();
     const std::string failed_key = "connect/" + std::to_string(epoch) + "/" + name + "/failed";
     auto t = open_transport(name, epoch, deadline, failed_key);
+    for (const Fault& f : faults_) {
+      if (t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch && (f.rank == -1 || f.rank == rank_)) {
+        RCOLL_LOG(kWarn, "fault injection: every frame this rank receives over %s in epoch %u arrives %lld us late (link-latency)",
+                  name.c_str(), epoch, static_cast<long long>(f.us));
+        t = with_link_latency(std::move(t).value(), std::chrono::microseconds(f.us));
+      }
+    }
     // With nowhere to fall back to, a failed connect is the answer; otherwise
     // every rank learns whether all connected, and all fall back together.
     Status outcome = t.ok() ? Status() : t.status();
@@ -170,10 +183,12 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
               name.c_str(), epoch, outcome.to_string().c_str(), chain_.current().c_str(), epoch,
               static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
   }
+  if (Status s = tune_links(epoch, deadline); !s.ok()) return s;
   if (epoch > 0) return Status();
-  RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport %s (chain %s), store: %s, identity from %s",
+  RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport %s (chain %s), store: %s, identity from %s; "
+            "slowest link: %s",
             options_.name.c_str(), size_.load(), epoch, transport_->name(), chain_.describe().c_str(),
-            boot_.store_description.c_str(), boot_.identity_source.c_str());
+            boot_.store_description.c_str(), boot_.identity_source.c_str(), link_note_.c_str());
   return Status();
 }
 
@@ -266,6 +281,55 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
                     "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " + s.message());
     }
   }
+}
+
+Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline deadline) {
+  if (size_ == 1) return Status();
+  LinkSample mine;
+  const auto started = Clock::now();
+  auto probed = probe_ring(*transport_, deadline);
+  if (probed.ok()) {
+    mine = probed.value();
+    mine.deadline_ms = options_.op_timeout.count();
+  } else {
+    RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed (%s); aborting the epoch: the next op recovers",
+              epoch, transport_->name(), probed.status().to_string().c_str());
+    transport_->abort(probed.status());
+  }
+  const std::string prefix = "tune/" + std::to_string(epoch) + "/";
+  const std::string text = encode_sample(mine);
+  if (Status s = store_->set(prefix + std::to_string(rank_), Bytes(text.begin(), text.end())); !s.ok()) return s;
+  std::vector<LinkSample> samples;
+  for (int q = 0; q < size_; ++q) {
+    auto v = store_->get(prefix + std::to_string(q), std::max<Millis>(Millis(1), deadline.remaining_ms()));
+    if (!v.ok()) {
+      return Status(v.status().code(), ErrorContext{rank_, q, 0, epoch, transport_->name()},
+                    "rank " + std::to_string(q) + " did not publish its link timing of epoch " + std::to_string(epoch) +
+                        ": " + v.status().message());
+    }
+    samples.push_back(decode_sample(std::string(v.value().begin(), v.value().end())));
+  }
+  const LinkSample worst = worst_link(samples);
+  const Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
+  const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
+  if (epoch == 0) {
+    schedule_.reset(tuned);
+  } else {
+    schedule_.adopt(from, tuned);
+  }
+  tuned_piece_ = tuned.piece_bytes;
+  tuned_window_ = tuned.window;
+  link_latency_s_ = worst.latency_s;
+  link_bandwidth_ = worst.bandwidth;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  if (epoch > 0) {
+    RCOLL_LOG(kInfo, "epoch %u over %s: slowest link %s (timed in %.1f ms); collectives from op %llu on use %s%s", epoch,
+              transport_->name(), describe_link(worst).c_str(), ms, static_cast<unsigned long long>(from),
+              describe_tuning(tuned).c_str(), pins_.piece && pins_.window ? " (pinned by options)" : "");
+  }
+  link_note_ = describe_link(worst) + " (timed in " + std::to_string(static_cast<int>(ms + 0.5)) + " ms) -> " +
+               describe_tuning(tuned) + (pins_.piece && pins_.window ? " (pinned by options)" : "");
+  return Status();
 }
 
 // Folds the bytes of the transport being replaced into the running totals.
@@ -372,6 +436,10 @@ Counters CommunicatorImpl::counters() const {
   c.transport = transport_name_.load();
   c.fallbacks = fallbacks_;
   c.probes = probes_;
+  c.chunk_bytes = tuned_piece_;
+  c.pipeline_depth = tuned_window_;
+  c.link_latency_us = link_latency_s_ * 1e6;
+  c.link_bandwidth = link_bandwidth_;
   return c;
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/flight_recorder.h"
 #include "runtime/inject.h"
 #include "runtime/ledger.h"
+#include "runtime/link_model.h"
 #include "runtime/liveness.h"
 #include "runtime/op.h"
 #include "runtime/transport_chain.h"
@@ -62,6 +63,10 @@ class CommunicatorImpl : public ProgressGuard {
   Status agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline);
   Status start_liveness(Deadline deadline);
   void retire_transport();
+  // Times the new data plane's ring and agrees, through the store, on the
+  // tuning of the ops to come (link_model.h). A probe that fails aborts the
+  // transport: the next op then fails over to a recovery.
+  Status tune_links(uint32_t epoch, Deadline deadline);
   // Shrink mode: agree with the other survivors on the new group, renumber,
   // rebuild the data plane and the heartbeat mesh. Ops queued for the old
   // group fail with `why`; returns how many. A failure sets fatal_.
@@ -125,7 +130,17 @@ class CommunicatorImpl : public ProgressGuard {
   Status shrink_unreported_;  // a shrink done while idle, not yet told to the caller (under mu_)
   std::shared_ptr<Store> instance_store_;  // this communicator instance's namespace
   std::shared_ptr<Store> store_;  // namespaced for this communicator instance
-  Tuning tuning_;
+  // Adaptive chunking (link_model.h): the defaults and what the user pinned,
+  // the tuning each op takes, and what the current epoch's links measured.
+  Tuning base_tuning_;
+  TuningPins pins_;
+  TuningSchedule schedule_;
+  uint64_t tune_from_seq_ = 0;  // set by recover(): first collective no rank has started
+  std::atomic<uint64_t> tuned_piece_{0};
+  std::atomic<int> tuned_window_{0};
+  std::atomic<double> link_latency_s_{0};
+  std::atomic<double> link_bandwidth_{0};
+  std::string link_note_ = "one rank, no links";  // for the log
   Scratch scratch_;
   std::unique_ptr<Transport> transport_;
   TransportChain chain_;                         // progress thread (and create())

@@ -231,6 +231,9 @@ Status apply_env_overrides(Options* o) {
   auto chunk = env_int("RCOLL_CHUNK_BYTES", 64, 1LL << 30);
   if (!chunk.ok()) return chunk.status();
   if (chunk.value() && o->chunk_bytes == 0) o->chunk_bytes = static_cast<size_t>(*chunk.value());
+  auto depth = env_int("RCOLL_PIPELINE_DEPTH", 1, 1024);
+  if (!depth.ok()) return depth.status();
+  if (depth.value() && o->pipeline_depth == 0) o->pipeline_depth = static_cast<int>(*depth.value());
   return Status();
 }
 

@@ -17,6 +17,7 @@ const char* to_string(FaultKind kind) {
     case FaultKind::kDropChunk: return "drop-chunk";
     case FaultKind::kFailConnect: return "fail-connect";
     case FaultKind::kRandom: return "random";
+    case FaultKind::kLinkLatency: return "link-latency";
   }
   return "?";
 }
@@ -38,6 +39,7 @@ const std::map<std::string, KindInfo>& kinds() {
       {"drop-chunk", {FaultKind::kDropChunk, {"rank", "op"}, {}}},
       {"fail-connect", {FaultKind::kFailConnect, {"transport", "count"}, {"rank", "epoch"}}},
       {"random", {FaultKind::kRandom, {"rate", "seed"}, {"kinds"}}},
+      {"link-latency", {FaultKind::kLinkLatency, {"us"}, {"rank", "epoch"}}},
   };
   return k;
 }
@@ -74,7 +76,7 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
     std::string name = item.substr(0, colon);
     auto it = kinds().find(name);
     if (it == kinds().end()) {
-      return bad(item, "unknown kind '" + name + "' (kinds: close-link, stall, kill, delay-chunk, drop-chunk, fail-connect, random)");
+      return bad(item, "unknown kind '" + name + "' (kinds: close-link, stall, kill, delay-chunk, drop-chunk, fail-connect, random, link-latency)");
     }
     const KindInfo& info = it->second;
     Fault f;
@@ -108,6 +110,10 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
         auto v = parse_int(item, key, value, 0, 3600 * 1000);
         if (!v.ok()) return v.status();
         f.ms = v.value();
+      } else if (key == "us") {
+        auto v = parse_int(item, key, value, 1, 10 * 1000 * 1000);
+        if (!v.ok()) return v.status();
+        f.us = v.value();
       } else if (key == "count") {
         auto v = parse_int(item, key, value, 1, 1000000);
         if (!v.ok()) return v.status();
@@ -133,7 +139,8 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
           std::string k = value.substr(q, plus - q);
           q = plus + 1;
           auto kit = kinds().find(k);
-          if (kit == kinds().end() || kit->second.kind == FaultKind::kRandom || kit->second.kind == FaultKind::kFailConnect) {
+          if (kit == kinds().end() || kit->second.kind == FaultKind::kRandom || kit->second.kind == FaultKind::kFailConnect ||
+              kit->second.kind == FaultKind::kLinkLatency) {
             return bad(item, "kinds='" + value + "': '" + k + "' cannot be drawn at random");
           }
           f.random_kinds.push_back(kit->second.kind);

@@ -15,6 +15,9 @@
 //                [rank, epoch]         (on that rank only; from that epoch on)
 //   random       rate, seed, kinds     each op of each rank gets a fault of `kinds`
 //                                      ('+'-separated) with probability rate
+//   link-latency us [, rank, epoch]    every frame the rank (default: every rank)
+//                                      receives is delivered us later: a long link
+//                                      (from that epoch on: a link that degrades)
 #pragma once
 
 #include <cstdint>
@@ -25,7 +28,7 @@
 
 namespace rcoll {
 
-enum class FaultKind : uint8_t { kCloseLink, kStall, kKill, kDelayChunk, kDropChunk, kFailConnect, kRandom };
+enum class FaultKind : uint8_t { kCloseLink, kStall, kKill, kDelayChunk, kDropChunk, kFailConnect, kRandom, kLinkLatency };
 const char* to_string(FaultKind kind);
 
 struct Fault {
@@ -34,6 +37,7 @@ struct Fault {
   int peer = -1;      // close-link: -1 = the op's first peer
   uint64_t op = 0;    // 0: not tied to an op
   int64_t ms = 0;
+  int64_t us = 0;      // link-latency: one-way delay added to every frame the rank receives
   std::string transport;
   int count = 0;
   uint32_t epoch = 0;  // fail-connect: first epoch it applies to

@@ -70,7 +70,7 @@ bool OpRecord::covers(size_t first, size_t end) const {
   return next >= end;
 }
 
-void OpRecord::back_up(int rank, int size, const Tuning& tuning, size_t first, size_t end) {
+void OpRecord::back_up(int rank, int size, size_t first, size_t end) {
   // Copy only the slices no backup holds yet, as maximal runs of consecutive
   // slices: an existing backup may be the only copy of an input the op has
   // since overwritten, so it must never be shadowed by a newer one.
@@ -243,6 +243,12 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
       return Status(ErrorCode::kInternal, "rank " + std::to_string(parsed.size() - 1) + " published a malformed ledger");
     }
   }
+  uint64_t started = 0;
+  for (const auto& l : parsed) {
+    started = std::max(started, l.collective_through);
+    for (const auto& [key, entry] : l.done)
+      if (std::get<0>(key) == 'C') started = std::max(started, std::get<2>(key));
+  }
   // How far rank q got in the op that `mine` names (seen from q's side).
   auto done_on = [&](int q, const OpKey& mine, size_t total) -> size_t {
     auto [kind, peer, seq] = mine;
@@ -261,6 +267,7 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
   };
 
   ResumePlan plan;
+  plan.collectives_started = started;
   auto consider = [&](const OpRecord& r) -> Status {
     const OpKey key = key_of(r.op);
     size_t resume = r.done;

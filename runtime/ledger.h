@@ -78,6 +78,7 @@ struct OpRecord {
   bool complete = false;  // the caller has its result
   bool confirmed = false; // every rank said it has the whole result: never re-run
   bool replayable = true; // false when its backups would exceed the budget
+  Tuning tuning;          // how the op is cut: kept for every replay of it
   // First slice of the last window run: a rank that finished the op is at most
   // one window ahead of the slowest, so a peer resumes no earlier than this.
   size_t last_window_first = 0;
@@ -87,7 +88,7 @@ struct OpRecord {
   size_t backup_bytes() const;
   // Copies the inputs of slices [first, end) aside (in-place ops before a
   // window, every op's tail at completion). Skips slices already covered.
-  void back_up(int rank, int size, const Tuning& tuning, size_t first, size_t end);
+  void back_up(int rank, int size, size_t first, size_t end);
   // Drops in-place window backups older than `keep_from` (a slice index).
   void release_before(size_t keep_from);
   bool covers(size_t first, size_t end) const;
@@ -130,6 +131,9 @@ struct ResumePlan {
     size_t resume;       // first slice to run again
   };
   std::vector<Entry> entries;
+  // The highest collective sequence number any rank has started (or finished):
+  // a new tuning can take effect from the next one on every rank alike.
+  uint64_t collectives_started = 0;
 };
 
 // One rank's ledger as published in the store during recovery.

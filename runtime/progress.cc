@@ -140,7 +140,14 @@ Status CommunicatorImpl::run_op(const Op& op) {
   OpRecord rec;
   rec.op = op;
   rec.pool = log_.pool();
-  rec.total = plan_slices(op, rank_, size_, tuning_, 0, SIZE_MAX).slices;
+  // The tuning this op keeps, replays included (link_model.h).
+  if (op.kind == OpKind::kSendRecv) {
+    rec.tuning = schedule_.for_point_to_point();
+  } else {
+    schedule_.prune_before(op.match_seq);
+    rec.tuning = schedule_.for_collective(op.match_seq);
+  }
+  rec.total = plan_slices(op, rank_, size_, rec.tuning, 0, SIZE_MAX).slices;
   // An injected stall makes this rank late to the op, as a rank busy in
   // compute would be: before it says (in its heartbeats) that it is in the op.
   for (const Fault& f : faults_) {
@@ -258,13 +265,13 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
   // need. A send can be further ahead: by what the sockets hold.
   size_t tail_first = rec.last_window_first;
   if (op.kind == OpKind::kSendRecv) {
-    const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
-    const size_t slices = window * 2 + in_flight_capacity() / std::max<size_t>(1, tuning_.piece_bytes);
+    const size_t window = static_cast<size_t>(std::max(1, rec.tuning.window));
+    const size_t slices = window * 2 + in_flight_capacity() / std::max<size_t>(1, rec.tuning.piece_bytes);
     tail_first = rec.total > slices ? rec.total - slices : 0;
   }
   // An in-place allreduce has overwritten its inputs: the backups its window
   // hook took before each window are all there is (and all a peer can need).
-  if (!overwrites_input(op)) rec.back_up(rank_, size_, tuning_, tail_first, rec.total);
+  if (!overwrites_input(op)) rec.back_up(rank_, size_, tail_first, rec.total);
   rec.release_before(tail_first);
   log_.push(std::move(rec));
 }
@@ -272,7 +279,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
 Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   const Op& op = rec.op;
   last_stall_was_straggler_ = false;
-  AlgoContext ctx(*transport_, op, tuning_, scratch_);
+  AlgoContext ctx(*transport_, op, rec.tuning, scratch_);
   ctx.set_guard(this, progress_budget(op));
   ctx.set_slice_range(first, rec.total);
   std::vector<char> sink;
@@ -280,7 +287,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     // The caller has this op's result already: read inputs from the backups
     // and write outputs nowhere it can see.
     rec.map_inputs(&ctx.in_map());
-    SlicePlan plan = plan_slices(op, rank_, size_, tuning_, first, rec.total);
+    SlicePlan plan = plan_slices(op, rank_, size_, rec.tuning, first, rec.total);
     size_t bytes = 0;
     for (const auto& r : plan.outputs) bytes += (r.end - r.begin) * op.element_size();
     sink.resize(bytes + 1);
@@ -294,12 +301,12 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     // the backups. Each window's first slice is recorded (the completed op's
     // tail), and an in-place op backs the window up before touching it.
     if (overwrites_input(op) && options_.recovery) rec.map_inputs(&ctx.in_map());
-    const size_t window = static_cast<size_t>(std::max(1, tuning_.window));
+    const size_t window = static_cast<size_t>(std::max(1, rec.tuning.window));
     const bool backs_up = overwrites_input(op) && options_.recovery;
     ctx.set_window_hook([&rec, window, backs_up, this](size_t begin, size_t end) {
       rec.last_window_first = begin;
       if (!backs_up) return;
-      rec.back_up(rank_, size_, tuning_, begin, end);
+      rec.back_up(rank_, size_, begin, end);
       if (begin >= window) rec.release_before(begin - window);
     });
     if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
@@ -333,7 +340,8 @@ Clock::duration CommunicatorImpl::progress_budget(const Op& op) const {
   Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
   constexpr auto kYear = std::chrono::hours(24 * 365);
   if (timeout.count() > 0) return timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout);
-  const double window_bytes = static_cast<double>(tuning_.piece_bytes) * std::max(1, tuning_.window) * size_;
+  const Tuning& tuning = schedule_.latest();
+  const double window_bytes = static_cast<double>(tuning.piece_bytes) * std::max(1, tuning.window) * size_;
   const double measured = bandwidth_.load();
   const double bw = measured > 0 ? measured : 100e6;  // until measured: a pessimistic 100 MB/s
   const auto derived = std::chrono::duration<double>(options_.deadline_slack * window_bytes / bw);
@@ -471,8 +479,8 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
       f.op = op.seq;
       f.ms = 50;
     }
-    if (f.kind == FaultKind::kFailConnect || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
-    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_, tuning_);
+    if (f.kind == FaultKind::kFailConnect || f.kind == FaultKind::kLinkLatency || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_, ctx.tuning());
     switch (f.kind) {
       case FaultKind::kStall:  // a planned stall is applied in run_op, before the op is announced
         if (planned.kind == FaultKind::kRandom) {
@@ -490,7 +498,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         // one window and then says nothing more to that peer would finish
         // without noticing (the next op would, and two such faults would
         // share one recovery): there the link closes before the op starts.
-        const bool one_window = slices <= static_cast<size_t>(std::max(1, tuning_.window));
+        const bool one_window = slices <= static_cast<size_t>(std::max(1, ctx.tuning().window));
         const bool talks_after_data = op.kind == OpKind::kBroadcast || confirms_completion(op);
         RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d %s %s", peer,
                   one_window && !talks_after_data ? "at the start of" : "during", op.describe().c_str());
@@ -507,6 +515,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         break;
       case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
       case FaultKind::kFailConnect:
+      case FaultKind::kLinkLatency:
       case FaultKind::kRandom: break;
     }
   }

@@ -62,6 +62,13 @@ struct Counters {
   // Host memory rcoll holds now for staging, input backups and reuse. Grows to
   // the working set; released after a few idle seconds.
   uint64_t held_bytes = 0;
+  // Adaptive chunking: the frame size and frames in flight chosen for new
+  // collectives from the slowest link as timed when the current epoch was
+  // connected (one-way latency, bytes/s), unless pinned by Options.
+  uint64_t chunk_bytes = 0;
+  int pipeline_depth = 0;
+  double link_latency_us = 0;
+  double link_bandwidth = 0;
 };
 
 class Communicator {

@@ -84,7 +84,10 @@ struct Options {
   // Memory for input backups that make slices re-runnable (in-place windows, tails of completed ops).
   size_t backup_bytes = 256u << 20;
 
-  // Chunking. 0 = chosen by rcoll.
+  // Chunking: bytes per frame and frames in flight per link. 0 = adaptive:
+  // chosen at every epoch from the slowest link as timed when the epoch was
+  // connected (covering twice its bandwidth-delay product; 128 KiB x 4 on a
+  // loopback). A value pins it (RCOLL_CHUNK_BYTES, RCOLL_PIPELINE_DEPTH).
   size_t chunk_bytes = 0;
   int pipeline_depth = 0;
   // Socket buffer size for the TCP transport; 0 = chosen by rcoll.

@@ -358,6 +358,7 @@ int main(int argc, char** argv) {
   long expect_fallbacks = -1;    // exactly this many moves down the transport chain
   long expect_probes = -1;       // exactly this many moves back up
   double duration_s = 0;
+  long expect_inflight_min = -1;  // adaptive chunking: chunk_bytes x pipeline_depth at the end, at least
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -373,6 +374,7 @@ int main(int argc, char** argv) {
     else if (k == "--expect-fallbacks") expect_fallbacks = std::stol(argv[i + 1]);
     else if (k == "--expect-probes") expect_probes = std::stol(argv[i + 1]);
     else if (k == "--duration") duration_s = std::stod(argv[i + 1]);
+    else if (k == "--expect-inflight-min") expect_inflight_min = std::stol(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -468,6 +470,17 @@ int main(int argc, char** argv) {
     if (expect_probes >= 0 && counters.probes != static_cast<uint64_t>(expect_probes)) {
       std::fprintf(stderr, "FAIL rank %d: expected %ld probes back up the transport chain, counted %llu\n", r,
                    expect_probes, static_cast<unsigned long long>(counters.probes));
+      ++g_failures;
+    }
+    if (r == 0) {
+      std::printf("rank 0: link latency %.1f us, %.2f GB/s; collectives use %llu-byte frames x %d in flight\n",
+                  counters.link_latency_us, counters.link_bandwidth / 1e9, static_cast<unsigned long long>(counters.chunk_bytes),
+                  counters.pipeline_depth);
+    }
+    if (expect_inflight_min >= 0 && counters.chunk_bytes * static_cast<uint64_t>(counters.pipeline_depth) <
+                                        static_cast<uint64_t>(expect_inflight_min)) {
+      std::fprintf(stderr, "FAIL rank %d: expected at least %ld bytes in flight per link, tuned to %llu x %d\n", r,
+                   expect_inflight_min, static_cast<unsigned long long>(counters.chunk_bytes), counters.pipeline_depth);
       ++g_failures;
     }
     if (max_recoveries >= 0 && counters.recoveries > static_cast<uint64_t>(max_recoveries)) {

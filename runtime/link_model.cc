@@ -1,0 +1,195 @@
+#include "runtime/link_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace rcoll {
+
+namespace {
+
+constexpr int kLatencyRounds = 9;
+constexpr size_t kBurstFrames = 16;
+constexpr size_t kBurstFrameBytes = 128 * 1024;  // 2 MiB in all: ~1 ms on loopback
+constexpr uint16_t kLatencyStep = 0xFFF0;
+constexpr uint16_t kBurstStep = 0xFFF1;
+
+// Bounds of the adaptive choice.
+constexpr size_t kMaxPiece = 1u << 20;   // larger frames gained nothing on any link measured
+constexpr size_t kMinPiece = 16u << 10;  // below this, per-frame costs dominate
+constexpr int kMaxWindow = 32;
+constexpr double kFrameTime = 0.005;     // one frame holds a link at most 5 ms...
+constexpr double kDeadlineShare = 1.0 / 16;  // ...and at most 1/16 of the op deadline
+
+Status wait_all(Transport& t, Request* reqs, size_t n, Deadline deadline) {
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (reqs[i].failed()) return reqs[i].status;
+      if (!reqs[i].finished()) all = false;
+    }
+    if (all) return Status();
+    if (deadline.expired()) {
+      return Status(ErrorCode::kTimeout, ErrorContext{t.rank(), -1, 0, t.epoch(), t.name()},
+                    "timing the links of epoch " + std::to_string(t.epoch()) + " took too long");
+    }
+    t.progress(deadline);
+  }
+}
+
+std::string human_bytes(double b) {
+  char s[32];
+  if (b >= (1 << 20) && std::fmod(b, 1 << 20) == 0) {
+    std::snprintf(s, sizeof(s), "%.0f MiB", b / (1 << 20));
+  } else {
+    std::snprintf(s, sizeof(s), "%.0f KiB", b / 1024);
+  }
+  return s;
+}
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+}  // namespace
+
+std::string encode_sample(const LinkSample& s) {
+  if (!s.valid) return "none";
+  char text[96];
+  std::snprintf(text, sizeof(text), "%.9g %.9g %lld", s.latency_s, s.bandwidth, static_cast<long long>(s.deadline_ms));
+  return text;
+}
+
+LinkSample decode_sample(const std::string& text) {
+  LinkSample s;
+  std::istringstream in(text);
+  long long deadline = 0;
+  if (!(in >> s.latency_s >> s.bandwidth >> deadline)) return LinkSample{};
+  if (!(s.latency_s >= 0 && s.latency_s < 60) || !(s.bandwidth > 0 && std::isfinite(s.bandwidth)) || deadline < 0) {
+    return LinkSample{};
+  }
+  s.deadline_ms = deadline;
+  s.valid = true;
+  return s;
+}
+
+LinkSample worst_link(const std::vector<LinkSample>& samples) {
+  LinkSample w;
+  for (const auto& s : samples) {
+    if (!s.valid) continue;
+    if (!w.valid) {
+      w = s;
+      continue;
+    }
+    w.latency_s = std::max(w.latency_s, s.latency_s);
+    w.bandwidth = std::min(w.bandwidth, s.bandwidth);
+    if (s.deadline_ms > 0) w.deadline_ms = w.deadline_ms > 0 ? std::min(w.deadline_ms, s.deadline_ms) : s.deadline_ms;
+  }
+  return w;
+}
+
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
+  const int p = t.size(), r = t.rank();
+  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+  FrameHeader h;
+  h.type = FrameType::kData;
+  h.op_kind = OpKind::kNone;
+  h.epoch = t.epoch();
+  h.root = -1;
+  // Latency: every rank sends an empty frame to the next and waits for the one
+  // from the previous; a round takes one hop once the ranks are in step.
+  std::vector<double> rounds;
+  for (int i = 0; i < kLatencyRounds; ++i) {
+    Request reqs[2];
+    h.chunk = static_cast<uint32_t>(i);
+    h.step = kLatencyStep;
+    h.payload_bytes = 0;
+    const auto t0 = Clock::now();
+    t.post_recv(prev, h, nullptr, &reqs[0]);
+    t.post_send(next, h, nullptr, &reqs[1]);
+    if (Status s = wait_all(t, reqs, 2, deadline); !s.ok()) return s;
+    rounds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(rounds.begin(), rounds.end());
+  LinkSample out;
+  out.latency_s = rounds[rounds.size() / 2];
+  // Bandwidth: a burst to the next rank while one arrives from the previous.
+  std::vector<char> src(kBurstFrameBytes, 1);
+  std::vector<char> dst(kBurstFrameBytes * kBurstFrames);
+  std::vector<Request> reqs(2 * kBurstFrames);
+  h.step = kBurstStep;
+  h.payload_bytes = kBurstFrameBytes;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < kBurstFrames; ++i) {
+    h.chunk = static_cast<uint32_t>(i);
+    t.post_recv(prev, h, dst.data() + i * kBurstFrameBytes, &reqs[i]);
+  }
+  for (size_t i = 0; i < kBurstFrames; ++i) {
+    h.chunk = static_cast<uint32_t>(i);
+    t.post_send(next, h, src.data(), &reqs[kBurstFrames + i]);
+  }
+  if (Status s = wait_all(t, reqs.data(), reqs.size(), deadline); !s.ok()) return s;
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  // The burst's time less the one hop its first frame took (never below half).
+  const double moving = std::max(took - out.latency_s, took / 2);
+  out.bandwidth = static_cast<double>(kBurstFrameBytes * kBurstFrames) / std::max(moving, 1e-9);
+  out.valid = true;
+  return out;
+}
+
+Tuning tune_for_link(const LinkSample& link, const Tuning& base, TuningPins pins) {
+  Tuning t = base;
+  if (!link.valid || (pins.piece && pins.window)) return t;
+  // Bytes in flight per link that keep it busy while the oldest frame's
+  // answer travels back: twice the bandwidth-delay product.
+  const double need = 2.0 * link.bandwidth * (2.0 * link.latency_s);
+  const int base_window = std::max(1, base.window);
+  if (!pins.piece) {
+    size_t piece = base.piece_bytes;
+    if (need > static_cast<double>(piece) * base_window) {
+      piece = std::min(round_up(static_cast<size_t>(need / base_window), 4096), kMaxPiece);
+    }
+    double cap = link.bandwidth * kFrameTime;
+    if (link.deadline_ms > 0) cap = std::min(cap, link.bandwidth * (static_cast<double>(link.deadline_ms) / 1000.0) * kDeadlineShare);
+    const size_t cap_bytes = cap >= static_cast<double>(kMaxPiece) ? kMaxPiece : static_cast<size_t>(cap) / 4096 * 4096;
+    t.piece_bytes = std::max(kMinPiece, std::min(piece, cap_bytes));  // whole pages: every dtype divides it
+  }
+  if (!pins.window) {
+    const double frames = std::ceil(need / static_cast<double>(t.piece_bytes));
+    t.window = static_cast<int>(std::clamp(frames, static_cast<double>(base_window), static_cast<double>(kMaxWindow)));
+  }
+  return t;
+}
+
+std::string describe_tuning(const Tuning& t) {
+  return human_bytes(static_cast<double>(t.piece_bytes)) + " frames x " + std::to_string(t.window) + " in flight";
+}
+
+std::string describe_link(const LinkSample& s) {
+  if (!s.valid) return "not measured";
+  char text[96];
+  std::snprintf(text, sizeof(text), "latency %.1f us, %.2f GB/s", s.latency_s * 1e6, s.bandwidth / 1e9);
+  return text;
+}
+
+void TuningSchedule::adopt(uint64_t from, const Tuning& t) {
+  // A later adopt never starts before an earlier one (seqs only grow), but a
+  // second recovery before any new op may restate the same point.
+  while (!steps_.empty() && steps_.back().first >= from && steps_.size() > 1) steps_.pop_back();
+  steps_.emplace_back(from, t);
+}
+
+const Tuning& TuningSchedule::for_collective(uint64_t seq) const {
+  for (size_t i = steps_.size(); i-- > 0;) {
+    if (steps_[i].first <= seq) return steps_[i].second;
+  }
+  return steps_.front().second;
+}
+
+void TuningSchedule::prune_before(uint64_t seq) {
+  size_t keep = 0;
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (steps_[i].first <= seq) keep = i;
+  if (keep > 0) steps_.erase(steps_.begin(), steps_.begin() + static_cast<std::ptrdiff_t>(keep));
+}
+
+}  // namespace rcoll

@@ -1,0 +1,87 @@
+// Adaptive chunking: what the links of an epoch measured, and the frame size
+// and pipeline depth every rank derives from that.
+//
+// Every time a data plane is connected (start-up, each recovery, a shrink) the
+// ranks time it: a few empty frames passed around the ring (latency), then a
+// burst of frames to the next rank while receiving one from the previous
+// (bandwidth, every link loaded at once, as a ring collective loads them). Each
+// rank publishes its sample in the store and reads every rank's, so all derive
+// the same tuning from the same numbers: the worst link sets it.
+//
+// The tuning keeps enough bytes in flight to cover twice the bandwidth-delay
+// product (frames grow first, then the window), bounded so that one frame
+// neither occupies the link for long (kFrameTime) nor a large share of the
+// op deadline, and never below the defaults measured best on loopback.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rcoll/status.h"
+#include "runtime/algorithms/context.h"
+#include "runtime/deadline.h"
+#include "transports/transport.h"
+
+namespace rcoll {
+
+struct LinkSample {
+  bool valid = false;
+  double latency_s = 0;     // one way: median time of a ring round of empty frames
+  double bandwidth = 0;     // bytes/s into this rank while every link is busy
+  int64_t deadline_ms = 0;  // this rank's communicator op timeout (0: none set)
+};
+
+std::string encode_sample(const LinkSample& s);
+// Anything malformed decodes as an invalid sample (ignored when combining).
+LinkSample decode_sample(const std::string& text);
+
+// The slowest of the valid samples: highest latency, lowest bandwidth, tightest
+// deadline. Invalid when none is valid.
+LinkSample worst_link(const std::vector<LinkSample>& samples);
+
+// Times the ring of `t`. Every rank of the transport must call it at the same
+// point (nothing else in flight). On failure (a link broke, the deadline) the
+// transport may hold requests of the probe: the caller must abort it.
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline);
+
+// What the user pinned (Options::chunk_bytes, pipeline_depth): never adapted.
+struct TuningPins {
+  bool piece = false;
+  bool window = false;
+};
+
+// The tuning for a link: `base` (the measured defaults or the pins) where the
+// link needs no more, deterministic in its inputs.
+Tuning tune_for_link(const LinkSample& link, const Tuning& base, TuningPins pins);
+
+// "128 KiB frames x 4 in flight".
+std::string describe_tuning(const Tuning& t);
+std::string describe_link(const LinkSample& s);
+
+// Which tuning each collective op uses. Ops keep the tuning they started with
+// (a replay cuts an op the same way); a new tuning takes effect from a
+// collective sequence number no rank has started, so every rank switches at the
+// same op. Point-to-point ops keep the tuning agreed when the group formed.
+class TuningSchedule {
+ public:
+  TuningSchedule() { reset(Tuning{}); }
+  void reset(const Tuning& t) {
+    base_ = t;
+    steps_.assign(1, {0, t});
+  }
+  // From collective seq `from` on (and every later one until the next adopt).
+  void adopt(uint64_t from, const Tuning& t);
+  const Tuning& for_collective(uint64_t seq) const;
+  const Tuning& for_point_to_point() const { return base_; }
+  // Forgets steps no op at or after `seq` can use.
+  void prune_before(uint64_t seq);
+  const Tuning& latest() const { return steps_.back().second; }
+
+ private:
+  Tuning base_;
+  std::vector<std::pair<uint64_t, Tuning>> steps_;
+};
+
+}  // namespace rcoll
