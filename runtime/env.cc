@@ -194,6 +194,14 @@ Status apply_env_overrides(Options* o) {
       return Status(ErrorCode::kInvalidArgument, "RCOLL_UCX_ERROR_MODE='" + o->ucx_error_mode + "' is not auto, peer or none");
     }
   }
+  if (auto algo = env_string("RCOLL_ALLREDUCE_ALGO"); algo && o->allreduce_algorithm == AllreduceAlgorithm::kAuto) {
+    if (*algo == "ring") o->allreduce_algorithm = AllreduceAlgorithm::kRing;
+    else if (*algo == "direct") o->allreduce_algorithm = AllreduceAlgorithm::kDirect;
+    else if (*algo == "hd") o->allreduce_algorithm = AllreduceAlgorithm::kHalvingDoubling;
+    else if (*algo != "auto") {
+      return Status(ErrorCode::kInvalidArgument, "RCOLL_ALLREDUCE_ALGO='" + *algo + "' is not auto, ring, direct or hd");
+    }
+  }
   auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);
   if (!spin.ok()) return spin.status();
   if (spin.value() && o->spin_us < 0) o->spin_us = static_cast<int>(*spin.value());

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <latch>
@@ -305,6 +306,41 @@ TEST(CommunicatorTest, ResultsWithSmallChunksAndRingAllreduce) {
 TEST(CommunicatorTest, DirectAllreduceForcedOnLargeData) {
   run_ranks(3, [](Communicator& c) { check_allreduce(c); },
             [](int, Options& o) { o.allreduce_algorithm = AllreduceAlgorithm::kDirect; });
+}
+
+// Halving-doubling at 4 ranks with tiny frames: many slices, several windows,
+// segments of unequal length (sizes not divisible by 4), in and out of place.
+TEST(CommunicatorTest, HalvingDoublingAllreduceWithSmallChunks) {
+  run_ranks(
+      4,
+      [](Communicator& c) {
+        const int r = c.rank();
+        for (size_t n : {size_t{1}, size_t{3}, size_t{7}, size_t{1001}, size_t{5003}, size_t{100003}}) {
+          std::vector<int32_t> in(n), out(n, -1);
+          for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>((i % 101) * (r + 1) + r);
+          // Sum over ranks 0..3 of (i%101)(r+1) + r = 10 (i%101) + 6.
+          auto want = [](size_t i) { return static_cast<int32_t>(10 * (i % 101) + 6); };
+          c.allreduce(Buffer::of(in), Buffer::of(out), ReduceOp::kSum);
+          size_t bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += out[i] != want(i);
+          EXPECT_EQ(bad, 0u) << "out of place, n=" << n;
+          std::vector<int32_t> io = in;
+          c.allreduce(Buffer::of(io), ReduceOp::kMax);  // rank 3's values are the largest
+          bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += io[i] != static_cast<int32_t>((i % 101) * 4 + 3);
+          EXPECT_EQ(bad, 0u) << "in place max, n=" << n;
+          std::vector<float> f(n, static_cast<float>(r + 1));
+          c.allreduce(Buffer::of(f), ReduceOp::kAvg);  // (1+2+3+4)/4
+          bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += std::fabs(f[i] - 2.5f) > 1e-6f;
+          EXPECT_EQ(bad, 0u) << "in place avg, n=" << n;
+        }
+      },
+      [](int, Options& o) {
+        o.chunk_bytes = 1024;
+        o.pipeline_depth = 2;
+        o.allreduce_algorithm = AllreduceAlgorithm::kHalvingDoubling;
+      });
 }
 
 // ---- Async forms ---------------------------------------------------------------

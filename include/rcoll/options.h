@@ -16,7 +16,10 @@ class Store;
 // kRing: reduce-scatter + allgather around a ring, bandwidth-optimal for large data.
 // kDirect: every rank sends its whole input to every other rank once and reduces
 // locally in rank order: one round of latency, for small data.
-enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect };
+// kHalvingDoubling: the ring's slices reduced by recursive halving and gathered
+// by recursive doubling: 2 log2(p) steps instead of 2(p-1), for power-of-two
+// groups (others run the ring).
+enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect, kHalvingDoubling };
 
 struct Options {
   // Identity. -1 = from the environment.
@@ -94,7 +97,8 @@ struct Options {
   size_t socket_buffer_bytes = 0;
 
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;
-  // Below this many bytes allreduce uses a latency-optimised algorithm (kAuto only).
+  // Up to this many bytes allreduce uses the direct algorithm (kAuto only; for
+  // power-of-two groups above 2 ranks, this x (2/p)^2: 16 KiB at 4 ranks).
   size_t small_allreduce_bytes = 64 * 1024;
 };
 

@@ -143,8 +143,7 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
   switch (op.kind) {
     case OpKind::kAllreduce: {
       const size_t n = op.out.count;
-      const bool direct = tuning.allreduce == AllreduceAlgorithm::kDirect ||
-                          (tuning.allreduce == AllreduceAlgorithm::kAuto && op.out.bytes() <= tuning.small_allreduce_bytes);
+      const bool direct = allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kDirect;
       const size_t unit = direct || size == 1 ? std::max<size_t>(n, 1) : piece * p;
       plan.slices = std::max<size_t>(1, ceil_div(n, unit));
       plan.inputs.push_back(range(unit, n, 0));

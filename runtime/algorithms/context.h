@@ -204,6 +204,9 @@ Status run_barrier(AlgoContext& ctx);
 Status run_alltoall(AlgoContext& ctx);
 // Whether run_broadcast sends straight from the root (one piece, more than 2 ranks).
 bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
+// The allreduce algorithm an op runs (kAuto resolved): a function of the op,
+// the group size and the tuning only, so every rank picks the same one.
+AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning);
 
 // How many slices the op has (the same on every rank), and which element
 // ranges of its input and output slices [first, end) touch. Used by the ledger
