@@ -310,7 +310,9 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline deadline) {
     samples.push_back(decode_sample(std::string(v.value().begin(), v.value().end())));
   }
   const LinkSample worst = worst_link(samples);
-  const Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
+  Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
+  // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
+  tuned.doubling_blocks = std::string(transport_->name()) == "tcp";
   const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
   if (epoch == 0) {
     schedule_.reset(tuned);

@@ -309,8 +309,9 @@ TEST(CommunicatorTest, DirectAllreduceForcedOnLargeData) {
 }
 
 // Halving-doubling at 4 ranks with tiny frames: many slices, several windows,
-// segments of unequal length (sizes not divisible by 4), in and out of place.
-TEST(CommunicatorTest, HalvingDoublingAllreduceWithSmallChunks) {
+// segments of unequal length (sizes not divisible by 4), in and out of place;
+// allgather and reduce-scatter by recursive doubling / halving alike.
+TEST(CommunicatorTest, HalvingDoublingWithSmallChunks) {
   run_ranks(
       4,
       [](Communicator& c) {
@@ -334,6 +335,21 @@ TEST(CommunicatorTest, HalvingDoublingAllreduceWithSmallChunks) {
           bad = 0;
           for (size_t i = 0; i < n; ++i) bad += std::fabs(f[i] - 2.5f) > 1e-6f;
           EXPECT_EQ(bad, 0u) << "in place avg, n=" << n;
+          // Allgather by recursive doubling: block q of the output is rank q's input.
+          std::vector<int32_t> gathered(4 * n, -1);
+          c.allgather(Buffer::of(in), Buffer::of(gathered));
+          bad = 0;
+          for (int q = 0; q < 4; ++q)
+            for (size_t i = 0; i < n; ++i) bad += gathered[q * n + i] != static_cast<int32_t>((i % 101) * (q + 1) + q);
+          EXPECT_EQ(bad, 0u) << "allgather, n=" << n;
+          // Reduce-scatter by recursive halving: rank r gets the sum of every rank's block r.
+          std::vector<int32_t> blocks(4 * n), mine(n, -1);
+          for (int q = 0; q < 4; ++q)
+            for (size_t i = 0; i < n; ++i) blocks[q * n + i] = static_cast<int32_t>(1000 * q + (i % 7) * (r + 1));
+          c.reduce_scatter(Buffer::of(blocks), Buffer::of(mine), ReduceOp::kSum);
+          bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += mine[i] != static_cast<int32_t>(4000 * r + 10 * (i % 7));
+          EXPECT_EQ(bad, 0u) << "reduce_scatter, n=" << n;
         }
       },
       [](int, Options& o) {

@@ -2,6 +2,10 @@
 // every block. At step s a rank forwards block (r - s) to its right neighbour
 // and receives block (r - s - 1) from its left one, straight into the output
 // (no staging copy). A window of slices moves in lockstep.
+//
+// Recursive doubling (power-of-two groups, blocks_by_doubling()): at step s a
+// rank swaps all the blocks it has (2^s of them, piece k of each) with rank
+// r ^ 2^s. The same frames as the ring in log2 p steps instead of p-1.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -9,6 +13,53 @@
 #include "runtime/algorithms/context.h"
 
 namespace rcoll {
+
+namespace {
+
+Status doubling_allgather(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t es = op.element_size();
+  const size_t n = op.in.count;
+  const size_t piece = ctx.piece_elements();
+  const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
+  const size_t window = ctx.window();
+  const size_t most = window * static_cast<size_t>(p / 2);  // frames each way in one step
+  std::vector<Request> sends(most), recvs(most);
+  for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
+    const size_t w = std::min(window, ctx.end_slice(slices) - first);
+    ctx.before_window(first, first + w);
+    for (size_t k = 0; k < w; ++k) {
+      const size_t off = (first + k) * piece, len = std::min(piece, n - off);
+      const size_t mine = n * static_cast<size_t>(r);
+      if (ctx.out(mine + off) != ctx.in(off)) std::memcpy(ctx.out(mine + off), ctx.in(off), len * es);
+    }
+    int lo = r, len = 1;  // the blocks this rank has: [lo, lo + len)
+    for (int s = 0; (1 << s) < p; ++s) {
+      const int d = 1 << s, partner = r ^ d;
+      const int theirs = (r & d) ? lo - len : lo + len;
+      size_t q = 0;
+      for (size_t k = 0; k < w; ++k) {
+        const size_t off = (first + k) * piece, count = std::min(piece, n - off);
+        const auto chunk = static_cast<uint32_t>(first + k);
+        for (int j = 0; j < len; ++j) {
+          const size_t in_block = static_cast<size_t>(theirs + j) * n, out_block = static_cast<size_t>(lo + j) * n;
+          ctx.recv(partner, chunk, static_cast<uint16_t>(s), ctx.out(in_block + off), count * es, &recvs[q]);
+          ctx.send(partner, chunk, static_cast<uint16_t>(s), ctx.out(out_block + off), count * es, &sends[q]);
+          ++q;
+        }
+      }
+      if (Status st = ctx.wait_all({recvs.data(), q}); !st.ok()) return st;
+      if (Status st = ctx.wait_all({sends.data(), q}); !st.ok()) return st;
+      lo = std::min(lo, theirs);
+      len *= 2;
+    }
+    ctx.slices_done(first + w);
+  }
+  return Status();
+}
+
+}  // namespace
 
 Status run_allgather(AlgoContext& ctx) {
   const Op& op = ctx.op();
@@ -24,6 +75,7 @@ Status run_allgather(AlgoContext& ctx) {
     ctx.slices_done(slices);
     return Status();
   }
+  if (blocks_by_doubling(p, ctx.tuning())) return doubling_allgather(ctx);
   std::vector<Request> sends(window), recvs(window);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);

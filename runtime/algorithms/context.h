@@ -26,6 +26,9 @@ struct Tuning {
   int window = 4;                   // slices in flight at once
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
   size_t small_allreduce_bytes = 64 * 1024;
+  // Allgather / reduce-scatter by recursive doubling / halving where allowed
+  // (blocks_by_doubling): set per epoch for the transport it measured faster on.
+  bool doubling_blocks = false;
 };
 
 // Grows to the largest request and keeps it: no allocation per op once warm.
@@ -207,6 +210,11 @@ bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
 // The allreduce algorithm an op runs (kAuto resolved): a function of the op,
 // the group size and the tuning only, so every rank picks the same one.
 AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning);
+// Allgather by recursive doubling and reduce-scatter by recursive halving
+// instead of the ring (same slices): power-of-two groups of 4 to 16 ranks on a
+// transport where they measured faster (Tuning::doubling_blocks), or wherever
+// the allreduce algorithm is pinned to halving-doubling; never when pinned to the ring.
+bool blocks_by_doubling(int size, const Tuning& tuning);
 
 // How many slices the op has (the same on every rank), and which element
 // ranges of its input and output slices [first, end) touch. Used by the ledger
