@@ -284,7 +284,11 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
 }
 
 Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline deadline) {
-  if (size_ == 1) return Status();
+  if (size_ == 1) {
+    if (epoch == 0) schedule_.reset(base_tuning_);  // a group shrunk to one rank starts over
+    return Status();
+  }
+  const char* tname = transport_->name();
   LinkSample mine;
   const auto started = Clock::now();
   auto probed = probe_ring(*transport_, deadline);
@@ -292,27 +296,52 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline deadline) {
     mine = probed.value();
     mine.deadline_ms = options_.op_timeout.count();
   } else {
-    RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed (%s); aborting the epoch: the next op recovers",
-              epoch, transport_->name(), probed.status().to_string().c_str());
-    transport_->abort(probed.status());
+    RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
+              epoch, tname, probed.status().to_string().c_str());
   }
   const std::string prefix = "tune/" + std::to_string(epoch) + "/";
   const std::string text = encode_sample(mine);
-  if (Status s = store_->set(prefix + std::to_string(rank_), Bytes(text.begin(), text.end())); !s.ok()) return s;
+  if (Status s = store_->set(prefix + std::to_string(rank_), Bytes(text.begin(), text.end())); !s.ok()) {
+    return Status(s.code(), ErrorContext{rank_, -1, 0, epoch, tname},
+                  "could not publish this rank's link timing of epoch " + std::to_string(epoch) + " in the store: " +
+                      s.message() + "; the epoch cannot be used");
+  }
   std::vector<LinkSample> samples;
+  std::string unmeasured;
   for (int q = 0; q < size_; ++q) {
-    auto v = store_->get(prefix + std::to_string(q), std::max<Millis>(Millis(1), deadline.remaining_ms()));
-    if (!v.ok()) {
-      return Status(v.status().code(), ErrorContext{rank_, q, 0, epoch, transport_->name()},
-                    "rank " + std::to_string(q) + " did not publish its link timing of epoch " + std::to_string(epoch) +
-                        ": " + v.status().message());
+    const std::string key = prefix + std::to_string(q);
+    for (;;) {
+      auto v = store_->get(key, std::clamp<Millis>(deadline.remaining_ms(), Millis(1), Millis(100)));
+      if (v.ok()) {
+        samples.push_back(decode_sample(std::string(v.value().begin(), v.value().end())));
+        if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
+        break;
+      }
+      // A rank that died (or left) after connecting will never publish: say so
+      // now, as the recovery would, rather than when the deadline runs out.
+      const bool dead = (dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead);
+      if (dead || v.status().code() != ErrorCode::kTimeout || deadline.expired()) {
+        return Status(dead ? ErrorCode::kPeerDead : v.status().code(), ErrorContext{rank_, q, 0, epoch, tname},
+                      "rank " + std::to_string(q) + (dead ? " died" : " did not publish its link timing") +
+                          " while epoch " + std::to_string(epoch) + " was being set up" +
+                          (dead ? "" : ": " + v.status().message()) + "; the epoch cannot be used");
+      }
     }
-    samples.push_back(decode_sample(std::string(v.value().begin(), v.value().end())));
+  }
+  if (!unmeasured.empty()) {
+    // Every rank reads the same samples: all abort this epoch alike, and the
+    // first op on it recovers instead of finding a half-broken data plane.
+    const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
+                     "rank(s) " + unmeasured + " could not time their links of epoch " + std::to_string(epoch));
+    if (probed.ok()) {
+      RCOLL_LOG(kWarn, "%s; every rank aborts epoch %u over %s, the next op recovers", why.message().c_str(), epoch, tname);
+      transport_->abort(why);
+    }
   }
   const LinkSample worst = worst_link(samples);
   Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
   // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
-  tuned.doubling_blocks = std::string(transport_->name()) == "tcp";
+  tuned.doubling_blocks = std::string(tname) == "tcp";
   const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
   if (epoch == 0) {
     schedule_.reset(tuned);
@@ -324,13 +353,14 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline deadline) {
   link_latency_s_ = worst.latency_s;
   link_bandwidth_ = worst.bandwidth;
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  const char* pinned = pins_.piece && pins_.window ? " (pinned by options)" : "";
   if (epoch > 0) {
-    RCOLL_LOG(kInfo, "epoch %u over %s: slowest link %s (timed in %.1f ms); collectives from op %llu on use %s%s", epoch,
-              transport_->name(), describe_link(worst).c_str(), ms, static_cast<unsigned long long>(from),
-              describe_tuning(tuned).c_str(), pins_.piece && pins_.window ? " (pinned by options)" : "");
+    RCOLL_LOG(kInfo, "epoch %u over %s: slowest link %s (timed in %.1f ms); collectives from collective seq %llu on use %s%s",
+              epoch, tname, describe_link(worst).c_str(), ms, static_cast<unsigned long long>(from),
+              describe_tuning(tuned).c_str(), pinned);
   }
   link_note_ = describe_link(worst) + " (timed in " + std::to_string(static_cast<int>(ms + 0.5)) + " ms) -> " +
-               describe_tuning(tuned) + (pins_.piece && pins_.window ? " (pinned by options)" : "");
+               describe_tuning(tuned) + pinned;
   return Status();
 }
 
@@ -420,7 +450,7 @@ std::string CommunicatorImpl::diagnostics() const {
                 options_.name.c_str(), rank_.load(), size_.load(), static_cast<long long>(c.epoch), c.transport.c_str(),
                 static_cast<unsigned long long>(c.ops), static_cast<unsigned long long>(c.recoveries), c.recovery_seconds,
                 static_cast<unsigned long long>(c.bytes_sent), static_cast<unsigned long long>(c.bytes_received),
-                std::chrono::duration<double>(progress_budget(Op{})).count());
+                std::chrono::duration<double>(progress_budget(Op{}, tuned_piece_.load(), tuned_window_.load())).count());
   return head + recorder_.dump(16);
 }
 

@@ -22,17 +22,26 @@ constexpr int kMaxWindow = 32;
 constexpr double kFrameTime = 0.005;     // one frame holds a link at most 5 ms...
 constexpr double kDeadlineShare = 1.0 / 16;  // ...and at most 1/16 of the op deadline
 
-Status wait_all(Transport& t, Request* reqs, size_t n, Deadline deadline) {
+// Waits for every request. On a failure or the deadline it aborts the
+// transport before returning, so no request it still holds outlives this call.
+Status wait_all(Transport& t, Request* reqs, size_t n, int prev, int next, Deadline deadline) {
   for (;;) {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
-      if (reqs[i].failed()) return reqs[i].status;
+      if (reqs[i].failed()) {
+        Status s = reqs[i].status;
+        t.abort(s);
+        return s;
+      }
       if (!reqs[i].finished()) all = false;
     }
     if (all) return Status();
     if (deadline.expired()) {
-      return Status(ErrorCode::kTimeout, ErrorContext{t.rank(), -1, 0, t.epoch(), t.name()},
-                    "timing the links of epoch " + std::to_string(t.epoch()) + " took too long");
+      Status s(ErrorCode::kTimeout, ErrorContext{t.rank(), prev, 0, t.epoch(), t.name()},
+               "timing the links of epoch " + std::to_string(t.epoch()) + " (to rank " + std::to_string(next) +
+                   ", from rank " + std::to_string(prev) + ") did not finish before the connect deadline");
+      t.abort(s);
+      return s;
     }
     t.progress(deadline);
   }
@@ -106,7 +115,7 @@ Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
     const auto t0 = Clock::now();
     t.post_recv(prev, h, nullptr, &reqs[0]);
     t.post_send(next, h, nullptr, &reqs[1]);
-    if (Status s = wait_all(t, reqs, 2, deadline); !s.ok()) return s;
+    if (Status s = wait_all(t, reqs, 2, prev, next, deadline); !s.ok()) return s;
     rounds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   std::sort(rounds.begin(), rounds.end());
@@ -127,7 +136,7 @@ Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
     h.chunk = static_cast<uint32_t>(i);
     t.post_send(next, h, src.data(), &reqs[kBurstFrames + i]);
   }
-  if (Status s = wait_all(t, reqs.data(), reqs.size(), deadline); !s.ok()) return s;
+  if (Status s = wait_all(t, reqs.data(), reqs.size(), prev, next, deadline); !s.ok()) return s;
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   // The burst's time less the one hop its first frame took (never below half).
   const double moving = std::max(took - out.latency_s, took / 2);

@@ -42,8 +42,8 @@ LinkSample decode_sample(const std::string& text);
 LinkSample worst_link(const std::vector<LinkSample>& samples);
 
 // Times the ring of `t`. Every rank of the transport must call it at the same
-// point (nothing else in flight). On failure (a link broke, the deadline) the
-// transport may hold requests of the probe: the caller must abort it.
+// point (nothing else in flight). On failure (a link broke, the deadline) it
+// has aborted the transport: the epoch is over.
 Result<LinkSample> probe_ring(Transport& t, Deadline deadline);
 
 // What the user pinned (Options::chunk_bytes, pipeline_depth): never adapted.

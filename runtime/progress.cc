@@ -280,7 +280,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   const Op& op = rec.op;
   last_stall_was_straggler_ = false;
   AlgoContext ctx(*transport_, op, rec.tuning, scratch_);
-  ctx.set_guard(this, progress_budget(op));
+  ctx.set_guard(this, progress_budget(op, rec.tuning.piece_bytes, rec.tuning.window));
   ctx.set_slice_range(first, rec.total);
   std::vector<char> sink;
   if (replay) {
@@ -336,12 +336,11 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
 // The progress deadline: how long an op may move no bytes at all. The caller's
 // timeout (per op, or per communicator) if set; else a floor plus the time the
 // measured data plane needs for a whole window of slices, times a slack factor.
-Clock::duration CommunicatorImpl::progress_budget(const Op& op) const {
+Clock::duration CommunicatorImpl::progress_budget(const Op& op, size_t piece_bytes, int window) const {
   Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
   constexpr auto kYear = std::chrono::hours(24 * 365);
   if (timeout.count() > 0) return timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout);
-  const Tuning& tuning = schedule_.latest();
-  const double window_bytes = static_cast<double>(tuning.piece_bytes) * std::max(1, tuning.window) * size_;
+  const double window_bytes = static_cast<double>(piece_bytes) * std::max(1, window) * size_;
   const double measured = bandwidth_.load();
   const double bw = measured > 0 ? measured : 100e6;  // until measured: a pessimistic 100 MB/s
   const auto derived = std::chrono::duration<double>(options_.deadline_slack * window_bytes / bw);
@@ -451,6 +450,11 @@ int first_peer(const Op& op, int rank, int size, const Tuning& tuning) {
   if (op.kind == OpKind::kBroadcast && broadcast_is_direct(op, size, tuning) && rank != op.root) return op.root;
   // The last rank of a broadcast chain only talks back to its predecessor.
   if (op.kind == OpKind::kBroadcast && (rank - op.root + size) % size == size - 1) return (rank - 1 + size) % size;
+  // Halving-doubling, recursive halving and doubling talk to rank r ^ d first.
+  if (op.kind == OpKind::kAllreduce && allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kHalvingDoubling)
+    return rank ^ (size / 2);
+  if (op.kind == OpKind::kReduceScatter && blocks_by_doubling(size, tuning)) return rank ^ (size / 2);
+  if (op.kind == OpKind::kAllgather && blocks_by_doubling(size, tuning)) return rank ^ 1;
   return (rank + 1) % size;
 }
 

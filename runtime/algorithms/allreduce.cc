@@ -103,12 +103,14 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
   const size_t slices = (n + slice - 1) / slice;
   const size_t window = ctx.window();
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
-  const size_t half = slice / 2 + p;  // the most one exchange receives (segments are near-equal)
-  char* tmp = static_cast<char*>(ctx.scratch(window * half * es));
+  const size_t half = static_cast<size_t>(p / 2);
+  // The most one exchange receives per slot: half the slice (segments hold at most a piece).
+  char* tmp = static_cast<char*>(ctx.scratch(window * half * piece * es));
   int steps = 0;
   while ((1 << steps) < p) ++steps;
 
-  std::vector<Request> sends(window), recvs(window);
+  // One frame per segment, so no frame is larger than the tuning's piece.
+  std::vector<Request> sends(window * half), recvs(window * half);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);
@@ -118,52 +120,61 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
       *off = base + segment_begin(sl, p, lo);
       *len = base + segment_begin(sl, p, hi) - *off;
     };
-    // Reduce-scatter by recursive halving: this rank owns segments [lo, lo + len).
-    int lo = 0, len = p;
+    // Reduce-scatter by recursive halving: this rank holds partials of segments [lo, lo + 2d).
+    int lo = 0;
     for (int s = 0; s < steps; ++s) {
       const int d = p >> (s + 1), partner = r ^ d;
       const int keep = (r & d) ? lo + d : lo, give = (r & d) ? lo : lo + d;
+      size_t q = 0;
       for (size_t k = 0; k < w; ++k) {
-        size_t off, bytes;
-        segs(k, keep, keep + d, &off, &bytes);
-        ctx.recv(partner, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), tmp + k * half * es, bytes * es, &recvs[k]);
-        segs(k, give, give + d, &off, &bytes);
-        ctx.send(partner, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), s == 0 ? ctx.in(off) : ctx.out(off),
-                 bytes * es, &sends[k]);
+        size_t keep_off, unused;
+        segs(k, keep, keep + d, &keep_off, &unused);
+        for (int j = 0; j < d; ++j, ++q) {
+          size_t off, len;
+          segs(k, keep + j, keep + j + 1, &off, &len);  // lands at its place in the kept range
+          ctx.recv(partner, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s),
+                   tmp + (k * half * piece + (off - keep_off)) * es, len * es, &recvs[q]);
+          segs(k, give + j, give + j + 1, &off, &len);
+          ctx.send(partner, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), s == 0 ? ctx.in(off) : ctx.out(off),
+                   len * es, &sends[q]);
+        }
       }
+      if (Status st = ctx.wait_all({recvs.data(), q}); !st.ok()) return st;
       for (size_t k = 0; k < w; ++k) {
-        if (Status st = ctx.wait(recvs[k]); !st.ok()) return st;
-        size_t off, count;
-        segs(k, keep, keep + d, &off, &count);
-        kernels::reduce(op.out.dtype, red, ctx.out(off), s == 0 ? ctx.in(off) : ctx.out(off), tmp + k * half * es, count);
+        size_t off, len;
+        segs(k, keep, keep + d, &off, &len);
+        kernels::reduce(op.out.dtype, red, ctx.out(off), s == 0 ? ctx.in(off) : ctx.out(off), tmp + k * half * piece * es, len);
       }
-      if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
+      if (Status st = ctx.wait_all({sends.data(), q}); !st.ok()) return st;
       lo = keep;
-      len = d;
     }
     if (op.reduce == ReduceOp::kAvg) {
       for (size_t k = 0; k < w; ++k) {
-        size_t off, count;
-        segs(k, r, r + 1, &off, &count);
-        kernels::scale_avg(op.out.dtype, ctx.out(off), count, p);
+        size_t off, len;
+        segs(k, r, r + 1, &off, &len);
+        kernels::scale_avg(op.out.dtype, ctx.out(off), len, p);
       }
     }
-    // Allgather by recursive doubling, straight into the output.
+    // Allgather by recursive doubling, straight into the output: this rank has [lo, lo + len).
+    int len_segs = 1;
     for (int s = 0; s < steps; ++s) {
       const int d = 1 << s, partner = r ^ d;
-      const int theirs = (r & d) ? lo - len : lo + len;
+      const int theirs = (r & d) ? lo - len_segs : lo + len_segs;
       const auto step = static_cast<uint16_t>(steps + s);
+      size_t q = 0;
       for (size_t k = 0; k < w; ++k) {
-        size_t off, count;
-        segs(k, theirs, theirs + len, &off, &count);
-        ctx.recv(partner, static_cast<uint32_t>(first + k), step, ctx.out(off), count * es, &recvs[k]);
-        segs(k, lo, lo + len, &off, &count);
-        ctx.send(partner, static_cast<uint32_t>(first + k), step, ctx.out(off), count * es, &sends[k]);
+        for (int j = 0; j < len_segs; ++j, ++q) {
+          size_t off, len;
+          segs(k, theirs + j, theirs + j + 1, &off, &len);
+          ctx.recv(partner, static_cast<uint32_t>(first + k), step, ctx.out(off), len * es, &recvs[q]);
+          segs(k, lo + j, lo + j + 1, &off, &len);
+          ctx.send(partner, static_cast<uint32_t>(first + k), step, ctx.out(off), len * es, &sends[q]);
+        }
       }
-      if (Status st = ctx.wait_all({recvs.data(), w}); !st.ok()) return st;
-      if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
+      if (Status st = ctx.wait_all({recvs.data(), q}); !st.ok()) return st;
+      if (Status st = ctx.wait_all({sends.data(), q}); !st.ok()) return st;
       lo = std::min(lo, theirs);
-      len *= 2;
+      len_segs *= 2;
     }
     ctx.slices_done(first + w);
   }
@@ -218,7 +229,8 @@ AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tun
       const size_t p = static_cast<size_t>(size);
       const size_t small = power_of_two && p > 2 ? tuning.small_allreduce_bytes * 4 / (p * p) : tuning.small_allreduce_bytes;
       if (op.out.bytes() <= small) return AllreduceAlgorithm::kDirect;
-      return power_of_two ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;
+      // Staging is p/2 pieces per window slot (the ring's is one): up to 16 ranks.
+      return power_of_two && p <= 16 ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;
     }
     case AllreduceAlgorithm::kHalvingDoubling:
       return power_of_two ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;  // same slices
