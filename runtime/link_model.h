@@ -28,7 +28,7 @@ namespace rcoll {
 
 struct LinkSample {
   bool valid = false;
-  double latency_s = 0;     // one way: median time of a ring round of empty frames
+  double latency_s = 0;     // one way: the fastest ring round of empty frames (after the first)
   double bandwidth = 0;     // bytes/s into this rank while every link is busy
   int64_t deadline_ms = 0;  // this rank's communicator op timeout (0: none set)
 };
