@@ -283,7 +283,12 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
   }
 }
 
-Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline deadline) {
+Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
+  // Its own budget, as long as a connect's: a slow connect (8 ranks on 2 cores
+  // can take most of it) must not leave the timing too little to finish in.
+  const Deadline deadline = connect_deadline.is_never()
+                                ? connect_deadline
+                                : Deadline::after(std::max<Millis>(options_.connect_timeout, connect_deadline.remaining_ms()));
   if (size_ == 1) {
     if (epoch == 0) schedule_.reset(base_tuning_);  // a group shrunk to one rank starts over
     return Status();

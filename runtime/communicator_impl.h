@@ -66,7 +66,7 @@ class CommunicatorImpl : public ProgressGuard {
   // Times the new data plane's ring and agrees, through the store, on the
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
-  Status tune_links(uint32_t epoch, Deadline deadline);
+  Status tune_links(uint32_t epoch, Deadline connect_deadline);
   // Shrink mode: agree with the other survivors on the new group, renumber,
   // rebuild the data plane and the heartbeat mesh. Ops queued for the old
   // group fail with `why`; returns how many. A failure sets fatal_.

@@ -14,6 +14,7 @@ constexpr size_t kBurstFrames = 16;
 constexpr size_t kBurstFrameBytes = 128 * 1024;  // 2 MiB in all: ~1 ms on loopback
 constexpr uint16_t kLatencyStep = 0xFFF0;
 constexpr uint16_t kBurstStep = 0xFFF1;
+constexpr uint16_t kDoneStep = 0xFFF2;
 
 // Bounds of the adaptive choice.
 constexpr size_t kMaxPiece = 1u << 20;   // larger frames gained nothing on any link measured
@@ -140,6 +141,20 @@ Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
   }
   if (Status s = wait_all(t, reqs.data(), reqs.size(), prev, next, deadline); !s.ok()) return s;
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  // One more empty round, sent only once the burst is complete here. A large
+  // send completes only when its receiver has answered (UCX rendezvous), and a
+  // rank that stopped driving its transport after its own burst could leave
+  // that answer unsent: waiting for the previous rank's "done" keeps every
+  // rank driving its transport until its neighbours' bursts are complete too.
+  {
+    Request done[2];
+    h.chunk = 0;
+    h.step = kDoneStep;
+    h.payload_bytes = 0;
+    t.post_recv(prev, h, nullptr, &done[0]);
+    t.post_send(next, h, nullptr, &done[1]);
+    if (Status s = wait_all(t, done, 2, prev, next, deadline); !s.ok()) return s;
+  }
   // The burst's time less the one hop its first frame took (never below half).
   const double moving = std::max(took - out.latency_s, took / 2);
   out.bandwidth = static_cast<double>(kBurstFrameBytes * kBurstFrames) / std::max(moving, 1e-9);
