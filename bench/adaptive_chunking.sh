@@ -26,17 +26,4 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 grep -h -o "slowest link: .*in flight" "$out"/adaptive-*.log | sort | uniq -c | sed 's/^/chosen: /'
-python3 - "$out" "$rounds" <<'PY'
-import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-def load(mode):
-    per = {}
-    for r in range(1, rounds + 1):
-        for row in json.load(open(f"{out}/{mode}-{r}.json"))["rows"]:
-            per.setdefault(row["size"], []).append(row["busbw"])
-    return {k: statistics.median(v) for k, v in per.items()}
-a, f = load("adaptive"), load("fixed")
-print(f"{'size (B)':>12} {'adaptive':>10} {'fixed':>10} {'ratio':>8}   (busbw GB/s, median of {rounds})")
-for size in sorted(a):
-    print(f"{size:>12} {a[size]:>10.3f} {f[size]:>10.3f} {a[size] / f[size]:>8.2f}")
-PY
+bench/ab_medians.py "$out" "$rounds" adaptive fixed

@@ -19,17 +19,4 @@ for round in $(seq 1 "$rounds"); do
       --sizes "$sizes" --iters "$iters" --warmup 2 $inplace --json "$out/$mode-$round.json" > "$out/$mode-$round.log"
   done
 done
-python3 - "$out" "$rounds" <<'PY'
-import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-def load(mode):
-    per = {}
-    for r in range(1, rounds + 1):
-        for row in json.load(open(f"{out}/{mode}-{r}.json"))["rows"]:
-            per.setdefault(row["size"], []).append(row["busbw"])
-    return {k: statistics.median(v) for k, v in per.items()}
-on, off = load("on"), load("off")
-print(f"{'size (B)':>12} {'busbw on':>10} {'busbw off':>10} {'on/off':>8}")
-for size in sorted(on):
-    print(f"{size:>12} {on[size]:>10.3f} {off[size]:>10.3f} {on[size] / off[size]:>8.3f}")
-PY
+bench/ab_medians.py "$out" "$rounds" on off

@@ -77,7 +77,6 @@ class TuningSchedule {
   const Tuning& for_point_to_point() const { return base_; }
   // Forgets steps no op at or after `seq` can use.
   void prune_before(uint64_t seq);
-  const Tuning& latest() const { return steps_.back().second; }
 
  private:
   Tuning base_;

@@ -125,7 +125,7 @@ TEST(TuningSchedule, OpsSwitchAtTheAgreedSequence) {
   EXPECT_EQ(s.for_collective(6).piece_bytes, 1000u);  // op 6 keeps how it was cut
   EXPECT_EQ(s.for_collective(7).piece_bytes, 2000u);
   EXPECT_EQ(s.for_point_to_point().piece_bytes, 1000u);  // agreed when the group formed
-  EXPECT_EQ(s.latest().piece_bytes, 2000u);
+  EXPECT_EQ(s.for_collective(UINT64_MAX).piece_bytes, 2000u);  // and every later op
 }
 
 TEST(TuningSchedule, ASecondRecoveryBeforeTheSwitchKeepsEveryRankInStep) {
