@@ -348,7 +348,8 @@ int main(int argc, char** argv) {
   std::string sizes = "0,1,7,4K+3,1M,64M";
   std::string ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier,alltoall";
   std::string dtypes = "int8,uint8,int32,uint32,int64,uint64,float16,bfloat16,float32,float64";
-  std::string big_dtypes = "all";  // dtypes that run at sizes >= 16 MiB
+  std::string big_dtypes = "all";  // dtypes that run at sizes >= big_bytes
+  size_t big_bytes = 16u << 20;
   long expect_recoveries = -1;     // at least this many recoveries on this rank
   long max_recoveries = -1;        // at most this many
   bool recoveries_equal_faults = false;  // recoveries == data-plane faults injected on all ranks
@@ -365,6 +366,7 @@ int main(int argc, char** argv) {
     else if (k == "--ops") ops = argv[i + 1];
     else if (k == "--dtypes") dtypes = argv[i + 1];
     else if (k == "--big-dtypes") big_dtypes = argv[i + 1];
+    else if (k == "--big-bytes") big_bytes = parse_count(argv[i + 1], DataType::kUint8);
     else if (k == "--expect-recoveries") expect_recoveries = std::stol(argv[i + 1]);
     else if (k == "--max-recoveries") max_recoveries = std::stol(argv[i + 1]);
     else if (k == "--recoveries-equal-faults") recoveries_equal_faults = std::string(argv[i + 1]) == "1";
@@ -414,7 +416,7 @@ int main(int argc, char** argv) {
       DataType d = *rcoll::parse_data_type(dname);
       for (const auto& sspec : split(sizes)) {
         const size_t count = parse_count(sspec, d);
-        if (count * rcoll::size_of(d) >= (16u << 20) && big_dtypes != "all" && !has(big_dtypes, dname)) continue;
+        if (count * rcoll::size_of(d) >= big_bytes && big_dtypes != "all" && !has(big_dtypes, dname)) continue;
         ++salt;
         for (int o = 0; o < rcoll::kNumReduceOps; ++o) {
           auto op = static_cast<ReduceOp>(o);
