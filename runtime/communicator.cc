@@ -214,6 +214,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     p.route_address = route_address_;
     p.job_token = boot_.job_token;
     p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
+    p.congestion = options_.tcp_congestion;
     p.deadline = deadline;
     p.spin = spin();
     return connect_tcp_transport(p);

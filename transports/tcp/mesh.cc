@@ -1,6 +1,13 @@
 #include "transports/tcp/mesh.h"
 
 #include <boost/asio.hpp>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -14,13 +21,26 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
-void set_socket_options(tcp::socket& s, size_t buffer_bytes) {
+void set_socket_options(tcp::socket& s, const MeshParams& p) {
   error_code ignored;
   s.set_option(tcp::no_delay(true), ignored);
   s.set_option(asio::socket_base::keep_alive(true), ignored);
-  if (buffer_bytes > 0) {
-    s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(buffer_bytes)), ignored);
-    s.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(buffer_bytes)), ignored);
+  if (p.socket_buffer_bytes > 0) {
+    s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(p.socket_buffer_bytes)), ignored);
+    s.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(p.socket_buffer_bytes)), ignored);
+  }
+  if (!p.congestion.empty() &&
+      setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, p.congestion.data(),
+                 static_cast<socklen_t>(p.congestion.size())) != 0) {
+    // Once per process: every socket of every epoch would say the same.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      const int err = errno;
+      RCOLL_LOG(kWarn,
+                "rank %d epoch %u (%s): TCP congestion control '%s' refused by the kernel (%s; see "
+                "net.ipv4.tcp_allowed_congestion_control); the data plane keeps the kernel's default",
+                p.rank, p.epoch, p.purpose.c_str(), p.congestion.c_str(), std::strerror(err));
+    }
   }
 }
 
@@ -85,7 +105,7 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
   std::vector<std::string> last_error(static_cast<size_t>(size));
   int pending = size - 1;
   auto connected = [&](int peer, std::unique_ptr<tcp::socket> sock) {
-    set_socket_options(*sock, p.socket_buffer_bytes);
+    set_socket_options(*sock, p);
     socks[peer] = std::move(sock);
     --pending;
   };
@@ -253,7 +273,8 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
   io.poll();
 
   if (pending == 0) {
-    RCOLL_LOG(kInfo, "%s: connected to all %d peers over tcp (%s)", purpose, size - 1, iface.name.c_str());
+    RCOLL_LOG(kInfo, "%s: connected to all %d peers over tcp (%s, congestion control %s)", purpose, size - 1,
+              iface.name.c_str(), p.congestion.empty() ? "kernel default" : p.congestion.c_str());
     return socks;
   }
   std::string missing;

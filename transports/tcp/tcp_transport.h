@@ -23,6 +23,9 @@ struct TcpConnectParams {
   std::string route_address;    // source address of the route to the store (select_interface)
   std::string job_token;
   size_t socket_buffer_bytes = 0;  // 0 = leave the kernel's default
+  // TCP_CONGESTION for the data sockets: a name, "auto" (reno on a loopback
+  // interface, else the kernel's default) or "default".
+  std::string congestion = "auto";
   Deadline deadline = Deadline::never();
   // How long a wait polls the sockets (yielding between polls) before it
   // sleeps in epoll.
