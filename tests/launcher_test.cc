@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -490,6 +491,7 @@ TEST(Launcher, BadUsageExits2WithAMessage) {
       {{"-n", "2", "--inject", "", "--", "/bin/true"}, "--inject needs a non-empty"},
       {{"-n", "2", "--store-port", "70000", "--", "/bin/true"}, "--store-port wants a port"},
       {{"-n", "2", "--store-host", "", "--", "/bin/true"}, "--store-host wants a numeric address"},
+      {{"-n", "2", "--bind-to", "socket", "--", "/bin/true"}, "--bind-to must be core, none or auto, got 'socket'"},
       {{"-n", "2", "--", "no-such-program-rcoll"}, "cannot find program 'no-such-program-rcoll'"},
       {{"-n", "2", "--", "/no/such/dir/program"}, "cannot run '/no/such/dir/program'"},
       {{"-n", "2", "--", "/tmp"}, "is a directory"},
@@ -502,6 +504,77 @@ TEST(Launcher, BadUsageExits2WithAMessage) {
                                                       << describe(o);
     EXPECT_EQ(o.out, "") << describe(o);
   }
+}
+
+// The CPUs this test may run on, as the kernel lists them in /proc/PID/status.
+std::vector<int> my_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Each rank's "Cpus_allowed_list" as the kernel reports it, by rank.
+std::map<int, std::string> allowed_cpus_of_ranks(const std::vector<std::string>& launcher_args) {
+  std::vector<std::string> args = launcher_args;
+  for (const char* a : {"--", "/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"}) args.push_back(a);
+  Outcome o = run_launcher(args);
+  EXPECT_EQ(o.exit_code, 0) << describe(o);
+  std::map<int, std::string> by_rank;
+  const std::regex line_re(R"(\[(\d+)\] Cpus_allowed_list:\s*(\S+))");
+  for (const std::string& line : lines_of(o.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, line_re)) by_rank[std::stoi(m[1])] = m[2];
+  }
+  return by_rank;
+}
+
+std::string own_allowed_list() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+      std::istringstream fields(line.substr(18));
+      std::string list;
+      fields >> list;
+      return list;
+    }
+  }
+  return "";
+}
+
+TEST(Launcher, BindToCorePutsEachRankOnItsOwnCpu) {
+  const std::vector<int> cpus = my_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const int n = static_cast<int>(cpus.size()) + 1;  // one more than CPUs: rank n-1 wraps to the first
+  auto by_rank = allowed_cpus_of_ranks({"-n", std::to_string(n), "--bind-to", "core"});
+  ASSERT_EQ(by_rank.size(), static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(by_rank[r], std::to_string(cpus[static_cast<size_t>(r) % cpus.size()])) << "rank " << r;
+  }
+}
+
+TEST(Launcher, BindToNoneAndAutoWithMoreRanksThanCpusLeaveTheMaskAlone) {
+  const std::vector<int> cpus = my_cpus();
+  const std::string all = own_allowed_list();
+  ASSERT_FALSE(all.empty());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"-n", "2", "--bind-to", "none"},
+        std::vector<std::string>{"-n", std::to_string(cpus.size() + 1)}}) {
+    auto by_rank = allowed_cpus_of_ranks(args);
+    ASSERT_FALSE(by_rank.empty());
+    for (const auto& [rank, list] : by_rank) EXPECT_EQ(list, all) << "rank " << rank << " of " << args[1];
+  }
+}
+
+TEST(Launcher, BindToAutoBindsWhenEveryRankHasACpu) {
+  const std::vector<int> cpus = my_cpus();
+  auto by_rank = allowed_cpus_of_ranks({"-n", std::to_string(cpus.size())});
+  ASSERT_EQ(by_rank.size(), cpus.size());
+  for (size_t r = 0; r < cpus.size(); ++r) EXPECT_EQ(by_rank[static_cast<int>(r)], std::to_string(cpus[r]));
 }
 
 TEST(Launcher, HelpPrintsTheUsage) {

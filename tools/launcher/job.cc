@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
@@ -81,10 +82,20 @@ int Job::run() {
 
 bool Job::start_ranks() {
   const std::vector<std::string> inherited = current_environment();
+  // Bound ranks keep their caches and never share a CPU with one another; with
+  // more ranks than CPUs the scheduler has to move them anyway.
+  const std::vector<int> cpus = usable_cpus();
+  const auto n = static_cast<size_t>(options_.num_ranks);
+  const bool bind = options_.bind_to == "core" || (options_.bind_to == "auto" && n <= cpus.size());
+  if (bind && cpus.empty()) say("--bind-to core: cannot read this launcher's CPU affinity; ranks run unbound");
+  const size_t share = std::max<size_t>(1, cpus.size() / n);
   ranks_.reserve(static_cast<size_t>(options_.num_ranks));
   for (int r = 0; r < options_.num_ranks; ++r) {
     SpawnRequest request;
     request.rank = r;
+    for (size_t i = 0; bind && !cpus.empty() && i < share; ++i) {
+      request.cpus.push_back(cpus[(static_cast<size_t>(r) * share + i) % cpus.size()]);
+    }
     request.exec_path = exec_path_;
     request.argv = options_.command;
     request.env = rank_environment(inherited, env_, r);

@@ -52,6 +52,11 @@ const char* usage_text() {
          "  --store-host ADDR        address the embedded store binds to and the ranks dial\n"
          "                           (default 127.0.0.1; e.g. a bridge address when ranks run\n"
          "                           in their own network namespaces)\n"
+         "  --bind-to core|none|auto core: each rank runs on its own share of the CPUs this\n"
+         "                           launcher may use (CPUs/N consecutive ones, at least one;\n"
+         "                           the threads a rank starts share them); none: the scheduler\n"
+         "                           places the ranks; auto (default): core when there are at\n"
+         "                           least as many CPUs as ranks, else none\n"
          "  -h, --help               show this help\n"
          "  --version                show the rcoll version\n"
          "\n"
@@ -65,7 +70,7 @@ const char* usage_text() {
 Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args) {
   static const std::vector<std::string_view> kTakesValue = {
       "-n", "--nproc", "--transport", "--inject", "--timeout", "--linger", "--grace", "--store-port",
-      "--store-host"};
+      "--store-host", "--bind-to"};
   LaunchOptions opts;
   bool have_n = false;
   size_t i = 0;
@@ -147,6 +152,11 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args)
         return bad("--store-port wants a port from 0 to 65535, got '" + *value + "'");
       }
       opts.store_port = static_cast<uint16_t>(port);
+    } else if (name == "--bind-to") {
+      if (*value != "core" && *value != "none" && *value != "auto") {
+        return bad("--bind-to must be core, none or auto, got '" + *value + "'");
+      }
+      opts.bind_to = *value;
     } else if (name == "--store-host") {
       if (value->empty() || value->find_first_of(" \t/") != std::string::npos) {
         return bad("--store-host wants a numeric address or a host name, got '" + *value + "'");

@@ -1,6 +1,7 @@
 #include "tools/launcher/rank_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -44,6 +45,7 @@ void write_all_raw(int fd, const char* data, size_t size) {
 [[noreturn]] void exec_in_child(const SpawnRequest& request, const SignalRouter& signals,
                                 int out_fd, int err_fd, int in_fd, char* const* argv,
                                 char* const* envp, const std::string& failure_prefix,
+                                const std::string& bind_failure, const cpu_set_t* cpus,
                                 pid_t launcher_pid) {
   // A launcher that dies without stopping its ranks (SIGKILL, the OOM killer) takes them
   // along, stopped (SIGSTOP) ones included, instead of leaving them to hang.
@@ -61,6 +63,10 @@ void write_all_raw(int fd, const char* data, size_t size) {
     for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // kernels before 5.9
   }
   signals.restore_in_child();
+  // Binding is a performance hint: a refused one is said, and the rank runs unbound.
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
+    write_all_raw(STDERR_FILENO, bind_failure.data(), bind_failure.size());
+  }
   ::execve(request.exec_path.c_str(), argv, envp);
 
   const int err = errno;
@@ -104,6 +110,16 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& inheri
   return env;
 }
 
+std::vector<int> usable_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
 Result<std::string> random_hex(size_t n_bytes) {
   std::string bytes(n_bytes, '\0');
   size_t got = 0;
@@ -145,12 +161,24 @@ Result<SpawnedRank> spawn_rank(const SpawnRequest& request, const SignalRouter& 
   const std::string failure_prefix = "rcoll-run: rank " + std::to_string(request.rank) +
                                      ": cannot execute '" + request.argv[0] + "': ";
 
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  std::string cpu_list;
+  for (int c : request.cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) continue;
+    CPU_SET(c, &cpus);
+    cpu_list += (cpu_list.empty() ? "" : ",") + std::to_string(c);
+  }
+  const bool bind = !cpu_list.empty();
+  const std::string bind_failure = "rcoll-run: rank " + std::to_string(request.rank) +
+                                   ": could not bind to CPUs " + cpu_list + "; running unbound\n";
+
   const pid_t launcher_pid = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return os_error("fork failed", errno);
   if (pid == 0) {
     exec_in_child(request, signals, out_write.get(), err_write.get(), devnull.get(), argv.data(),
-                  envp.data(), failure_prefix, launcher_pid);
+                  envp.data(), failure_prefix, bind_failure, bind ? &cpus : nullptr, launcher_pid);
   }
 
   for (int fd : {out_read.get(), err_read.get()}) {

@@ -40,7 +40,11 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] as the user wrote it
   std::vector<std::string> env;
   bool inherit_stdin = false;  // otherwise stdin is /dev/null
+  std::vector<int> cpus;       // not empty: the child runs on these CPUs only (sched_setaffinity)
 };
+
+// The CPUs this process may run on (its affinity mask), in increasing order.
+std::vector<int> usable_cpus();
 
 struct SpawnedRank {
   pid_t pid = -1;
