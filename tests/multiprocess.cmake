@@ -94,6 +94,20 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_RUN} -n 3 --inject kill:rank=1,op=4 -- ${RCOLL_SMALL_RUN})
   rcoll_transport_props(fault_kill_rank_reported ${t} 60 faults)
 endforeach()
+# TCP congestion control (RCOLL_TCP_CONGESTION): reno on loopback by default, as
+# the kernel reports it back for the data sockets; one the kernel refuses is said
+# and the run goes on with the default; a malformed value is a typed error.
+add_test(NAME tcp_congestion_reno_on_loopback
+         COMMAND ${RCOLL_EXPECT} 0 "epoch 0: connected to all 1 peers over tcp \\(lo, congestion control reno\\) && 0 failed" 30 --
+                 env RCOLL_TRANSPORT=tcp RCOLL_DEBUG=info ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})
+add_test(NAME tcp_congestion_refused_goes_on
+         COMMAND ${RCOLL_EXPECT} 0 "TCP congestion control 'nosuchcc' refused by the kernel .*keeps the kernel's default && 0 failed" 30 --
+                 env RCOLL_TRANSPORT=tcp RCOLL_TCP_CONGESTION=nosuchcc ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})
+add_test(NAME tcp_congestion_malformed
+         COMMAND ${RCOLL_EXPECT} 3 "RCOLL_TCP_CONGESTION='Reno!' is not auto, default or a congestion control name" 30 --
+                 env RCOLL_TRANSPORT=tcp RCOLL_TCP_CONGESTION=Reno! ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})
+set_tests_properties(tcp_congestion_reno_on_loopback tcp_congestion_refused_goes_on tcp_congestion_malformed
+                     PROPERTIES TIMEOUT 60 LABELS "multiprocess;tcp")
 add_test(NAME fault_malformed_inject_spec
          COMMAND ${RCOLL_EXPECT} 3 "RCOLL_INJECT: fault 'stall:rank=1,op=2': missing key 'ms'" 30 --
                  ${RCOLL_RUN} -n 2 --inject stall:rank=1,op=2 -- ${RCOLL_SMALL_RUN})

@@ -21,7 +21,8 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
-void set_socket_options(tcp::socket& s, const MeshParams& p) {
+// Returns the congestion control the socket ended up with, as the kernel says.
+std::string set_socket_options(tcp::socket& s, const MeshParams& p) {
   error_code ignored;
   s.set_option(tcp::no_delay(true), ignored);
   s.set_option(asio::socket_base::keep_alive(true), ignored);
@@ -37,11 +38,15 @@ void set_socket_options(tcp::socket& s, const MeshParams& p) {
     if (!said.exchange(true)) {
       const int err = errno;
       RCOLL_LOG(kWarn,
-                "rank %d epoch %u (%s): TCP congestion control '%s' refused by the kernel (%s; see "
+                "rank %d (%s, tcp): TCP congestion control '%s' refused by the kernel (%s; see "
                 "net.ipv4.tcp_allowed_congestion_control); the data plane keeps the kernel's default",
-                p.rank, p.epoch, p.purpose.c_str(), p.congestion.c_str(), std::strerror(err));
+                p.rank, p.purpose.c_str(), p.congestion.c_str(), std::strerror(err));
     }
   }
+  char name[32] = {};
+  socklen_t len = sizeof(name) - 1;
+  if (getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "?";
+  return std::string(name, strnlen(name, len));
 }
 
 FrameHeader hello_header(FrameType type, const MeshParams& p) {
@@ -104,8 +109,9 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
   const uint64_t expected_token = job_token_hash(p.job_token);
   std::vector<std::string> last_error(static_cast<size_t>(size));
   int pending = size - 1;
+  std::string congestion;  // as applied to the last socket
   auto connected = [&](int peer, std::unique_ptr<tcp::socket> sock) {
-    set_socket_options(*sock, p);
+    congestion = set_socket_options(*sock, p);
     socks[peer] = std::move(sock);
     --pending;
   };
@@ -274,7 +280,7 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
 
   if (pending == 0) {
     RCOLL_LOG(kInfo, "%s: connected to all %d peers over tcp (%s, congestion control %s)", purpose, size - 1,
-              iface.name.c_str(), p.congestion.empty() ? "kernel default" : p.congestion.c_str());
+              iface.name.c_str(), congestion.c_str());
     return socks;
   }
   std::string missing;
