@@ -215,14 +215,16 @@ Status apply_env_overrides(Options* o) {
   if (!probe.ok()) return probe.status();
   if (probe.value()) o->transport_probe_after = Millis(*probe.value());
   if (o->socket_ifname.empty()) o->socket_ifname = env_string("RCOLL_SOCKET_IFNAME").value_or("");
-  if (o->tcp_congestion == "auto") {
-    o->tcp_congestion = env_string("RCOLL_TCP_CONGESTION").value_or("auto");
-    if (o->tcp_congestion.empty() || o->tcp_congestion.size() > 15 ||
-        o->tcp_congestion.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "RCOLL_TCP_CONGESTION='" + o->tcp_congestion +
-                        "' is not auto, default or a congestion control name (lower case, at most 15 characters)");
-    }
+  // Options::tcp_congestion or, when that is "auto", RCOLL_TCP_CONGESTION;
+  // either way a name the kernel could hold (it truncates past 15 characters).
+  const bool congestion_from_env = o->tcp_congestion == "auto";
+  if (congestion_from_env) o->tcp_congestion = env_string("RCOLL_TCP_CONGESTION").value_or("auto");
+  if (o->tcp_congestion.empty() || o->tcp_congestion.size() > 15 ||
+      o->tcp_congestion.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string(congestion_from_env ? "RCOLL_TCP_CONGESTION" : "Options::tcp_congestion") + "='" +
+                      o->tcp_congestion +
+                      "' is not auto, default or a congestion control name (lower case, at most 15 characters)");
   }
   auto op_timeout = env_int("RCOLL_OP_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
   if (!op_timeout.ok()) return op_timeout.status();

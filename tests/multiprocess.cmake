@@ -99,7 +99,8 @@ endforeach()
 # and the run goes on with the default; a malformed value is a typed error.
 add_test(NAME tcp_congestion_reno_on_loopback
          COMMAND ${RCOLL_EXPECT} 0 "epoch 0: connected to all 1 peers over tcp \\(lo, congestion control reno\\) && 0 failed" 30 --
-                 env RCOLL_TRANSPORT=tcp RCOLL_DEBUG=info ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})
+                 env -u RCOLL_TCP_CONGESTION -u RCOLL_SOCKET_IFNAME RCOLL_TRANSPORT=tcp RCOLL_DEBUG=info
+                 ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})
 add_test(NAME tcp_congestion_refused_goes_on
          COMMAND ${RCOLL_EXPECT} 0 "TCP congestion control 'nosuchcc' refused by the kernel .*keeps the kernel's default && 0 failed" 30 --
                  env RCOLL_TRANSPORT=tcp RCOLL_TCP_CONGESTION=nosuchcc ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})

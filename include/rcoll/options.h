@@ -96,11 +96,11 @@ struct Options {
   // Socket buffer size for the TCP transport; 0 = chosen by rcoll.
   size_t socket_buffer_bytes = 0;
   // TCP congestion control of the data plane's sockets (RCOLL_TCP_CONGESTION):
-  // "auto" = reno when every rank is on this host (loopback: BBR's pacing held
-  // 16-64 MiB transfers to 0.65-0.85x of reno's rate), else the kernel's
-  // default; "default" = always the kernel's; or a name the kernel allows
-  // (net.ipv4.tcp_allowed_congestion_control). One the kernel refuses is
-  // logged and the default kept.
+  // "auto" = reno when the data plane runs over loopback (there BBR's pacing
+  // held 16-64 MiB allreduce and broadcast to 0.5-0.7x of reno's busbw at 2
+  // ranks), else the kernel's default; "default" = always the kernel's; or a
+  // name the kernel allows (net.ipv4.tcp_allowed_congestion_control). One the
+  // kernel refuses is logged and the default kept.
   std::string tcp_congestion = "auto";
 
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;

@@ -1,7 +1,7 @@
 // Multi-process correctness suite, one rank per process, started by rcoll-run:
 //
 //   rcoll-run -n 4 -- rcoll-correctness-worker [--sizes 0,1,7,4K+3,1M,64M] [--ops all]
-//                                              [--dtypes all] [--big-dtypes all]
+//                                              [--dtypes all] [--big-dtypes all] [--big-bytes 16M]
 //                                              [--repeat N | --duration SECONDS]
 //
 // --duration runs the suite again and again until rank 0 has run it for that

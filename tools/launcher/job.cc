@@ -82,19 +82,27 @@ int Job::run() {
 
 bool Job::start_ranks() {
   const std::vector<std::string> inherited = current_environment();
-  // Bound ranks keep their caches and never share a CPU with one another; with
-  // more ranks than CPUs the scheduler has to move them anyway.
+  // Bound ranks keep their caches and, while there are CPUs enough, never share
+  // one; with more ranks than CPUs they wrap around. auto binds what mpirun
+  // binds by default: up to 2 ranks.
   const std::vector<int> cpus = usable_cpus();
   const auto n = static_cast<size_t>(options_.num_ranks);
-  const bool bind = options_.bind_to == "core" || (options_.bind_to == "auto" && n <= cpus.size());
+  const bool bind = options_.bind_to == "core" || (options_.bind_to == "auto" && n <= 2 && n <= cpus.size());
   if (bind && cpus.empty()) say("--bind-to core: cannot read this launcher's CPU affinity; ranks run unbound");
-  const size_t share = std::max<size_t>(1, cpus.size() / n);
+  // Shares of cpus/n logical CPUs, the first cpus%n ranks one more: every CPU used.
+  const size_t share = cpus.size() / n, extra = cpus.size() % n;
   ranks_.reserve(static_cast<size_t>(options_.num_ranks));
   for (int r = 0; r < options_.num_ranks; ++r) {
     SpawnRequest request;
     request.rank = r;
-    for (size_t i = 0; bind && !cpus.empty() && i < share; ++i) {
-      request.cpus.push_back(cpus[(static_cast<size_t>(r) * share + i) % cpus.size()]);
+    if (bind && !cpus.empty()) {
+      const auto ur = static_cast<size_t>(r);
+      if (share == 0) {
+        request.cpus.push_back(cpus[ur % cpus.size()]);
+      } else {
+        const size_t first = ur * share + std::min(ur, extra);
+        for (size_t i = 0; i < share + (ur < extra ? 1 : 0); ++i) request.cpus.push_back(cpus[first + i]);
+      }
     }
     request.exec_path = exec_path_;
     request.argv = options_.command;

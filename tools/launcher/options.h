@@ -27,10 +27,11 @@ struct LaunchOptions {
   bool tag_output = true;
   uint16_t store_port = 0;           // 0: any free port
   std::string store_host = "127.0.0.1";  // address the store binds and the ranks dial
-  // CPU binding: "core" gives each rank its own share of the CPUs rcoll-run
-  // may use (N/n consecutive ones, at least one; rank r the r-th share),
-  // "none" leaves the scheduler free, "auto" = core when there are at least as
-  // many CPUs as ranks (Open MPI's mpirun binds 2 ranks too), else none.
+  // CPU binding: "core" gives each rank its own share of the logical CPUs
+  // rcoll-run may use (consecutive in its affinity mask, every CPU used; with
+  // more ranks than CPUs one each, wrapping around), "none" leaves the
+  // scheduler free, "auto" = core for up to 2 ranks when there are CPUs
+  // enough (what Open MPI's mpirun binds by default), else none.
   std::string bind_to = "auto";
   std::vector<std::string> command;  // program and its arguments
   bool show_help = false;

@@ -42,15 +42,25 @@ void write_all_raw(int fd, const char* data, size_t size) {
   }
 }
 
-[[noreturn]] void exec_in_child(const SpawnRequest& request, const SignalRouter& signals,
-                                int out_fd, int err_fd, int in_fd, char* const* argv,
-                                char* const* envp, const std::string& failure_prefix,
-                                const std::string& bind_failure, const cpu_set_t* cpus,
-                                pid_t launcher_pid) {
+// Everything the child needs between fork and exec, built before fork.
+struct ChildSetup {
+  int out_fd = -1;
+  int err_fd = -1;
+  int in_fd = -1;  // -1: keep stdin
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  std::string failure_prefix;  // "rcoll-run: rank R: cannot execute 'P': "
+  std::string bind_failure;    // "rcoll-run: rank R: could not bind to CPUs L ("
+  const cpu_set_t* cpus = nullptr;  // nullptr: no binding
+  pid_t launcher_pid = 0;
+};
+
+[[noreturn]] void exec_in_child(const SpawnRequest& request, const SignalRouter& signals, const ChildSetup& c) {
+  const int out_fd = c.out_fd, err_fd = c.err_fd, in_fd = c.in_fd;
   // A launcher that dies without stopping its ranks (SIGKILL, the OOM killer) takes them
   // along, stopped (SIGSTOP) ones included, instead of leaving them to hang.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != launcher_pid) ::_exit(128 + SIGKILL);  // it died before the prctl
+  if (::getppid() != c.launcher_pid) ::_exit(128 + SIGKILL);  // it died before the prctl
   if (in_fd >= 0) ::dup2(in_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
@@ -64,15 +74,19 @@ void write_all_raw(int fd, const char* data, size_t size) {
   }
   signals.restore_in_child();
   // Binding is a performance hint: a refused one is said, and the rank runs unbound.
-  if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
-    write_all_raw(STDERR_FILENO, bind_failure.data(), bind_failure.size());
+  if (c.cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), c.cpus) != 0) {
+    const char* why = ::strerrordesc_np(errno);
+    write_all_raw(STDERR_FILENO, c.bind_failure.data(), c.bind_failure.size());
+    if (why != nullptr) write_all_raw(STDERR_FILENO, why, ::strlen(why));
+    static constexpr char kUnbound[] = "); running unbound\n";
+    write_all_raw(STDERR_FILENO, kUnbound, sizeof(kUnbound) - 1);
   }
-  ::execve(request.exec_path.c_str(), argv, envp);
+  ::execve(request.exec_path.c_str(), c.argv, c.envp);
 
   const int err = errno;
   const char* reason = ::strerrordesc_np(err);  // unlike strerror, async-signal-safe
   if (reason == nullptr) reason = "unknown error";
-  write_all_raw(STDERR_FILENO, failure_prefix.data(), failure_prefix.size());
+  write_all_raw(STDERR_FILENO, c.failure_prefix.data(), c.failure_prefix.size());
   write_all_raw(STDERR_FILENO, reason, ::strlen(reason));
   write_all_raw(STDERR_FILENO, "\n", 1);
   ::_exit(127);
@@ -158,8 +172,9 @@ Result<SpawnedRank> spawn_rank(const SpawnRequest& request, const SignalRouter& 
   std::vector<char*> envp;
   for (const std::string& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  const std::string failure_prefix = "rcoll-run: rank " + std::to_string(request.rank) +
-                                     ": cannot execute '" + request.argv[0] + "': ";
+  ChildSetup setup;
+  setup.failure_prefix = "rcoll-run: rank " + std::to_string(request.rank) + ": cannot execute '" +
+                         request.argv[0] + "': ";
 
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -169,17 +184,18 @@ Result<SpawnedRank> spawn_rank(const SpawnRequest& request, const SignalRouter& 
     CPU_SET(c, &cpus);
     cpu_list += (cpu_list.empty() ? "" : ",") + std::to_string(c);
   }
-  const bool bind = !cpu_list.empty();
-  const std::string bind_failure = "rcoll-run: rank " + std::to_string(request.rank) +
-                                   ": could not bind to CPUs " + cpu_list + "; running unbound\n";
+  setup.bind_failure = "rcoll-run: rank " + std::to_string(request.rank) + ": could not bind to CPUs " + cpu_list + " (";
+  setup.cpus = cpu_list.empty() ? nullptr : &cpus;
+  setup.out_fd = out_write.get();
+  setup.err_fd = err_write.get();
+  setup.in_fd = devnull.get();
+  setup.argv = argv.data();
+  setup.envp = envp.data();
+  setup.launcher_pid = ::getpid();
 
-  const pid_t launcher_pid = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return os_error("fork failed", errno);
-  if (pid == 0) {
-    exec_in_child(request, signals, out_write.get(), err_write.get(), devnull.get(), argv.data(),
-                  envp.data(), failure_prefix, bind_failure, bind ? &cpus : nullptr, launcher_pid);
-  }
+  if (pid == 0) exec_in_child(request, signals, setup);
 
   for (int fd : {out_read.get(), err_read.get()}) {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);

@@ -5,7 +5,6 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -21,8 +20,13 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
-// Returns the congestion control the socket ended up with, as the kernel says.
-std::string set_socket_options(tcp::socket& s, const MeshParams& p) {
+struct AppliedOptions {
+  std::string congestion;  // as the kernel reports it for the socket
+  int congestion_errno = 0;  // why the requested one was refused, or 0
+};
+
+AppliedOptions set_socket_options(tcp::socket& s, const MeshParams& p) {
+  AppliedOptions applied;
   error_code ignored;
   s.set_option(tcp::no_delay(true), ignored);
   s.set_option(asio::socket_base::keep_alive(true), ignored);
@@ -33,20 +37,14 @@ std::string set_socket_options(tcp::socket& s, const MeshParams& p) {
   if (!p.congestion.empty() &&
       setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, p.congestion.data(),
                  static_cast<socklen_t>(p.congestion.size())) != 0) {
-    // Once per process: every socket of every epoch would say the same.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      const int err = errno;
-      RCOLL_LOG(kWarn,
-                "rank %d (%s, tcp): TCP congestion control '%s' refused by the kernel (%s; see "
-                "net.ipv4.tcp_allowed_congestion_control); the data plane keeps the kernel's default",
-                p.rank, p.purpose.c_str(), p.congestion.c_str(), std::strerror(err));
-    }
+    applied.congestion_errno = errno;
   }
   char name[32] = {};
   socklen_t len = sizeof(name) - 1;
-  if (getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "?";
-  return std::string(name, strnlen(name, len));
+  if (getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0) {
+    applied.congestion.assign(name, strnlen(name, len));
+  }
+  return applied;
 }
 
 FrameHeader hello_header(FrameType type, const MeshParams& p) {
@@ -109,9 +107,11 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
   const uint64_t expected_token = job_token_hash(p.job_token);
   std::vector<std::string> last_error(static_cast<size_t>(size));
   int pending = size - 1;
-  std::string congestion;  // as applied to the last socket
+  AppliedOptions applied;  // as applied to the last socket; a refusal is kept
   auto connected = [&](int peer, std::unique_ptr<tcp::socket> sock) {
-    congestion = set_socket_options(*sock, p);
+    AppliedOptions now = set_socket_options(*sock, p);
+    if (applied.congestion_errno == 0) applied.congestion_errno = now.congestion_errno;
+    applied.congestion = std::move(now.congestion);
     socks[peer] = std::move(sock);
     --pending;
   };
@@ -279,8 +279,16 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
   io.poll();
 
   if (pending == 0) {
-    RCOLL_LOG(kInfo, "%s: connected to all %d peers over tcp (%s, congestion control %s)", purpose, size - 1,
-              iface.name.c_str(), congestion.c_str());
+    if (applied.congestion_errno != 0) {
+      RCOLL_LOG(kWarn,
+                "%s: TCP congestion control '%s' refused by the kernel (%s; see "
+                "net.ipv4.tcp_allowed_congestion_control); this mesh keeps the kernel's default (%s)",
+                purpose, p.congestion.c_str(), std::strerror(applied.congestion_errno),
+                applied.congestion.empty() ? "?" : applied.congestion.c_str());
+    }
+    const std::string cc = applied.congestion.empty() ? "" : ", congestion control " + applied.congestion;
+    RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s)", purpose, size - 1, p.transport.c_str(),
+              iface.name.c_str(), cc.c_str());
     return socks;
   }
   std::string missing;

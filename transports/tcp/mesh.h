@@ -36,8 +36,8 @@ struct MeshParams {
   bool prefer_loopback = true;    // every rank on this host
   std::string route_address;      // source address of the route to the store (select_interface)
   std::string job_token;
-  size_t socket_buffer_bytes = 0;
-  std::string congestion;  // TCP_CONGESTION for every socket; empty = the kernel's default  // 0 = leave the kernel's default
+  size_t socket_buffer_bytes = 0;  // 0 = leave the kernel's default
+  std::string congestion;          // TCP_CONGESTION for every socket; empty = the kernel's default
   Deadline deadline = Deadline::never();
   // How messages name this mesh: "epoch 3" for the data plane, "liveness" for
   // the side channel ("epoch 3: listening on ...", "address for epoch 3").
