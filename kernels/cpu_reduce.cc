@@ -29,6 +29,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/reduce_ops.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define RCOLL_X86 1
@@ -50,56 +52,10 @@ namespace {
 // warn that the ABI differs without AVX; the ops are always inlined into AVX
 // code, so kernels/CMakeLists.txt turns -Wpsabi off for this layer.
 
-template <typename T>
-[[gnu::always_inline]] inline auto is_nan(T x) {
-  if constexpr (std::is_integral_v<T>) {
-    return false;
-  } else {
-    return x != x;  // a lane mask for vector types
-  }
-}
-
-struct SumOp {
-  template <typename T>
-  [[gnu::always_inline]] static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return T(U(a) + U(b));
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct ProdOp {
-  template <typename T>
-  [[gnu::always_inline]] static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      // uint8 operands promote to int, where 255 * 255 cannot overflow; wider
-      // types stay unsigned. The narrowing back to T is modular in C++20.
-      using U = std::make_unsigned_t<T>;
-      return T(U(a) * U(b));
-    } else {
-      return a * b;
-    }
-  }
-};
-
-// `(a < b) | is_nan(a) ? a : b` picks a when a is NaN, and b (NaN) when only
-// b is. Written as a select so that it vectorises to compare + blend.
-struct MinOp {
-  template <typename T>
-  [[gnu::always_inline]] static T apply(T a, T b) {
-    return ((a < b) | is_nan(a)) ? a : b;
-  }
-};
-
-struct MaxOp {
-  template <typename T>
-  [[gnu::always_inline]] static T apply(T a, T b) {
-    return ((a > b) | is_nan(a)) ? a : b;
-  }
-};
+using ops::MaxOp;
+using ops::MinOp;
+using ops::ProdOp;
+using ops::SumOp;
 
 // dst = src op dst through the same loop as dst = dst op src: used when dst
 // aliases b, so the operands stay in the caller's order.

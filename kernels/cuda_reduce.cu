@@ -7,11 +7,9 @@
 // (float for float16/bfloat16). Buffers that are not 16-byte aligned, and the
 // tail after the last whole vector, take the scalar kernel.
 //
-// Semantics match the host kernels bit for bit:
-//   - integer sum and prod are computed in the unsigned type of the same width,
-//     so they wrap around (two's complement) without undefined behaviour;
-//   - float min/max return NaN when either input is NaN (as NCCL and PyTorch);
-//   - float16/bfloat16 are widened to float32, combined, rounded to nearest even.
+// Semantics match the host kernels bit for bit: the ops themselves are shared
+// (kernels/reduce_ops.h), and float16/bfloat16 are widened to float32,
+// combined, and rounded to nearest even once, as on the host.
 #include "kernels/cuda_reduce.h"
 
 #include <cuda_bf16.h>
@@ -22,6 +20,9 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+
+#include "kernels/cpu_reduce.h"  // supports()
+#include "kernels/reduce_ops.h"
 
 namespace rcoll::kernels::cuda {
 namespace {
@@ -50,52 +51,10 @@ struct Traits<__nv_bfloat16> {
   __device__ static __nv_bfloat16 store(C v) { return __float2bfloat16_rn(v); }
 };
 
-struct SumOp {
-  template <typename T>
-  __device__ static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return T(U(a) + U(b));
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct ProdOp {
-  template <typename T>
-  __device__ static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return T(U(a) * U(b));
-    } else {
-      return a * b;
-    }
-  }
-};
-
-template <typename T>
-__device__ bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
-
-struct MinOp {
-  template <typename T>
-  __device__ static T apply(T a, T b) {
-    return (a < b || is_nan(a)) ? a : b;
-  }
-};
-
-struct MaxOp {
-  template <typename T>
-  __device__ static T apply(T a, T b) {
-    return (a > b || is_nan(a)) ? a : b;
-  }
-};
+using ops::MaxOp;
+using ops::MinOp;
+using ops::ProdOp;
+using ops::SumOp;
 
 template <typename S, typename Op>
 __device__ __forceinline__ S combine(S x, S y) {
@@ -145,6 +104,11 @@ unsigned blocks_for(size_t items) {
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
+
+Status avg_refused(DataType dtype) {
+  return Status(ErrorCode::kInvalidArgument,
+                std::string("avg of ") + to_string(dtype) + " is not supported (it would truncate)");
+}
 
 Status launch_status(const char* what, DataType dtype, ReduceOp op, size_t count) {
   const cudaError_t err = cudaGetLastError();
@@ -202,11 +166,7 @@ Status scale(void* dst, size_t n, int divisor, cudaStream_t stream, DataType dty
 
 Status reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count, void* stream) {
   if (count == 0) return Status();
-  if (op == ReduceOp::kAvg && !(dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 ||
-                                dtype == DataType::kFloat32 || dtype == DataType::kFloat64)) {
-    return Status(ErrorCode::kInvalidArgument,
-                  std::string("avg of ") + to_string(dtype) + " is not supported (it would truncate)");
-  }
+  if (!supports(dtype, op)) return avg_refused(dtype);
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
     case DataType::kInt8: return run_op<int8_t>(op, dst, a, b, count, s, dtype);
@@ -233,8 +193,7 @@ Status scale_avg(DataType dtype, void* dst, size_t count, int divisor, void* str
     case DataType::kFloat32: return scale<float>(dst, count, divisor, s, dtype);
     case DataType::kFloat64: return scale<double>(dst, count, divisor, s, dtype);
     default:
-      return Status(ErrorCode::kInvalidArgument,
-                    std::string("avg of ") + to_string(dtype) + " is not supported (it would truncate)");
+      return avg_refused(dtype);
   }
 }
 

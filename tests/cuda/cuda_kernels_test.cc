@@ -29,12 +29,17 @@
 namespace rcoll::kernels {
 namespace {
 
-constexpr DataType kAllTypes[] = {
-    DataType::kInt8,    DataType::kUint8,   DataType::kInt32,   DataType::kUint32,
-    DataType::kInt64,   DataType::kUint64,  DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32, DataType::kFloat64,
-};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+// Every dtype and reduce op, in enum order.
+std::vector<DataType> all_types() {
+  std::vector<DataType> out;
+  for (int i = 0; i < kNumDataTypes; ++i) out.push_back(static_cast<DataType>(i));
+  return out;
+}
+std::vector<ReduceOp> all_ops() {
+  std::vector<ReduceOp> out;
+  for (int i = 0; i < kNumReduceOps; ++i) out.push_back(static_cast<ReduceOp>(i));
+  return out;
+}
 constexpr int kAvgDivisor = 3;
 
 bool no_device(std::string* why) {
@@ -72,10 +77,6 @@ class DeviceBuffer {
   void* p_ = nullptr;
 };
 
-bool is_float(DataType d) {
-  return d == DataType::kFloat16 || d == DataType::kBfloat16 || d == DataType::kFloat32 || d == DataType::kFloat64;
-}
-
 // Random operands: integers over their whole range; floats mostly in [-4, 4]
 // (so that products neither overflow nor vanish), with NaN, infinities and
 // signed zeros at fixed places.
@@ -83,7 +84,7 @@ std::vector<unsigned char> operand(DataType d, size_t count, uint32_t seed) {
   const size_t es = size_of(d);
   std::vector<unsigned char> bytes(count * es);
   std::mt19937 rng(seed);
-  if (!is_float(d)) {
+  if (!is_floating(d)) {
     for (auto& b : bytes) b = static_cast<unsigned char>(rng());
     return bytes;
   }
@@ -100,32 +101,13 @@ std::vector<unsigned char> operand(DataType d, size_t count, uint32_t seed) {
     }
   }
   if (d == DataType::kFloat32) std::memcpy(bytes.data(), f32.data(), bytes.size());
-  if (d == DataType::kFloat16 || d == DataType::kBfloat16) {
-    // The float32 value truncated to the format: any valid value of the format
-    // will do, since both kernels see the same operands.
-    for (size_t i = 0; i < count; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &f32[i], 4);
-      uint16_t h;
-      if (d == DataType::kBfloat16) {
-        h = static_cast<uint16_t>(bits >> 16);
-      } else {
-        // binary16 from float32 by truncation: sign, exponent rebiased and clamped, 10 mantissa bits.
-        const uint32_t sign = (bits >> 16) & 0x8000u;
-        const int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-        const uint32_t mant = (bits >> 13) & 0x3ffu;
-        if (((bits >> 23) & 0xff) == 0xff) {
-          h = static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-        } else if (exp <= 0) {
-          h = static_cast<uint16_t>(sign);  // flush tiny values to a signed zero
-        } else if (exp >= 31) {
-          h = static_cast<uint16_t>(sign | 0x7c00u);
-        } else {
-          h = static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | mant);
-        }
-      }
-      std::memcpy(bytes.data() + i * es, &h, 2);
-    }
+  for (size_t i = 0; d == DataType::kFloat16 && i < count; ++i) {
+    const float16 h = to_float16(f32[i]);
+    std::memcpy(bytes.data() + i * es, &h, es);
+  }
+  for (size_t i = 0; d == DataType::kBfloat16 && i < count; ++i) {
+    const bfloat16 h = to_bfloat16(f32[i]);
+    std::memcpy(bytes.data() + i * es, &h, es);
   }
   return bytes;
 }
@@ -208,8 +190,8 @@ void run_case(DataType d, ReduceOp op, size_t count, size_t offset_elems, Alias 
 TEST(CudaKernels, EveryDtypeAndOpEqualsTheHostKernels) {
   RCOLL_REQUIRE_GPU();
   uint32_t seed = 1;
-  for (DataType d : kAllTypes) {
-    for (ReduceOp op : kAllOps) {
+  for (DataType d : all_types()) {
+    for (ReduceOp op : all_ops()) {
       if (!supports(d, op)) continue;
       for (size_t count : {size_t{1}, size_t{7}, size_t{4099}, (size_t{1} << 20) + 3}) {
         run_case(d, op, count, 0, Alias::kNone, seed++);
@@ -220,8 +202,7 @@ TEST(CudaKernels, EveryDtypeAndOpEqualsTheHostKernels) {
 
 TEST(CudaKernels, MisalignedBuffersTakeTheScalarPath) {
   RCOLL_REQUIRE_GPU();
-  for (DataType d : kAllTypes) {
-    if (size_of(d) >= 16) continue;
+  for (DataType d : all_types()) {
     run_case(d, ReduceOp::kSum, 100003, 1, Alias::kNone, 7);
   }
 }
