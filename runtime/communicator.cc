@@ -401,7 +401,9 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
                         op.describe() + ": the communicator is closed"));
     return Work(work);
   }
-  if (Status s = validate(op, rank_, size_); !s.ok()) {
+  Status valid = validate(op, rank_, size_);
+  if (valid.ok()) valid = prepare_device_op(op);
+  if (Status s = std::move(valid); !s.ok()) {
     // Bad input never consumes a sequence number peers would wait for.
     --next_seq_;
     work->finish(std::move(s));
@@ -429,6 +431,29 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   lock.unlock();
   cv_.notify_one();
   return Work(work);
+}
+
+Status CommunicatorImpl::prepare_device_op(Op& op) {
+  if (op.device < 0) return Status();
+  if (device_ >= 0 && op.device != device_) {
+    return Status(ErrorCode::kInvalidArgument, ErrorContext{rank_, -1, op.seq, -1, ""},
+                  op.describe() + ": its buffers are on CUDA device " + std::to_string(op.device) +
+                      ", but this communicator's device ops are on device " + std::to_string(device_) +
+                      " (one device per communicator, as with NCCL); nothing was sent");
+  }
+  namespace cuda = kernels::cuda;
+  auto failed = [&](const Status& s) {
+    return Status(s.code(), ErrorContext{rank_, -1, op.seq, -1, ""},
+                  op.describe() + ": marking the caller's CUDA stream: " + s.message() + "; nothing was sent");
+  };
+  cuda::ScopedDevice on;
+  if (Status s = on.enter(op.device); !s.ok()) return failed(s);
+  auto event = cuda::event_create();
+  if (!event.ok()) return failed(event.status());
+  op.stream_ready = std::shared_ptr<void>(event.value(), cuda::event_destroy);
+  if (Status s = cuda::event_record(event.value(), op.options.cuda_stream); !s.ok()) return failed(s);
+  device_ = op.device;
+  return Status();
 }
 
 void CommunicatorImpl::close() {

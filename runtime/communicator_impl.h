@@ -13,6 +13,7 @@
 
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
+#include "runtime/device_staging.h"
 #include "runtime/env.h"
 #include "runtime/epoch_watch.h"
 #include "runtime/flight_recorder.h"
@@ -89,6 +90,12 @@ class CommunicatorImpl : public ProgressGuard {
   void idle_checks();
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);
+  // An op on device buffers: staged through pinned host memory around run_op
+  // (runtime/device_staging.h).
+  Status run_device_op(const Op& op);
+  // At issue, on the caller's thread: the op's device is the communicator's,
+  // and an event marks where the caller's stream was.
+  Status prepare_device_op(Op& op);
   // Runs slices [first, end) of a record: normally, or as a replay of an op the
   // caller already has back (inputs from backups, outputs to a sink).
   Status run_slices(OpRecord& rec, size_t first, bool replay);
@@ -142,6 +149,8 @@ class CommunicatorImpl : public ProgressGuard {
   std::atomic<double> link_bandwidth_{0};
   std::string link_note_ = "one rank, no links";  // for the log
   Scratch scratch_;
+  DeviceStaging staging_;  // owned by the thread that holds running_
+  int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
   std::unique_ptr<Transport> transport_;
   TransportChain chain_;                         // progress thread (and create())
   std::atomic<const char*> transport_name_{""};  // for counters(), from any thread

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cpu_reduce.h"
+#include "kernels/cuda_memory.h"
 
 namespace rcoll {
 
@@ -51,11 +52,40 @@ Status check_buffer(const Op& op, int rank, const Buffer& b, const char* name) {
   if (b.data == nullptr && b.count > 0) {
     return invalid(op, rank, std::string(name) + " is null but has " + std::to_string(b.count) + " elements");
   }
-  if (b.memory != MemoryKind::kHost) {
-    return Status(ErrorCode::kUnsupported, ErrorContext{rank, -1, op.seq, -1, ""},
-                  op.describe() + ": " + name + " is device memory; this build's transports take host memory only");
+  if (b.memory != MemoryKind::kHost && b.memory != MemoryKind::kCuda) {
+    return invalid(op, rank, std::string(name) + " has an invalid memory kind value " + std::to_string(static_cast<int>(b.memory)));
   }
   if (b.count > (uint64_t{1} << 62) / 8) return invalid(op, rank, std::string(name) + " count is implausibly large");
+  return Status();
+}
+
+// A device buffer's device: kUnsupported where this build or host has no
+// CUDA, kInvalidArgument for memory that is not on a device. -1 when empty.
+Result<int> buffer_device(const Op& op, int rank, const Buffer& b, const char* name) {
+  if (b.memory != MemoryKind::kCuda || b.bytes() == 0) return -1;
+  auto d = kernels::cuda::device_of(b.data);
+  if (d.ok()) return d;
+  const Status& s = d.status();
+  if (s.code() == ErrorCode::kInvalidArgument) return invalid(op, rank, std::string(name) + ": " + s.message());
+  return Status(s.code(), ErrorContext{rank, -1, op.seq, -1, ""},
+                op.describe() + ": " + name + " is device memory, which this process cannot use: " + s.message() +
+                    "; nothing was sent");
+}
+
+Status check_devices(Op& op, int rank) {
+  if (!op.on_device()) return Status();
+  if (op.in.memory != op.out.memory && op.in.bytes() > 0 && op.out.bytes() > 0) {
+    return invalid(op, rank, "input and output must both be host or both be device memory");
+  }
+  auto in = buffer_device(op, rank, op.in, "input");
+  if (!in.ok()) return in.status();
+  auto out = buffer_device(op, rank, op.out, "output");
+  if (!out.ok()) return out.status();
+  if (in.value() >= 0 && out.value() >= 0 && in.value() != out.value()) {
+    return invalid(op, rank, "input is on CUDA device " + std::to_string(in.value()) + " but output on device " +
+                                 std::to_string(out.value()));
+  }
+  op.device = out.value() >= 0 ? out.value() : in.value();
   return Status();
 }
 
@@ -66,9 +96,10 @@ bool overlap(const Buffer& a, const Buffer& b) {
 
 }  // namespace
 
-Status validate(const Op& op, int rank, int size) {
+Status validate(Op& op, int rank, int size) {
   if (Status s = check_buffer(op, rank, op.in, "input"); !s.ok()) return s;
   if (Status s = check_buffer(op, rank, op.out, "output"); !s.ok()) return s;
+  if (Status s = check_devices(op, rank); !s.ok()) return s;
   const bool reducing = op.kind == OpKind::kAllreduce || op.kind == OpKind::kReduceScatter;
   if (reducing && static_cast<int>(op.reduce) >= kNumReduceOps) {
     return invalid(op, rank, "invalid reduce op value " + std::to_string(static_cast<int>(op.reduce)));

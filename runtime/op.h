@@ -47,9 +47,15 @@ struct Op {
   int peer = -1;  // send/recv
   OpOptions options;
   std::shared_ptr<WorkState> work;
+  // Device buffers (MemoryKind::kCuda): the device they are on (set by
+  // validate) and an event recorded on the caller's stream when the op was
+  // issued, which the op's first device work waits for.
+  int device = -1;
+  std::shared_ptr<void> stream_ready;
 
   size_t element_size() const { return size_of(out.dtype); }
   bool in_place() const { return in.data == out.data; }
+  bool on_device() const { return in.memory == MemoryKind::kCuda || out.memory == MemoryKind::kCuda; }
   // The header every frame of this op starts from (fingerprint filled in).
   FrameHeader frame_template(uint32_t epoch, int sender_rank) const;
   // "allreduce seq 7 (float32 x 1048576, sum)"
@@ -57,7 +63,8 @@ struct Op {
 };
 
 // Checks an op against the communicator it is issued on. Returns
-// kInvalidArgument with a message that names the problem and the values.
-Status validate(const Op& op, int rank, int size);
+// kInvalidArgument with a message that names the problem and the values, or
+// kUnsupported for device buffers where there is no CUDA. Sets op.device.
+Status validate(Op& op, int rank, int size);
 
 }  // namespace rcoll

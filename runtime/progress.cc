@@ -56,10 +56,10 @@ void CommunicatorImpl::progress_loop() {
 }
 
 void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
-  Status s = run_op(op);
+  Status s = op.on_device() ? run_device_op(op) : run_op(op);
   last_op_end_ = Clock::now();
   idle_trimmed_ = false;
-  held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes();
+  held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes() + staging_.held();
   if (!closing_barrier) ++ops_done_;
   if (!s.ok() && closing_barrier) {
     RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
@@ -74,7 +74,7 @@ void CommunicatorImpl::idle_checks() {
   // quiet spell it goes back to the system (the next op grows it again).
   if (!idle_trimmed_ && Clock::now() - last_op_end_ > kIdleTrimAfter) {
     idle_trimmed_ = true;
-    const size_t freed = scratch_.release() + log_.pool()->trim();
+    const size_t freed = scratch_.release() + log_.pool()->trim() + staging_.release();
     held_bytes_ = log_.bytes();
     if (freed > 0) {
       RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
@@ -129,6 +129,34 @@ bool CommunicatorImpl::recoverable(const Status& s) {
     default:
       return false;
   }
+}
+
+// Device buffers on the host transports. A failure before the op reaches the
+// wire is this rank's alone, but its peers are waiting for it at this op:
+// they are told (as for any failure for good) instead of waiting out their
+// straggler timeout. A failure after it leaves the peers done and this op failed.
+Status CommunicatorImpl::run_device_op(const Op& op) {
+  if (!fatal_.ok()) return run_op(op);  // names the earlier failure
+  DeviceStaging::Limits limits;
+  limits.caller_stream = options_.straggler_timeout;
+  limits.copy_floor = options_.deadline_floor;
+  auto host = staging_.stage_in(op, rank_, limits);
+  if (!host.ok()) {
+    const Status& why = host.status();
+    Status s(why.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+             why.message() + "; the op did not start, and the communicator stops here (its peers are told)");
+    fatal_ = s;
+    publish_fatal(s);
+    recorder_.finished(op.seq, false);
+    RCOLL_LOG(kError, "%s", s.to_string().c_str());
+    return s;
+  }
+  if (Status s = run_op(host.value()); !s.ok()) return s;
+  if (Status s = staging_.stage_out(op, host.value(), rank_, limits); !s.ok()) {
+    return Status(s.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+                  s.message() + "; the op completed on every rank, only this rank's copy of the result failed");
+  }
+  return Status();
 }
 
 Status CommunicatorImpl::run_op(const Op& op) {

@@ -21,6 +21,7 @@
 
 #include <cstdlib>
 
+#include "kernels/cuda_memory.h"
 #include "rcoll/rcoll.h"
 
 namespace rcoll {
@@ -525,12 +526,22 @@ std::vector<BadCall> bad_calls(std::vector<float>& f, std::vector<int32_t>& i32)
       [=](Communicator& c) { c.allgather(F(1, 4), F(0, 12)); }, kInv, {"allgather", "overlap"});
   add("reduce_scatter overlap", [=](Communicator& c) { return c.reduce_scatter_async(F(0, 12), F(10, 4), ReduceOp::kSum); },
       [=](Communicator& c) { c.reduce_scatter(F(0, 12), F(10, 4), ReduceOp::kSum); }, kInv, {"reduce_scatter", "overlap"});
+  // Host memory marked as device memory: where a GPU can be asked, CUDA
+  // says it is not device memory (bad input); where none can (no driver, or
+  // a build without CUDA) device buffers are unsupported.
   Buffer cuda = F(0, 4);
   cuda.memory = MemoryKind::kCuda;
+  const ErrorCode kCudaCode = kernels::cuda::current_device().ok() ? kInv : ErrorCode::kUnsupported;
   add("cuda buffer", [=](Communicator& c) { return c.allreduce_async(cuda, cuda, ReduceOp::kSum); },
-      [=](Communicator& c) { c.allreduce(cuda, ReduceOp::kSum); }, ErrorCode::kUnsupported, {"allreduce", "device memory"});
+      [=](Communicator& c) { c.allreduce(cuda, ReduceOp::kSum); }, kCudaCode, {"allreduce", "input", "CUDA"});
   add("cuda buffer of a broadcast", [=](Communicator& c) { return c.broadcast_async(cuda, 0); },
-      [=](Communicator& c) { c.broadcast(cuda, 0); }, ErrorCode::kUnsupported, {"broadcast", "device memory"});
+      [=](Communicator& c) { c.broadcast(cuda, 0); }, kCudaCode, {"broadcast", "CUDA"});
+  Buffer bad_memory = F(0, 4);
+  bad_memory.memory = static_cast<MemoryKind>(9);
+  add("invalid memory kind", [=](Communicator& c) { return c.allreduce_async(bad_memory, bad_memory, ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(bad_memory, ReduceOp::kSum); }, kInv, {"allreduce", "memory kind", "9"});
+  add("host input, device output", [=](Communicator& c) { return c.allreduce_async(F(0, 4), cuda, ReduceOp::kSum); },
+      [=](Communicator& c) { c.allreduce(F(0, 4), cuda, ReduceOp::kSum); }, kInv, {"allreduce", "both be host or both be device"});
   return v;
 }
 

@@ -2,6 +2,10 @@
 add_executable(rcoll-correctness-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/correctness_worker.cc)
 target_link_libraries(rcoll-correctness-worker PRIVATE rcoll_static)
 target_compile_options(rcoll-correctness-worker PRIVATE -O2)
+if(RCOLL_HAVE_CUDA)
+  target_compile_definitions(rcoll-correctness-worker PRIVATE RCOLL_WORKER_CUDA=1)
+  target_link_libraries(rcoll-correctness-worker PRIVATE CUDA::cudart_static)
+endif()
 
 set(RCOLL_RUN $<TARGET_FILE:rcoll-run>)
 set(RCOLL_CORRECTNESS $<TARGET_FILE:rcoll-correctness-worker>)
@@ -45,6 +49,21 @@ foreach(np 2 3 4 8)
                                --big-dtypes ${big} --big-bytes ${big_bytes})
     rcoll_transport_props(correctness_np${np} ${t} 1600 multiprocess)
   endforeach()
+endforeach()
+
+# Device buffers (--memory cuda) on every host transport: the same suite on
+# GPU memory, staged through pinned host memory; then with a link closed in the
+# middle of an op, so the recovery runs on a staged op. Without a GPU the
+# worker exits 77 and the tests are skipped, saying why.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME correctness_cuda_np2_${t}
+           COMMAND ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda --sizes 0,1,7,4K+3,1M,16M)
+  rcoll_transport_props(correctness_cuda_np2 ${t} 700 "multiprocess;cuda")
+  add_test(NAME correctness_cuda_np3_close_link_${t}
+           COMMAND ${RCOLL_RUN} -n 3 --timeout 600 --inject "close-link:rank=1,op=3;close-link:rank=2,op=40" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 1)
+  rcoll_transport_props(correctness_cuda_np3_close_link ${t} 700 "multiprocess;cuda")
+  set_tests_properties(correctness_cuda_np2_${t} correctness_cuda_np3_close_link_${t} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
 
 # The main job's check: rcoll-bench over every op verifies every result.

@@ -113,6 +113,12 @@ struct Options {
 struct OpOptions {
   // Override of the op's progress deadline; 0 = the communicator's.
   std::chrono::milliseconds timeout{0};
+  // For device buffers (MemoryKind::kCuda): the CUDA stream (a cudaStream_t)
+  // the caller orders them on; nullptr = the legacy default stream. The op
+  // starts after the work queued on it when the op is issued, and once the op
+  // is done (Work::wait returned), work queued on it afterwards sees the
+  // result. Ignored for host buffers.
+  void* cuda_stream = nullptr;
 };
 
 }  // namespace rcoll

@@ -3,6 +3,12 @@
 //   rcoll-run -n 4 -- rcoll-correctness-worker [--sizes 0,1,7,4K+3,1M,64M] [--ops all]
 //                                              [--dtypes all] [--big-dtypes all] [--big-bytes 16M]
 //                                              [--repeat N | --duration SECONDS]
+//                                              [--memory host|cuda]
+//
+// --memory cuda runs every op on device buffers: the inputs are copied to the
+// GPU, the op gets device Buffers (MemoryKind::kCuda), and the results are
+// copied back and checked as for host buffers. Without a usable GPU (or in a
+// build without CUDA) the worker exits 77 (skipped), saying why.
 //
 // --duration runs the suite again and again until rank 0 has run it for that
 // long (it broadcasts the decision after every pass, so every rank runs the
@@ -29,6 +35,10 @@
 
 #include "rcoll/rcoll.h"
 
+#if RCOLL_WORKER_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace {
 
 using rcoll::Buffer;
@@ -37,6 +47,90 @@ using rcoll::ReduceOp;
 
 int g_failures = 0;
 int g_checks = 0;
+bool g_device = false;  // --memory cuda
+
+#if RCOLL_WORKER_CUDA
+void cuda_check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "FAIL: %s: %s (%s)\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  std::exit(1);
+}
+
+// Device copies of host buffers that keep their aliasing (an in-place op's one
+// buffer, an allgather input inside its output): overlapping buffers share
+// one device region at the same offsets.
+class DeviceMirror {
+ public:
+  explicit DeviceMirror(std::vector<Buffer*> buffers) : buffers_(std::move(buffers)) {
+    for (Buffer* b : buffers_) {
+      host_.push_back(*b);
+      if (b->bytes() == 0) continue;
+      char* p = static_cast<char*>(b->data);
+      bool merged = false;
+      for (auto& r : regions_) {
+        if (p < r.host + r.bytes && r.host < p + b->bytes()) {
+          char* lo = std::min(r.host, p);
+          char* hi = std::max(r.host + r.bytes, p + b->bytes());
+          r.host = lo;
+          r.bytes = static_cast<size_t>(hi - lo);
+          merged = true;
+        }
+      }
+      if (!merged) regions_.push_back({p, b->bytes(), nullptr});
+    }
+    for (auto& r : regions_) {
+      cuda_check(cudaMalloc(&r.device, r.bytes), "cudaMalloc");
+      cuda_check(cudaMemcpy(r.device, r.host, r.bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    }
+    for (Buffer* b : buffers_) {
+      b->memory = rcoll::MemoryKind::kCuda;
+      if (b->bytes() == 0) continue;
+      char* p = static_cast<char*>(b->data);
+      for (auto& r : regions_)
+        if (p >= r.host && p < r.host + r.bytes) b->data = r.device + (p - r.host);
+    }
+  }
+  // Copies every region back to the host and restores the host buffers.
+  ~DeviceMirror() {
+    for (auto& r : regions_) {
+      cuda_check(cudaMemcpy(r.host, r.device, r.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+      cuda_check(cudaFree(r.device), "cudaFree");
+    }
+    for (size_t i = 0; i < buffers_.size(); ++i) *buffers_[i] = host_[i];
+  }
+
+ private:
+  struct Region {
+    char* host;
+    size_t bytes;
+    char* device;
+  };
+  std::vector<Buffer*> buffers_;
+  std::vector<Buffer> host_;
+  std::vector<Region> regions_;
+};
+
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  return n == 0 ? "no CUDA device" : "";
+}
+#endif
+
+// Runs `op` with `buffers` on host memory, or (--memory cuda) on device copies
+// of them that are copied back afterwards.
+template <typename F>
+void run_on(std::vector<Buffer*> buffers, F op) {
+  if (!g_device) {
+    op();
+    return;
+  }
+#if RCOLL_WORKER_CUDA
+  DeviceMirror mirror(std::move(buffers));
+  op();
+#endif
+}
 
 // The value rank r contributes at element i of an op salted with `salt`.
 int base_value(int r, size_t i, int salt, ReduceOp op, bool is_unsigned) {
@@ -223,11 +317,12 @@ void test_allreduce(rcoll::Communicator& comm, const Case& c, bool in_place) {
   auto want = tile(c.dtype, reduced_table(c, p), c.count);
   Buffer bin{in.data(), c.count, c.dtype};
   if (in_place) {
-    comm.allreduce(bin, c.op);
+    run_on({&bin}, [&] { comm.allreduce(bin, c.op); });
     check(describe("allreduce in place", c, p), r, c, in.data(), want, c.count);
   } else {
     auto out = make_buffer(c, c.count);
-    comm.allreduce(bin, Buffer{out.data(), c.count, c.dtype}, c.op);
+    Buffer bout{out.data(), c.count, c.dtype};
+    run_on({&bin, &bout}, [&] { comm.allreduce(bin, bout, c.op); });
     check(describe("allreduce", c, p), r, c, out.data(), want, c.count);
     Case exact = c;
     exact.fractional = false;
@@ -252,7 +347,8 @@ void test_allgather(rcoll::Communicator& comm, const Case& c, bool in_place) {
     std::memcpy(out.data() + block * static_cast<size_t>(r), mine.data(), block);
     bin.data = out.data() + block * static_cast<size_t>(r);
   }
-  comm.allgather(bin, Buffer{out.data(), c.count * static_cast<size_t>(p), c.dtype});
+  Buffer bout{out.data(), c.count * static_cast<size_t>(p), c.dtype};
+  run_on({&bin, &bout}, [&] { comm.allgather(bin, bout); });
   check(describe(in_place ? "allgather in place" : "allgather", c, p), r, c, out.data(), want, c.count * static_cast<size_t>(p));
 }
 
@@ -263,7 +359,8 @@ void test_reduce_scatter(rcoll::Communicator& comm, const Case& c) {
   const size_t total = c.count * static_cast<size_t>(p);
   auto in = tile(c.dtype, input_table(c, r), total);
   auto out = make_buffer(c, c.count);
-  comm.reduce_scatter(Buffer{in.data(), total, c.dtype}, Buffer{out.data(), c.count, c.dtype}, c.op);
+  Buffer bin{in.data(), total, c.dtype}, bout{out.data(), c.count, c.dtype};
+  run_on({&bin, &bout}, [&] { comm.reduce_scatter(bin, bout, c.op); });
   auto want = tile(c.dtype, reduced_table(c, p), c.count, c.count * static_cast<size_t>(r));
   check(describe("reduce_scatter", c, p), r, c, out.data(), want, c.count);
 }
@@ -271,7 +368,8 @@ void test_reduce_scatter(rcoll::Communicator& comm, const Case& c) {
 void test_broadcast(rcoll::Communicator& comm, const Case& c, int root) {
   const int p = comm.size(), r = comm.rank();
   auto buf = tile(c.dtype, input_table(c, r), c.count);
-  comm.broadcast(Buffer{buf.data(), c.count, c.dtype}, root);
+  Buffer b{buf.data(), c.count, c.dtype};
+  run_on({&b}, [&] { comm.broadcast(b, root); });
   check(describe(("broadcast from root " + std::to_string(root)).c_str(), c, p), r, c, buf.data(),
         tile(c.dtype, input_table(c, root), c.count), c.count);
 }
@@ -285,13 +383,15 @@ void test_send_recv(rcoll::Communicator& comm, const Case& c) {
   auto out = tile(c.dtype, input_table(c, r), c.count);
   auto in = make_buffer(c, c.count);
   Buffer bout{out.data(), c.count, c.dtype}, bin{in.data(), c.count, c.dtype};
-  if (r % 2 == 0) {
-    comm.send(bout, to);
-    comm.recv(bin, from);
-  } else {
-    comm.recv(bin, from);
-    comm.send(bout, to);
-  }
+  run_on({&bout, &bin}, [&] {
+    if (r % 2 == 0) {
+      comm.send(bout, to);
+      comm.recv(bin, from);
+    } else {
+      comm.recv(bin, from);
+      comm.send(bout, to);
+    }
+  });
   check(describe("send/recv", c, p), r, c, in.data(), tile(c.dtype, input_table(c, from), c.count), c.count);
 }
 
@@ -305,7 +405,8 @@ void test_alltoall(rcoll::Communicator& comm, const Case& c) {
   const size_t total = block * static_cast<size_t>(p), es = rcoll::size_of(c.dtype);
   auto in = tile(c.dtype, input_table(c, r), total);
   auto out = make_buffer(c, total);
-  comm.alltoall(Buffer{in.data(), total, c.dtype}, Buffer{out.data(), total, c.dtype});
+  Buffer bin{in.data(), total, c.dtype}, bout{out.data(), total, c.dtype};
+  run_on({&bin, &bout}, [&] { comm.alltoall(bin, bout); });
   std::vector<char> want(total * es + 1);
   for (int q = 0; q < p; ++q) {
     auto theirs = tile(c.dtype, input_table(c, q), block, block * static_cast<size_t>(r));
@@ -360,6 +461,7 @@ int main(int argc, char** argv) {
   long expect_probes = -1;       // exactly this many moves back up
   double duration_s = 0;
   long expect_inflight_min = -1;  // adaptive chunking: chunk_bytes x pipeline_depth at the end, at least
+  std::string memory = "host";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -377,10 +479,27 @@ int main(int argc, char** argv) {
     else if (k == "--expect-probes") expect_probes = std::stol(argv[i + 1]);
     else if (k == "--duration") duration_s = std::stod(argv[i + 1]);
     else if (k == "--expect-inflight-min") expect_inflight_min = std::stol(argv[i + 1]);
+    else if (k == "--memory") memory = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if (memory != "host" && memory != "cuda") {
+    std::fprintf(stderr, "--memory: '%s' is not host or cuda\n", memory.c_str());
+    return 2;
+  }
+  if (memory == "cuda") {
+#if RCOLL_WORKER_CUDA
+    if (std::string why = no_device_reason(); !why.empty()) {
+      std::printf("SKIP: --memory cuda: %s\n", why.c_str());
+      return 77;
+    }
+    g_device = true;
+#else
+    std::printf("SKIP: --memory cuda: this worker was built without CUDA\n");
+    return 77;
+#endif
   }
   if (ops == "all") ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier,alltoall";
   auto has = [](const std::string& list, const std::string& item) {

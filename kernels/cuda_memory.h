@@ -1,0 +1,126 @@
+// Device memory, streams, events and pinned host memory for the layers above,
+// without CUDA headers: streams and events travel as void* (a cudaStream_t /
+// cudaEvent_t; a null stream is the legacy default stream). Every call returns
+// a Status that names the CUDA error, so callers can put rank, op and epoch
+// around it.
+//
+// In a build without the CUDA toolkit every call fails with kUnsupported
+// ("this build has no CUDA"), so the runtime links the same either way.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "rcoll/status.h"
+#include "runtime/deadline.h"
+
+namespace rcoll::kernels::cuda {
+
+// Whether this build has CUDA at all.
+bool built();
+
+// The device that owns `p`: kInvalidArgument when `p` is host memory (or
+// unknown to CUDA), kUnsupported when there is no usable driver or device.
+Result<int> device_of(const void* p);
+Status set_device(int device);
+Result<int> current_device();
+
+// Makes `device` the calling thread's current device for a scope and puts
+// the caller's back after (the caller's thread may be the user's own).
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice() {
+    if (previous_ >= 0 && previous_ != device_) (void)set_device(previous_);
+  }
+  Status enter(int device) {
+    auto cur = current_device();
+    if (!cur.ok()) return cur.status();
+    previous_ = cur.value();
+    device_ = device;
+    return previous_ == device ? Status() : set_device(device);
+  }
+
+ private:
+  int previous_ = -1;
+  int device_ = -1;
+};
+
+Result<void*> stream_create();  // non-blocking with respect to the legacy default stream
+void stream_destroy(void* stream);
+Result<void*> event_create();  // timing disabled: the cheapest kind to record and query
+void event_destroy(void* event);
+Status event_record(void* event, void* stream);
+// Work queued on `stream` after this waits for `event` (no host blocking).
+Status stream_wait_event(void* stream, void* event);
+// Whether the work before the event's record has finished.
+Result<bool> event_done(void* event);
+// Polls the event until it fires or `deadline` passes (kTimeout, naming `what`).
+// Never a cudaEventSynchronize: a hung GPU cannot hang the caller.
+Status wait_event(void* event, Deadline deadline, const std::string& what);
+
+// Any direction (cudaMemcpyDefault: unified addressing tells host from device).
+Status copy_async(void* dst, const void* src, size_t bytes, void* stream);
+
+// Page-locked host memory: what device copies run at full speed from, and
+// what the host transports read and write while the GPU copies the rest.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { release(); }
+  // Grows to at least `bytes` (contents are not kept); never shrinks.
+  Status reserve(size_t bytes);
+  void* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+  // Gives the memory back; returns how many bytes that was.
+  size_t release();
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// RAII owners of a stream and an event.
+class Stream {
+ public:
+  Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { stream_destroy(s_); }
+  Status create() {
+    if (s_) return Status();
+    auto r = stream_create();
+    if (!r.ok()) return r.status();
+    s_ = r.value();
+    return Status();
+  }
+  void* get() const { return s_; }
+
+ private:
+  void* s_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { event_destroy(e_); }
+  Status create() {
+    if (e_) return Status();
+    auto r = event_create();
+    if (!r.ok()) return r.status();
+    e_ = r.value();
+    return Status();
+  }
+  void* get() const { return e_; }
+
+ private:
+  void* e_ = nullptr;
+};
+
+}  // namespace rcoll::kernels::cuda

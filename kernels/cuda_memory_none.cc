@@ -1,0 +1,27 @@
+// kernels/cuda_memory.h in a build without the CUDA toolkit: every call says so.
+#include "kernels/cuda_memory.h"
+
+namespace rcoll::kernels::cuda {
+namespace {
+
+Status none() { return Status(ErrorCode::kUnsupported, "this build of rcoll has no CUDA (built without the CUDA toolkit)"); }
+
+}  // namespace
+
+bool built() { return false; }
+Result<int> device_of(const void*) { return none(); }
+Status set_device(int) { return none(); }
+Result<int> current_device() { return none(); }
+Result<void*> stream_create() { return none(); }
+void stream_destroy(void*) {}
+Result<void*> event_create() { return none(); }
+void event_destroy(void*) {}
+Status event_record(void*, void*) { return none(); }
+Status stream_wait_event(void*, void*) { return none(); }
+Result<bool> event_done(void*) { return none(); }
+Status wait_event(void*, Deadline, const std::string&) { return none(); }
+Status copy_async(void*, const void*, size_t, void*) { return none(); }
+Status PinnedBuffer::reserve(size_t) { return none(); }
+size_t PinnedBuffer::release() { return 0; }
+
+}  // namespace rcoll::kernels::cuda

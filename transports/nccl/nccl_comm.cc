@@ -1,0 +1,341 @@
+// The NCCL communicator of one epoch (transports/nccl/nccl_comm.h).
+//
+// Non-blocking throughout (ncclConfig_t.blocking = 0): init and every call
+// may return ncclInProgress, after which the communicator's state is polled
+// with ncclCommGetAsyncError until it settles, releasing the lock between
+// polls so an abort from another thread gets in. Completion of each issued
+// group is an event recorded behind it on the communicator's stream.
+#include "transports/nccl/nccl_comm.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+namespace rcoll::nccl {
+namespace {
+
+ncclDataType_t to_nccl(DataType d) {
+  switch (d) {
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kUint8: return ncclUint8;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kUint32: return ncclUint32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kUint64: return ncclUint64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBfloat16: return ncclBfloat16;
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+std::string cuda_error(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
+
+std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
+  std::string s = std::string(ncclGetErrorString(r));
+  const char* last = ncclGetLastError(comm);
+  if (last && *last) s += ": " + std::string(last);
+  return s;
+}
+
+constexpr auto kSettlePoll = std::chrono::microseconds(100);
+
+}  // namespace
+
+bool built() { return true; }
+
+std::string version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+const char* to_string(CallKind kind) {
+  switch (kind) {
+    case CallKind::kAllReduce: return "ncclAllReduce";
+    case CallKind::kAllGather: return "ncclAllGather";
+    case CallKind::kReduceScatter: return "ncclReduceScatter";
+    case CallKind::kBroadcast: return "ncclBroadcast";
+    case CallKind::kSend: return "ncclSend";
+    case CallKind::kRecv: return "ncclRecv";
+  }
+  return "?";
+}
+
+Result<std::string> new_unique_id() {
+  ncclUniqueId id;
+  const ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) return Status(ErrorCode::kTransport, "ncclGetUniqueId failed: " + nccl_error(r, nullptr));
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+struct Comm::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fence = nullptr;  // for ordering against a caller's stream
+  struct Pending {
+    uint64_t ticket;
+    cudaEvent_t event;
+  };
+  std::deque<Pending> pending;     // issued, not yet seen done; oldest first
+  std::vector<cudaEvent_t> spare;  // events of retired tickets, reused
+  uint64_t next_ticket = 1;
+  uint64_t done_through = 0;  // every ticket up to here finished before any failure
+  Status failed;              // set once: the abort's reason or the first error
+  bool healthy() const { return failed.ok(); }
+};
+
+Comm::Comm(const Config& config) : config_(config), impl_(std::make_unique<Impl>()) {}
+
+Status Comm::failure(ErrorCode code, const std::string& what) const {
+  return Status(code, ErrorContext{config_.rank, -1, 0, static_cast<int64_t>(config_.epoch), "nccl"}, what);
+}
+
+Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Config& config) {
+  std::unique_ptr<Comm> c(new Comm(config));
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof(id.internal)) {
+    return c->failure(ErrorCode::kInvalidArgument, "an NCCL unique id is " + std::to_string(sizeof(id.internal)) +
+                                                       " bytes, got " + std::to_string(unique_id.size()));
+  }
+  if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
+    return c->failure(ErrorCode::kInvalidArgument,
+                      "rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) + " is not a valid NCCL rank");
+  }
+  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  int devices = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
+    (void)cudaGetLastError();
+    return c->failure(ErrorCode::kUnsupported,
+                      "no usable CUDA device for NCCL: " + (e != cudaSuccess ? cuda_error(e) : std::string("no device")));
+  }
+  if (config.device < 0 || config.device >= devices) {
+    return c->failure(ErrorCode::kInvalidArgument, "CUDA device " + std::to_string(config.device) + " does not exist (this host has " +
+                                                       std::to_string(devices) + ")");
+  }
+  if (cudaError_t e = cudaSetDevice(config.device); e != cudaSuccess) {
+    return c->failure(ErrorCode::kTransport, "cudaSetDevice(" + std::to_string(config.device) + ") failed: " + cuda_error(e));
+  }
+  Impl& m = *c->impl_;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    return c->failure(ErrorCode::kTransport, "cudaStreamCreateWithFlags failed: " + cuda_error(e));
+  }
+  if (cudaError_t e = cudaEventCreateWithFlags(&m.fence, cudaEventDisableTiming); e != cudaSuccess) {
+    return c->failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
+  }
+
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  const std::string name = "rcoll epoch " + std::to_string(config.epoch);
+  cfg.commName = name.c_str();
+  const auto started = Clock::now();
+  ncclResult_t r = ncclCommInitRankConfig(&m.comm, config.size, id, config.rank, &cfg);
+  // Poll the init until it settles; the other ranks must join by the deadline.
+  while (r == ncclInProgress || r == ncclSuccess) {
+    ncclResult_t state = ncclSuccess;
+    if (m.comm == nullptr) {
+      r = ncclInternalError;  // "success" without a communicator
+      break;
+    }
+    r = ncclCommGetAsyncError(m.comm, &state);
+    if (r != ncclSuccess) break;
+    if (state != ncclInProgress) {
+      r = state;
+      break;
+    }
+    if (config.init_deadline.expired()) {
+      (void)ncclCommAbort(m.comm);
+      m.comm = nullptr;
+      return c->failure(ErrorCode::kTimeout,
+                        "NCCL init of " + std::to_string(config.size) + " ranks did not finish within " +
+                            std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) +
+                            " ms (a rank missing or stuck?); aborted it");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (r != ncclSuccess) {
+    const std::string why = nccl_error(r, m.comm);
+    if (m.comm) (void)ncclCommAbort(m.comm);
+    m.comm = nullptr;
+    return c->failure(r == ncclUnhandledCudaError ? ErrorCode::kUnsupported : ErrorCode::kTransport,
+                      "NCCL init of " + std::to_string(config.size) + " ranks failed: " + why);
+  }
+  return c;
+}
+
+Comm::~Comm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (m.comm) {
+    // A healthy communicator is finalised (its calls drain) within a bound;
+    // one that does not settle, or has failed, is aborted.
+    bool finalized = false;
+    if (m.healthy() && ncclCommFinalize(m.comm) != ncclInternalError) {
+      const Deadline bound = Deadline::after(std::chrono::seconds(5));
+      ncclResult_t state = ncclInProgress;
+      while (ncclCommGetAsyncError(m.comm, &state) == ncclSuccess && state == ncclInProgress && !bound.expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      finalized = state == ncclSuccess;
+    }
+    if (finalized) {
+      (void)ncclCommDestroy(m.comm);
+    } else {
+      (void)ncclCommAbort(m.comm);
+    }
+    m.comm = nullptr;
+  }
+  for (const auto& p : m.pending) (void)cudaEventDestroy(p.event);
+  for (cudaEvent_t e : m.spare) (void)cudaEventDestroy(e);
+  if (m.fence) (void)cudaEventDestroy(m.fence);
+  if (m.stream) (void)cudaStreamDestroy(m.stream);
+}
+
+Result<uint64_t> Comm::issue(const std::vector<Call>& calls, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (!m.healthy()) return m.failed;
+  (void)cudaSetDevice(config_.device);  // the calling thread's current device
+  ncclResult_t r = ncclGroupStart();
+  for (const Call& c : calls) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    const ncclDataType_t t = to_nccl(c.dtype);
+    switch (c.kind) {
+      case CallKind::kAllReduce: r = ncclAllReduce(c.in, c.out, c.count, t, to_nccl(c.op), m.comm, m.stream); break;
+      case CallKind::kAllGather: r = ncclAllGather(c.in, c.out, c.count, t, m.comm, m.stream); break;
+      case CallKind::kReduceScatter: r = ncclReduceScatter(c.in, c.out, c.count, t, to_nccl(c.op), m.comm, m.stream); break;
+      case CallKind::kBroadcast: r = ncclBroadcast(c.in, c.out, c.count, t, c.peer, m.comm, m.stream); break;
+      case CallKind::kSend: r = ncclSend(c.in, c.count, t, c.peer, m.comm, m.stream); break;
+      case CallKind::kRecv: r = ncclRecv(c.out, c.count, t, c.peer, m.comm, m.stream); break;
+    }
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = end;
+  // Non-blocking: the group may still be being enqueued. Settle it, letting an
+  // abort from another thread in between polls.
+  while (r == ncclInProgress) {
+    ncclResult_t state = ncclSuccess;
+    r = ncclCommGetAsyncError(m.comm, &state);
+    if (r != ncclSuccess) break;
+    r = state;
+    if (r != ncclInProgress) break;
+    if (deadline.expired()) {
+      m.failed = failure(ErrorCode::kTimeout, std::string(to_string(calls.front().kind)) +
+                                                  " was still being enqueued at its deadline; aborted the communicator");
+      (void)ncclCommAbort(m.comm);
+      m.comm = nullptr;
+      return m.failed;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(kSettlePoll);
+    lock.lock();
+    if (!m.healthy()) return m.failed;
+  }
+  if (r != ncclSuccess) {
+    m.failed = failure(ErrorCode::kTransport, std::string(to_string(calls.front().kind)) + " of " +
+                                                  std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.comm));
+    (void)ncclCommAbort(m.comm);
+    m.comm = nullptr;
+    return m.failed;
+  }
+  cudaEvent_t ev = nullptr;
+  if (!m.spare.empty()) {
+    ev = m.spare.back();
+    m.spare.pop_back();
+  } else if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
+  }
+  if (cudaError_t e = cudaEventRecord(ev, m.stream); e != cudaSuccess) {
+    m.spare.push_back(ev);
+    return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
+  }
+  const uint64_t ticket = m.next_ticket++;
+  m.pending.push_back({ticket, ev});
+  return ticket;
+}
+
+Result<bool> Comm::poll(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (ticket <= m.done_through) return true;
+  if (!m.healthy()) return m.failed;
+  // An asynchronous error (a peer gone, a network failure) fails every call in flight.
+  ncclResult_t state = ncclSuccess;
+  if (ncclResult_t r = ncclCommGetAsyncError(m.comm, &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+    m.failed = failure(ErrorCode::kTransport, "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.comm) +
+                                                  "; aborted the communicator");
+    (void)ncclCommAbort(m.comm);
+    m.comm = nullptr;
+    return m.failed;
+  }
+  while (!m.pending.empty()) {
+    const cudaError_t e = cudaEventQuery(m.pending.front().event);
+    if (e == cudaErrorNotReady) break;
+    if (e != cudaSuccess) {
+      m.failed = failure(ErrorCode::kTransport, "cudaEventQuery failed: " + cuda_error(e) + "; aborted the communicator");
+      (void)ncclCommAbort(m.comm);
+      m.comm = nullptr;
+      return m.failed;
+    }
+    m.done_through = m.pending.front().ticket;
+    m.spare.push_back(m.pending.front().event);
+    m.pending.pop_front();
+  }
+  return ticket <= m.done_through;
+}
+
+void Comm::abort(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (!m.healthy()) return;
+  m.failed = failure(ErrorCode::kAborted, "the NCCL communicator was aborted: " + why.message());
+  // Events of calls in flight may still fire (an aborted kernel exits
+  // normally): they stay pending and poll() reports them failed.
+  if (m.comm) (void)ncclCommAbort(m.comm);
+  m.comm = nullptr;
+}
+
+bool Comm::aborted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !impl_->healthy();
+}
+
+Status Comm::order_after_me(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (cudaError_t e = cudaEventRecord(m.fence, m.stream); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
+  }
+  if (cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), m.fence, 0); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
+  }
+  return Status();
+}
+
+Status Comm::order_after(void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (cudaError_t e = cudaEventRecord(m.fence, static_cast<cudaStream_t>(stream)); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
+  }
+  if (cudaError_t e = cudaStreamWaitEvent(m.stream, m.fence, 0); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
+  }
+  return Status();
+}
+
+}  // namespace rcoll::nccl

@@ -1,0 +1,108 @@
+// One NCCL communicator for one epoch: created non-blocking with its own init
+// deadline, its collectives issued on a stream it owns, each call's completion
+// marked by a CUDA event that the runtime polls (with ncclCommGetAsyncError),
+// and an abort that is serialised with every other call on it, so it never
+// races one. Like every transport it never retries and never recovers: a
+// failure is reported, and the runtime builds the next epoch's communicator
+// from a new unique id it distributes through the store.
+//
+// An aborted NCCL kernel exits normally, so an event that fires after abort()
+// is not a success: calls pending at the abort report kAborted, and their
+// output (for in-place calls, their input too) may be partly written.
+//
+// No NCCL or CUDA header here: streams are void* (a cudaStream_t).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rcoll/status.h"
+#include "rcoll/types.h"
+#include "runtime/deadline.h"
+
+namespace rcoll::nccl {
+
+// Whether this build has the NCCL transport.
+bool built();
+// "2.28.9", or why there is none.
+std::string version();
+
+// A fresh ncclUniqueId as bytes, for the store. Made by one rank per epoch.
+Result<std::string> new_unique_id();
+
+enum class CallKind : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kSend, kRecv };
+const char* to_string(CallKind kind);
+
+// One NCCL call on device memory. `count` is per rank: elements reduced
+// (all-reduce), contributed (all-gather), received (reduce-scatter),
+// broadcast, sent or received.
+struct Call {
+  CallKind kind = CallKind::kAllReduce;
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int peer = -1;  // the root of a broadcast, the other side of a send or recv
+};
+
+class Comm {
+ public:
+  struct Config {
+    int rank = 0;
+    int size = 1;
+    int device = 0;
+    uint32_t epoch = 0;
+    // Init is non-blocking: polled until done, aborted when this passes.
+    Deadline init_deadline = Deadline::after(std::chrono::seconds(60));
+  };
+  // Joins the communicator `unique_id` names (bytes from new_unique_id()).
+  // kInvalidArgument for a malformed id, kUnsupported without a usable GPU,
+  // kTimeout when the other ranks do not join by the deadline.
+  static Result<std::unique_ptr<Comm>> create(std::string_view unique_id, const Config& config);
+  ~Comm();  // a healthy communicator is destroyed, a failed one aborted
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  // Enqueues `calls` as one NCCL group (a send and a recv that must overlap,
+  // say) on the communicator's stream and returns a ticket whose event fires
+  // when they are done on this rank. Tickets complete in issue order. A
+  // ticket's call that fails reports its error at poll(), as does the abort.
+  Result<uint64_t> issue(const std::vector<Call>& calls, Deadline deadline);
+  Result<uint64_t> issue(const Call& call, Deadline deadline) { return issue(std::vector<Call>{call}, deadline); }
+
+  // Done (true), still running (false), or the error that ended it: an
+  // asynchronous NCCL error, a CUDA error, or the abort.
+  Result<bool> poll(uint64_t ticket);
+
+  // Stops every call in flight and fails the communicator with `why`.
+  // Idempotent, callable from any thread, never blocks on the GPU.
+  void abort(const Status& why);
+  bool aborted() const;
+
+  // Work on `stream` after this waits for every call issued so far.
+  Status order_after_me(void* stream);
+  // Calls issued after this wait for the work queued on `stream` so far.
+  Status order_after(void* stream);
+
+  int rank() const { return config_.rank; }
+  int size() const { return config_.size; }
+  uint32_t epoch() const { return config_.epoch; }
+
+ private:
+  struct Impl;
+  explicit Comm(const Config& config);
+  Status failure(ErrorCode code, const std::string& what) const;
+
+  Config config_;
+  mutable std::mutex mu_;  // every NCCL call on the communicator, abort included
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rcoll::nccl
