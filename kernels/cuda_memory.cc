@@ -136,4 +136,26 @@ size_t PinnedBuffer::release() {
   return freed;
 }
 
+Status DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= capacity_) return Status();
+  release();
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // an out-of-memory is not sticky
+    return failed(e, "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  }
+  data_ = p;
+  capacity_ = bytes;
+  return Status();
+}
+
+size_t DeviceBuffer::release() {
+  const size_t freed = capacity_;
+  if (data_) (void)cudaFree(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  return freed;
+}
+
 }  // namespace rcoll::kernels::cuda

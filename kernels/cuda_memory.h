@@ -84,6 +84,23 @@ class PinnedBuffer {
   size_t capacity_ = 0;
 };
 
+// Device memory on the current device: grows, never shrinks, until released.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { release(); }
+  Status reserve(size_t bytes);
+  void* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+  size_t release();
+
+ private:
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
 // RAII owners of a stream and an event.
 class Stream {
  public:

@@ -23,5 +23,7 @@ Status wait_event(void*, Deadline, const std::string&) { return none(); }
 Status copy_async(void*, const void*, size_t, void*) { return none(); }
 Status PinnedBuffer::reserve(size_t) { return none(); }
 size_t PinnedBuffer::release() { return 0; }
+Status DeviceBuffer::reserve(size_t) { return none(); }
+size_t DeviceBuffer::release() { return 0; }
 
 }  // namespace rcoll::kernels::cuda

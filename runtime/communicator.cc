@@ -19,7 +19,11 @@
 namespace rcoll {
 
 const char* version_string() {
-#if RCOLL_HAVE_UCX
+#if RCOLL_HAVE_NCCL && RCOLL_HAVE_UCX
+  return "0.1.0 (transports: nccl, ucx, tcp)";
+#elif RCOLL_HAVE_NCCL
+  return "0.1.0 (transports: nccl, tcp)";
+#elif RCOLL_HAVE_UCX
   return "0.1.0 (transports: ucx, tcp)";
 #else
   return "0.1.0 (transports: tcp)";
@@ -497,7 +501,8 @@ Counters CommunicatorImpl::counters() const {
   c.faults_injected = injected_;
   c.delays_injected = delays_injected_;
   c.transport = transport_name_.load();
-  c.fallbacks = fallbacks_;
+  c.fallbacks = fallbacks_ + nccl_fallbacks_;
+  c.device_transport = !chain_.nccl() || nccl_dropped_ ? "staged" : "nccl";
   c.probes = probes_;
   c.chunk_bytes = tuned_piece_;
   c.pipeline_depth = tuned_window_;

@@ -23,6 +23,7 @@
 #include "runtime/liveness.h"
 #include "runtime/op.h"
 #include "runtime/transport_chain.h"
+#include "transports/nccl/nccl_comm.h"
 #include "transports/transport.h"
 
 namespace rcoll {
@@ -96,6 +97,26 @@ class CommunicatorImpl : public ProgressGuard {
   // At issue, on the caller's thread: the op's device is the communicator's,
   // and an event marks where the caller's stream was.
   Status prepare_device_op(Op& op);
+  // Device collectives on NCCL (runtime/nccl_ops.cc).
+  bool runs_on_nccl(const Op& op) const;
+  // Slices of an op on NCCL: contiguous element ranges of at most
+  // kNcclSliceBytes where one NCCL call can take them (all-reduce,
+  // broadcast), else the whole op.
+  static size_t nccl_slice_count(const Op& op);
+  static constexpr size_t kNcclSliceBytes = 64u << 20;
+  // The current epoch's NCCL communicator, made with every rank's agreement;
+  // when a rank cannot (or, after repeated failures, will not) join, every
+  // rank stops using NCCL and sets nccl_restart_staged_.
+  Status ensure_nccl(const Op& op);
+  Status run_nccl_slices(OpRecord& rec, size_t first);
+  // A reason to stop using NCCL (it failed too often lately), or "".
+  std::string nccl_drop_reason();
+  // Puts back the inputs an in-place op on NCCL may have overwritten, before
+  // the op runs again another way.
+  Status restore_nccl_inputs(const Op& op);
+  // Fault injection for an op on NCCL: returns whether to abort the
+  // communicator once the op's first slice is done (close-link).
+  bool inject_nccl(const Op& op);
   // Runs slices [first, end) of a record: normally, or as a replay of an op the
   // caller already has back (inputs from backups, outputs to a sink).
   Status run_slices(OpRecord& rec, size_t first, bool replay);
@@ -150,6 +171,20 @@ class CommunicatorImpl : public ProgressGuard {
   std::string link_note_ = "one rank, no links";  // for the log
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
+  // Device collectives on NCCL; owned by the thread that holds running_.
+  std::unique_ptr<nccl::Comm> nccl_;
+  std::unique_ptr<nccl::Comm> nccl_retired_;  // the last epoch's, until a new one follows it
+  uint32_t nccl_epoch_ = 0;
+  std::string nccl_off_;  // why device collectives no longer run on NCCL ("" = they do)
+  bool nccl_restart_staged_ = false;
+  std::deque<Clock::time_point> nccl_failures_;  // recoveries of ops on NCCL
+  std::atomic<uint64_t> nccl_fallbacks_{0};
+  std::atomic<bool> nccl_dropped_{false};  // for counters(), from any thread
+  // Inputs of the current in-place all-reduce on NCCL, bytes [0, nccl_backed_up_)
+  // of op nccl_backup_seq_'s buffer.
+  kernels::cuda::DeviceBuffer nccl_backup_;
+  size_t nccl_backed_up_ = 0;
+  uint64_t nccl_backup_seq_ = 0;
   int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
   std::unique_ptr<Transport> transport_;
   TransportChain chain_;                         // progress thread (and create())

@@ -172,16 +172,22 @@ OpKey key_of(const Op& op) {
   return {'C', -1, op.match_seq};
 }
 
+// Ops that one rank can only have finished once every rank has the whole
+// result: a broadcast (it completes down an acknowledgement chain) and an op on
+// NCCL (it ends with a confirmation all-reduce). Nobody re-runs them for a peer.
+bool completes_everywhere(const OpRecord& r) { return r.op.kind == OpKind::kBroadcast || r.nccl; }
+
 void write_record(std::ostringstream& out, const OpRecord& r) {
   auto [kind, peer, seq] = key_of(r.op);
   out << "op " << kind << ' ' << peer << ' ' << seq << ' ' << r.total << ' ' << r.done << ' '
-      << static_cast<int>(r.op.kind) << '\n';
+      << static_cast<int>(r.op.kind) << ' ' << (completes_everywhere(r) ? 1 : 0) << '\n';
 }
 
 struct ParsedEntry {
   size_t total = 0;
   size_t done = 0;
   int kind = 0;  // OpKind
+  int everywhere = 0;
 };
 
 struct ParsedLedger {
@@ -208,7 +214,7 @@ ParsedLedger parse(const std::string& text) {
       int peer;
       uint64_t seq;
       ParsedEntry e;
-      in >> kind >> peer >> seq >> e.total >> e.done >> e.kind;
+      in >> kind >> peer >> seq >> e.total >> e.done >> e.kind >> e.everywhere;
       p.done[{kind, peer, seq}] = e;
     } else if (word == "end") {
       p.valid = true;
@@ -275,9 +281,10 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
       for (int q = 0; q < size; ++q)
         if (q != rank) resume = std::min(resume, done_on(q, key, r.total));
       // A broadcast completes on a rank only when every rank after it has the
-      // whole buffer (the ack chain), and every rank before it forwarded it:
-      // one completed rank means every rank has the data.
-      if (r.op.kind == OpKind::kBroadcast) {
+      // whole buffer (the ack chain), and every rank before it forwarded it;
+      // an op on NCCL only once its confirmation all-reduce is through: one
+      // completed rank means every rank has the data.
+      if (completes_everywhere(r)) {
         for (int q = 0; q < size; ++q) {
           if (q == rank) continue;
           const ParsedLedger& l = parsed[static_cast<size_t>(q)];
@@ -314,7 +321,7 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
     for (const auto& [key, e] : parsed[static_cast<size_t>(q)].done) {
-      if (e.done >= e.total || e.kind == static_cast<int>(OpKind::kBroadcast)) continue;
+      if (e.done >= e.total || e.everywhere) continue;
       auto [kind, peer, seq] = key;
       OpKey mine;
       bool finished_here = false;

@@ -78,6 +78,9 @@ struct OpRecord {
   bool complete = false;  // the caller has its result
   bool confirmed = false; // every rank said it has the whole result: never re-run
   bool replayable = true; // false when its backups would exceed the budget
+  // Runs on NCCL (runtime/nccl_ops.cc): its slices are NCCL calls, it never
+  // overwrites what it reads, and once one rank has it whole, every rank has.
+  bool nccl = false;
   Tuning tuning;          // how the op is cut: kept for every replay of it
   // First slice of the last window run: a rank that finished the op is at most
   // one window ahead of the slowest, so a peer resumes no earlier than this.

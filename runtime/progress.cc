@@ -74,7 +74,7 @@ void CommunicatorImpl::idle_checks() {
   // quiet spell it goes back to the system (the next op grows it again).
   if (!idle_trimmed_ && Clock::now() - last_op_end_ > kIdleTrimAfter) {
     idle_trimmed_ = true;
-    const size_t freed = scratch_.release() + log_.pool()->trim() + staging_.release();
+    const size_t freed = scratch_.release() + log_.pool()->trim() + staging_.release() + nccl_backup_.release();
     held_bytes_ = log_.bytes();
     if (freed > 0) {
       RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
@@ -137,6 +137,25 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 // straggler timeout. A failure after it leaves the peers done and this op failed.
 Status CommunicatorImpl::run_device_op(const Op& op) {
   if (!fatal_.ok()) return run_op(op);  // names the earlier failure
+  if (runs_on_nccl(op)) {
+    kernels::cuda::ScopedDevice on;
+    Status s = on.enter(op.device);
+    if (s.ok()) s = run_op(op);
+    if (!nccl_restart_staged_) return s;
+    // NCCL was dropped before or while the op ran, on every rank alike. Ops on
+    // NCCL never overwrite their inputs (in-place ones are backed up), so
+    // every rank can run it again from the start, staged.
+    nccl_restart_staged_ = false;
+    if (Status r = restore_nccl_inputs(op); !r.ok()) {
+      fatal_ = Status(r.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+                      r.message() + "; the op cannot run again, and the communicator stops here (its peers are told)");
+      publish_fatal(fatal_);
+      RCOLL_LOG(kError, "%s", fatal_.to_string().c_str());
+      return fatal_;
+    }
+    RCOLL_LOG(kWarn, "%s runs again from the start, staged through pinned host memory over %s (NCCL dropped: %s)",
+              op.describe().c_str(), transport_name_.load(), nccl_off_.c_str());
+  }
   DeviceStaging::Limits limits;
   limits.caller_stream = options_.straggler_timeout;
   limits.copy_floor = options_.deadline_floor;
@@ -175,7 +194,9 @@ Status CommunicatorImpl::run_op(const Op& op) {
     schedule_.prune_before(op.match_seq);
     rec.tuning = schedule_.for_collective(op.match_seq);
   }
-  rec.total = plan_slices(op, rank_, size_, rec.tuning, 0, SIZE_MAX).slices;
+  // Device buffers reach run_op only to run on NCCL (else they are staged).
+  rec.nccl = op.on_device();
+  rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, SIZE_MAX).slices;
   // An injected stall makes this rank late to the op, as a rank busy in
   // compute would be: before it says (in its heartbeats) that it is in the op.
   for (const Fault& f : faults_) {
@@ -197,6 +218,12 @@ Status CommunicatorImpl::run_op(const Op& op) {
     Status s = first < rec.total ? run_slices(rec, first, false) : Status();
     recorder_.progressed(op.seq, rec.done, epoch_.load());
     if (s.ok()) break;
+    if (nccl_restart_staged_) {
+      // Every rank stopped using NCCL: run_device_op runs the op again, staged.
+      current_ = nullptr;
+      return s;
+    }
+    if (rec.nccl) nccl_failures_.push_back(Clock::now());
     if (last_stall_was_straggler_) {
       // A live rank that is merely late: rebuilding the data plane cannot help.
     } else if (recoveries_this_op_ >= options_.max_recoveries_per_op) {
@@ -305,6 +332,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
 }
 
 Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
+  if (rec.nccl) return run_nccl_slices(rec, first);  // confirmed when done: never replayed
   const Op& op = rec.op;
   last_stall_was_straggler_ = false;
   AlgoContext ctx(*transport_, op, rec.tuning, scratch_);

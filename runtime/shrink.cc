@@ -64,6 +64,9 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   retire_transport();
   transport_.reset();
   liveness_.reset();
+  if (nccl_) nccl_->abort(why);  // the old group's, dead rank included
+  nccl_.reset();
+  nccl_retired_.reset();
   std::deque<Op> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -54,11 +54,18 @@ Result<TransportChain> TransportChain::make(const Options& options, std::vector<
       continue;
     }
     if (name == "nccl") {
-      // Communicator buffers are host memory; NCCL moves device memory only.
-      notes->push_back("nccl: not usable for host buffers, skipped");
+      // NCCL moves device memory only: it serves collectives on device
+      // buffers, and host buffers take the rest of the chain.
+      c.nccl_ = true;
+      notes->push_back("nccl: for collectives on device buffers only; host buffers use the rest of the chain");
       continue;
     }
     c.order_.push_back(name);
+  }
+  if (c.order_.empty() && c.nccl_) {
+    return Status(ErrorCode::kUnsupported, ErrorContext{-1, -1, 0, -1, "nccl"},
+                  "transport 'nccl' moves device buffers only, and a communicator also needs a host transport: "
+                  "list one after it (RCOLL_TRANSPORTS=nccl,tcp) instead of pinning nccl");
   }
   if (c.order_.empty()) {
     return Status(ErrorCode::kUnsupported, "no usable transport in '" + join(wanted) + "' (built in: " + join(built_transports()) + ")");

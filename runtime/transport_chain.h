@@ -40,6 +40,8 @@ class TransportChain {
   size_t index() const { return index_; }
   const std::string& current() const { return order_[index_]; }
   bool has_next() const { return index_ + 1 < order_.size(); }
+  // Whether device-buffer collectives may run on NCCL (it is in the chain and built).
+  bool nccl() const { return nccl_; }
   std::string describe() const;
 
   // The current transport failed to connect (on some rank): move to the next.
@@ -55,7 +57,8 @@ class TransportChain {
   uint64_t probes() const { return probes_; }
 
  private:
-  std::vector<std::string> order_;
+  std::vector<std::string> order_;  // host transports
+  bool nccl_ = false;
   size_t index_ = 0;
   int failures_to_drop_ = 3;
   Clock::duration failure_window_{};

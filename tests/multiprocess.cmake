@@ -51,13 +51,15 @@ foreach(np 2 3 4 8)
   endforeach()
 endforeach()
 
-# Device buffers (--memory cuda) on every host transport: the same suite on
-# GPU memory, staged through pinned host memory; then with a link closed in the
-# middle of an op, so the recovery runs on a staged op. Without a GPU the
-# worker exits 77 and the tests are skipped, saying why.
+# Device buffers (--memory cuda). Without a GPU the worker exits 77 and the
+# tests are skipped, saying why.
+#  - Staged over every host transport (RCOLL_TRANSPORT pins it, so NCCL is not
+#    in the chain): the whole suite, then a link closed in the middle of ops,
+#    so the recovery runs on staged ops.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME correctness_cuda_np2_${t}
-           COMMAND ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda --sizes 0,1,7,4K+3,1M,16M)
+           COMMAND ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda --sizes 0,1,7,4K+3,1M,16M
+                   --expect-device-transport staged)
   rcoll_transport_props(correctness_cuda_np2 ${t} 700 "multiprocess;cuda")
   add_test(NAME correctness_cuda_np3_close_link_${t}
            COMMAND ${RCOLL_RUN} -n 3 --timeout 600 --inject "close-link:rank=1,op=3;close-link:rank=2,op=40" --
@@ -65,6 +67,36 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(correctness_cuda_np3_close_link ${t} 700 "multiprocess;cuda")
   set_tests_properties(correctness_cuda_np2_${t} correctness_cuda_np3_close_link_${t} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+#  - On NCCL (chain nccl,tcp; the processes share the GPU as separate NCCL
+#    ranks): the suite at 1, 2 and 4 ranks; an NCCL link failure mid-op
+#    (close-link aborts one rank's NCCL communicator) recovered on NCCL; a
+#    rank whose NCCL init fails (fail-connect), after which every rank stages
+#    device collectives over TCP; a rank frozen (SIGSTOP) for 4 s in the middle
+#    of 64 MiB all-reduces on NCCL, thawed, every result right.
+if(RCOLL_HAVE_NCCL)
+  set(RCOLL_NCCL_ENV env RCOLL_TRANSPORTS=nccl,tcp)
+  foreach(np 1 2 4)
+    add_test(NAME correctness_cuda_nccl_np${np}
+             COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n ${np} --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda
+                     --sizes 0,1,7,4K+3,1M,16M --big-dtypes float32 --expect-device-transport nccl)
+    list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np${np})
+  endforeach()
+  add_test(NAME recovery_cuda_nccl_close_link
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600 --inject "close-link:rank=1,op=3;close-link:rank=2,op=12" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 2
+                   --expect-device-transport nccl)
+  add_test(NAME fallback_cuda_nccl_fail_connect
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600 --inject "fail-connect:transport=nccl,count=1,rank=2" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-fallbacks 1
+                   --expect-device-transport staged)
+  add_test(NAME recovery_cuda_nccl_sigstop
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/sigstop.sh 6 4 --
+                   ${RCOLL_NCCL_ENV} RCOLL_OP_TIMEOUT_MS=2000 ${RCOLL_RUN} -n 2 --timeout 600 --
+                   ${RCOLL_CORRECTNESS} --memory cuda --dtypes float32 --sizes 64M --ops allreduce --repeat 20
+                   --expect-recoveries 1 --expect-device-transport nccl)
+  list(APPEND RCOLL_NCCL_TESTS recovery_cuda_nccl_close_link fallback_cuda_nccl_fail_connect recovery_cuda_nccl_sigstop)
+  set_tests_properties(${RCOLL_NCCL_TESTS} PROPERTIES TIMEOUT 700 SKIP_RETURN_CODE 77 LABELS "multiprocess;cuda;nccl")
+endif()
 
 # The main job's check: rcoll-bench over every op verifies every result.
 if(TARGET rcoll-bench)

@@ -48,14 +48,31 @@ TEST(TransportChain, PinnedTransportIsTheWholeChain) {
   EXPECT_FALSE(c.value().has_next());
 }
 
-TEST(TransportChain, PinnedTransportNotBuiltIsUnsupported) {
+// Pinning nccl leaves host buffers nowhere to go: unsupported, saying why
+// (or, in a build without NCCL, that it is not built in).
+TEST(TransportChain, PinnedNcclIsUnsupported) {
   Options o;
   o.transport = "nccl";
   std::vector<std::string> notes;
   auto c = TransportChain::make(o, &notes);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kUnsupported);
-  EXPECT_NE(c.status().message().find("not available in this build"), std::string::npos);
+  const char* why = transport_built("nccl") ? "device buffers only" : "not available in this build";
+  EXPECT_NE(c.status().message().find(why), std::string::npos) << c.status().to_string();
+}
+
+TEST(TransportChain, NcclServesDeviceCollectivesBesideTheHostChain) {
+  Options o;
+  o.transports = {"nccl", "tcp"};
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c.value().order(), std::vector<std::string>{"tcp"});
+  EXPECT_EQ(c.value().nccl(), transport_built("nccl"));
+  o.transports = {"tcp"};
+  auto without = TransportChain::make(o, &notes);
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without.value().nccl());
 }
 
 TEST(TransportChain, UnknownNameIsInvalid) {

@@ -59,6 +59,9 @@ struct Counters {
   uint64_t delays_injected = 0;
   int64_t epoch = 0;
   std::string transport;
+  // Where collectives on device buffers run: "nccl", or "staged" (through
+  // pinned host memory over `transport`; device send/recv always are).
+  std::string device_transport;
   // Host memory rcoll holds now for staging, input backups and reuse. Grows to
   // the working set; released after a few idle seconds.
   uint64_t held_bytes = 0;

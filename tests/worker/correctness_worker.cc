@@ -457,6 +457,7 @@ int main(int argc, char** argv) {
   int repeat = 1;
   bool survive_shrink = false;
   std::string expect_transport;  // the transport the run must end on
+  std::string expect_device_transport;  // where device collectives must end up: nccl or staged
   long expect_fallbacks = -1;    // exactly this many moves down the transport chain
   long expect_probes = -1;       // exactly this many moves back up
   double duration_s = 0;
@@ -475,6 +476,7 @@ int main(int argc, char** argv) {
     else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
     else if (k == "--survive-shrink") survive_shrink = std::string(argv[i + 1]) == "1";
     else if (k == "--expect-transport") expect_transport = argv[i + 1];
+    else if (k == "--expect-device-transport") expect_device_transport = argv[i + 1];
     else if (k == "--expect-fallbacks") expect_fallbacks = std::stol(argv[i + 1]);
     else if (k == "--expect-probes") expect_probes = std::stol(argv[i + 1]);
     else if (k == "--duration") duration_s = std::stod(argv[i + 1]);
@@ -496,6 +498,13 @@ int main(int argc, char** argv) {
       return 77;
     }
     g_device = true;
+    // Every rank shares this host's GPU(s) as its own NCCL "host", over
+    // sockets on loopback (the one-GPU test machine's way of running NCCL
+    // ranks in separate processes), unless the caller says otherwise.
+    const std::string host_id = "rcoll-worker-" + std::string(std::getenv("RCOLL_RANK") ? std::getenv("RCOLL_RANK") : "0");
+    setenv("NCCL_HOSTID", host_id.c_str(), 0);
+    setenv("NCCL_NET", "Socket", 0);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
 #else
     std::printf("SKIP: --memory cuda: this worker was built without CUDA\n");
     return 77;
@@ -578,6 +587,12 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(counters.delays_injected), counters.transport.c_str(),
                 static_cast<long long>(counters.epoch), static_cast<unsigned long long>(counters.fallbacks),
                 static_cast<unsigned long long>(counters.probes));
+    std::printf("rank %d/%d: device collectives: %s\n", r, p, counters.device_transport.c_str());
+    if (!expect_device_transport.empty() && counters.device_transport != expect_device_transport) {
+      std::fprintf(stderr, "FAIL rank %d: expected device collectives on %s, they are %s\n", r,
+                   expect_device_transport.c_str(), counters.device_transport.c_str());
+      ++g_failures;
+    }
     if (!expect_transport.empty() && counters.transport != expect_transport) {
       std::fprintf(stderr, "FAIL rank %d: expected to end on transport %s, ended on %s\n", r, expect_transport.c_str(),
                    counters.transport.c_str());

@@ -86,7 +86,8 @@ Result<std::string> new_unique_id() {
 struct Comm::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  cudaEvent_t fence = nullptr;  // for ordering against a caller's stream
+  cudaEvent_t fence = nullptr;  // for ordering a caller's stream after this one
+  void* word = nullptr;         // device memory of the confirmation all-reduce
   struct Pending {
     uint64_t ticket;
     cudaEvent_t event;
@@ -137,12 +138,16 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
   if (cudaError_t e = cudaEventCreateWithFlags(&m.fence, cudaEventDisableTiming); e != cudaSuccess) {
     return c->failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
   }
+  if (cudaError_t e = cudaMalloc(&m.word, 16); e != cudaSuccess) {
+    return c->failure(ErrorCode::kTransport, "cudaMalloc of 16 bytes failed: " + cuda_error(e));
+  }
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   const std::string name = "rcoll epoch " + std::to_string(config.epoch);
   cfg.commName = name.c_str();
   const auto started = Clock::now();
+  auto last_asked = started;
   ncclResult_t r = ncclCommInitRankConfig(&m.comm, config.size, id, config.rank, &cfg);
   // Poll the init until it settles; the other ranks must join by the deadline.
   while (r == ncclInProgress || r == ncclSuccess) {
@@ -156,6 +161,14 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
     if (state != ncclInProgress) {
       r = state;
       break;
+    }
+    if (config.cancelled && Clock::now() - last_asked >= std::chrono::milliseconds(10)) {
+      last_asked = Clock::now();
+      if (config.cancelled()) {
+        (void)ncclCommAbort(m.comm);
+        m.comm = nullptr;
+        return c->failure(ErrorCode::kAborted, "NCCL init cancelled: another rank gave up on it");
+      }
     }
     if (config.init_deadline.expired()) {
       (void)ncclCommAbort(m.comm);
@@ -202,6 +215,7 @@ Comm::~Comm() {
   for (const auto& p : m.pending) (void)cudaEventDestroy(p.event);
   for (cudaEvent_t e : m.spare) (void)cudaEventDestroy(e);
   if (m.fence) (void)cudaEventDestroy(m.fence);
+  if (m.word) (void)cudaFree(m.word);
   if (m.stream) (void)cudaStreamDestroy(m.stream);
 }
 
@@ -252,6 +266,12 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, Deadline deadline) 
     m.comm = nullptr;
     return m.failed;
   }
+  return record_ticket();
+}
+
+// An event behind everything on the stream so far, as the next ticket.
+Result<uint64_t> Comm::record_ticket() {
+  Impl& m = *impl_;
   cudaEvent_t ev = nullptr;
   if (!m.spare.empty()) {
     ev = m.spare.back();
@@ -266,6 +286,23 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, Deadline deadline) 
   const uint64_t ticket = m.next_ticket++;
   m.pending.push_back({ticket, ev});
   return ticket;
+}
+
+Result<uint64_t> Comm::issue_confirmation(Deadline deadline) {
+  void* word = impl_->word;
+  return issue(Call{CallKind::kAllReduce, word, word, 1, DataType::kInt32, ReduceOp::kSum}, deadline);
+}
+
+Result<uint64_t> Comm::issue_copy(void* dst, const void* src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (!m.healthy()) return m.failed;
+  if (bytes > 0) {
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.stream); e != cudaSuccess) {
+      return failure(ErrorCode::kTransport, "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes failed: " + cuda_error(e));
+    }
+  }
+  return record_ticket();
 }
 
 Result<bool> Comm::poll(uint64_t ticket) {
@@ -326,13 +363,23 @@ Status Comm::order_after_me(void* stream) {
   return Status();
 }
 
-Status Comm::order_after(void* stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+Status Comm::follow(Comm& previous) {
+  std::scoped_lock lock(previous.mu_, mu_);
+  Impl& p = *previous.impl_;
   Impl& m = *impl_;
-  if (cudaError_t e = cudaEventRecord(m.fence, static_cast<cudaStream_t>(stream)); e != cudaSuccess) {
+  if (cudaError_t e = cudaEventRecord(p.fence, p.stream); e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
   }
-  if (cudaError_t e = cudaStreamWaitEvent(m.stream, m.fence, 0); e != cudaSuccess) {
+  if (cudaError_t e = cudaStreamWaitEvent(m.stream, p.fence, 0); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
+  }
+  return Status();
+}
+
+Status Comm::order_after_event(void* event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (cudaError_t e = cudaStreamWaitEvent(m.stream, static_cast<cudaEvent_t>(event), 0); e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
   }
   return Status();

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,8 +60,10 @@ class Comm {
     int size = 1;
     int device = 0;
     uint32_t epoch = 0;
-    // Init is non-blocking: polled until done, aborted when this passes.
+    // Init is non-blocking: polled until done, aborted when this passes or
+    // when `cancelled` (asked every few ms) says another rank gave up.
     Deadline init_deadline = Deadline::after(std::chrono::seconds(60));
+    std::function<bool()> cancelled;
   };
   // Joins the communicator `unique_id` names (bytes from new_unique_id()).
   // kInvalidArgument for a malformed id, kUnsupported without a usable GPU,
@@ -77,6 +80,14 @@ class Comm {
   Result<uint64_t> issue(const std::vector<Call>& calls, Deadline deadline);
   Result<uint64_t> issue(const Call& call, Deadline deadline) { return issue(std::vector<Call>{call}, deadline); }
 
+  // A one-element all-reduce behind every call issued so far. When it is done
+  // on this rank, every rank has finished every call before it (each rank
+  // contributes only once its own stream got there), so nothing of them can
+  // need running again anywhere.
+  Result<uint64_t> issue_confirmation(Deadline deadline);
+  // A device-to-device copy on the communicator's stream, as a ticket.
+  Result<uint64_t> issue_copy(void* dst, const void* src, size_t bytes);
+
   // Done (true), still running (false), or the error that ended it: an
   // asynchronous NCCL error, a CUDA error, or the abort.
   Result<bool> poll(uint64_t ticket);
@@ -88,8 +99,12 @@ class Comm {
 
   // Work on `stream` after this waits for every call issued so far.
   Status order_after_me(void* stream);
-  // Calls issued after this wait for the work queued on `stream` so far.
-  Status order_after(void* stream);
+  // Calls issued after this wait for `event` (recorded on a caller's stream).
+  Status order_after_event(void* event);
+  // Calls issued after this wait for everything queued on `previous` (the
+  // last epoch's communicator, aborted or not: its kernels may still be
+  // draining, and copies queued behind them still run).
+  Status follow(Comm& previous);
 
   int rank() const { return config_.rank; }
   int size() const { return config_.size; }
@@ -99,6 +114,7 @@ class Comm {
   struct Impl;
   explicit Comm(const Config& config);
   Status failure(ErrorCode code, const std::string& what) const;
+  Result<uint64_t> record_ticket();  // under mu_
 
   Config config_;
   mutable std::mutex mu_;  // every NCCL call on the communicator, abort included

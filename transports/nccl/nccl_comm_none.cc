@@ -1,0 +1,32 @@
+// transports/nccl/nccl_comm.h in a build without NCCL: every call says so.
+#include "transports/nccl/nccl_comm.h"
+
+namespace rcoll::nccl {
+namespace {
+
+Status none() { return Status(ErrorCode::kUnsupported, "this build of rcoll has no NCCL (built without NCCL or the CUDA toolkit)"); }
+
+}  // namespace
+
+struct Comm::Impl {};
+
+bool built() { return false; }
+std::string version() { return "none"; }
+const char* to_string(CallKind) { return "nccl"; }
+Result<std::string> new_unique_id() { return none(); }
+Comm::Comm(const Config& config) : config_(config) {}
+Comm::~Comm() = default;
+Result<std::unique_ptr<Comm>> Comm::create(std::string_view, const Config&) { return none(); }
+Result<uint64_t> Comm::issue(const std::vector<Call>&, Deadline) { return none(); }
+Result<uint64_t> Comm::issue_confirmation(Deadline) { return none(); }
+Result<uint64_t> Comm::issue_copy(void*, const void*, size_t) { return none(); }
+Result<uint64_t> Comm::record_ticket() { return none(); }
+Result<bool> Comm::poll(uint64_t) { return none(); }
+void Comm::abort(const Status&) {}
+bool Comm::aborted() const { return true; }
+Status Comm::order_after_me(void*) { return none(); }
+Status Comm::order_after_event(void*) { return none(); }
+Status Comm::follow(Comm&) { return none(); }
+Status Comm::failure(ErrorCode code, const std::string& what) const { return Status(code, what); }
+
+}  // namespace rcoll::nccl
