@@ -22,7 +22,7 @@
 namespace rcoll::bench {
 namespace {
 
-constexpr const char* kLibraries[] = {"gloo", "mpi"};
+constexpr const char* kLibraries[] = {"gloo", "mpi", "nccl"};
 constexpr int kLogTailLines = 12;  // of a failed baseline's output, repeated on stderr
 
 using Clock = std::chrono::steady_clock;
@@ -90,6 +90,8 @@ std::vector<std::string> baseline_argv(const CompareOptions& o, const std::strin
   const std::string n = std::to_string(o.ranks);
   if (library == "gloo") {
     argv = {o.programs.rcoll_run, "-n", n, "--", o.programs.gloo_bench};
+  } else if (library == "nccl") {
+    argv = {o.programs.rcoll_run, "-n", n, "--", o.programs.nccl_bench};
   } else {
     argv = {o.programs.mpirun};
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
@@ -184,7 +186,7 @@ std::vector<std::string> parse_libraries(std::string_view list) {
     start = comma + 1;
     if (std::find(std::begin(kLibraries), std::end(kLibraries), name) == std::end(kLibraries)) {
       throw UsageError("--compare: unknown library '" + name +
-                       "' (gloo, mpi, or a comma list of them)");
+                       "' (gloo, mpi, nccl, or a comma list of them)");
     }
     if (std::find(libs.begin(), libs.end(), name) != libs.end()) {
       throw UsageError("--compare: '" + name + "' is listed twice");
@@ -219,6 +221,13 @@ BaselinePrograms find_baseline_programs(const std::vector<std::string>& librarie
         throw UsageError(
             "--compare gloo: rcoll-run, which starts rcoll-gloo-bench's ranks, is neither in " +
             here + " nor in " + here + "/../tools (build it: `ninja rcoll-run`)");
+      }
+    } else if (lib == "nccl") {
+      p.nccl_bench = sibling(lib, "rcoll-nccl-bench", "NCCL and the CUDA toolkit");
+      p.rcoll_run = first_executable({here + "/rcoll-run", here + "/../tools/rcoll-run"});
+      if (p.rcoll_run.empty()) {
+        throw UsageError("--compare nccl: rcoll-run, which starts rcoll-nccl-bench's ranks, is neither in " + here +
+                         " nor in " + here + "/../tools (build it: `ninja rcoll-run`)");
       }
     } else if (lib == "mpi") {
       p.mpi_bench = sibling(lib, "rcoll-mpi-bench", "an MPI (Debian package libopenmpi-dev)");

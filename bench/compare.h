@@ -1,7 +1,8 @@
 // rcoll-bench --compare: the same ops, sizes, iterations and warmup measured by
 // the baseline benchmarks built next to rcoll-bench (rcoll-gloo-bench: Gloo's
 // TCP transport, under rcoll-run; rcoll-mpi-bench: Open MPI with the tcp BTL,
-// under mpirun), one after the other, by rank 0 once rcoll's own measurement is
+// under mpirun; rcoll-nccl-bench: raw NCCL on device buffers, under rcoll-run,
+// for rcoll-bench --memory cuda), one after the other, by rank 0 once rcoll's own measurement is
 // over and its communicator closed, so that no rcoll thread competes with them
 // for the cores. Their rows are read back from their --json files and shown
 // beside rcoll's.
@@ -19,7 +20,7 @@ namespace rcoll::bench {
 // The ops both baselines measure (float32, sum only).
 bool baseline_measures(std::string_view op);
 
-// "gloo,mpi" -> {"gloo", "mpi"}. Throws UsageError naming an unknown or repeated library.
+// "gloo,mpi" -> {"gloo", "mpi"}; "nccl" too. Throws UsageError naming an unknown or repeated library.
 std::vector<std::string> parse_libraries(std::string_view list);
 
 // Where the programs are; empty for a library not asked for.
@@ -28,6 +29,7 @@ struct BaselinePrograms {
   std::string gloo_bench;
   std::string mpirun;
   std::string mpi_bench;
+  std::string nccl_bench;  // started by rcoll_run too
 };
 
 // Looks for the baselines next to rcoll-bench, rcoll-run there or in ../tools

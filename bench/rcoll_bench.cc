@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -32,6 +33,10 @@
 #include "bench/compare.h"
 #include "bench/plot.h"
 #include "rcoll/rcoll.h"
+
+#if RCOLL_BENCH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace {
 
@@ -58,13 +63,17 @@ constexpr const char* kUsage =
     "  --json FILE    rank 0 writes the rows as JSON, each with \"library\": rcoll, gloo or mpi\n"
     "  --root R       broadcast root  [0]\n"
     "  --inplace      in-place ops (allreduce, allgather; broadcast is always in place)\n"
+    "  --memory M     host|cuda: where the op's buffers are; cuda = device memory of GPU\n"
+    "                 (RCOLL_LOCAL_RANK mod the GPUs), collectives on NCCL when it is in the\n"
+    "                 chain (RCOLL_TRANSPORTS=nccl,tcp), else staged  [host]\n"
     "  --chunk BYTES  Options.chunk_bytes  [chosen by rcoll]\n"
     "  --window N     Options.pipeline_depth, chunks in flight  [chosen by rcoll]\n"
     "  --algo A       auto|ring|direct|hd: Options.allreduce_algorithm  [auto]\n"
     "  --transport T  auto|tcp|ucx, a comma list, or all (every transport built in): with more\n"
     "                 than one, the same sizes run on each in turn and a side-by-side table\n"
     "                 (busbw, time, ratio to the first) follows  [auto: the fallback chain]\n"
-    "  --compare LIST gloo, mpi or gloo,mpi: afterwards rank 0 runs the same ops (of those, the ones\n"
+    "  --compare LIST gloo, mpi or gloo,mpi (host memory), or nccl (--memory cuda: raw NCCL,\n"
+    "                 rcoll-nccl-bench): afterwards rank 0 runs the same ops (of those, the ones\n"
     "                 they measure: allreduce, allgather, reduce_scatter, broadcast), sizes, iters,\n"
     "                 warmup, root and --check with rcoll-gloo-bench (Gloo over TCP, under rcoll-run)\n"
     "                 and rcoll-mpi-bench (Open MPI, mpirun --mca btl tcp,self), both built next to\n"
@@ -79,7 +88,8 @@ constexpr const char* kUsage =
     "  --help         this text\n"
     "Time: median of per-iteration times on each rank, max over ranks. GB/s = 1e9 B/s.\n"
     "Exit: 0 ok, 1 wrong results (--check) or --json/--plot not written, 2 bad arguments,\n"
-    "3 rcoll error or a --compare baseline failed (its columns show n/a). Once measured, rank 0\n"
+    "3 rcoll error or a --compare baseline failed (its columns show n/a), 77 --memory cuda\n"
+    "without a usable GPU (nothing measured). Once measured, rank 0\n"
     "alone goes on (baselines, files, plot) and its exit code is the run's; the others exit 0.\n";
 
 enum class OpId { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kSendRecv, kBarrier };
@@ -113,6 +123,7 @@ struct Config {
   std::string json;
   int root = 0;
   bool inplace = false;
+  bool device = false;  // --memory cuda
   size_t chunk = 0;
   int window = 0;
   AllreduceAlgorithm algo = AllreduceAlgorithm::kAuto;
@@ -158,6 +169,12 @@ void check_compare(const Config& c) {
   }
   if (any_reduces && c.redop != ReduceOp::kSum) {
     throw UsageError(std::string("--compare: the baselines reduce with sum only, not --redop ") + rcoll::to_string(c.redop));
+  }
+  for (const auto& lib : c.compare) {
+    if ((lib == "nccl") != c.device) {
+      throw UsageError("--compare " + lib + " measures " + (lib == "nccl" ? "device" : "host") + " buffers: " +
+                       (c.device ? "drop --memory cuda" : "add --memory cuda"));
+    }
   }
 }
 
@@ -238,6 +255,13 @@ Config parse_args(int argc, char** argv) {
       }
     } else if (f == "--compare") {
       c.compare = rcoll::bench::parse_libraries(args.value());
+    } else if (f == "--memory") {
+      const std::string v = args.value();
+      if (v != "host" && v != "cuda") throw UsageError("--memory: '" + v + "' is not host or cuda");
+      c.device = v == "cuda";
+#if !RCOLL_BENCH_CUDA
+      if (c.device) throw UsageError("--memory cuda: this rcoll-bench was built without CUDA");
+#endif
     } else if (f == "--compare-dir") {
       c.compare_dir = args.value();
       if (c.compare_dir.empty()) throw UsageError("--compare-dir needs a directory");
@@ -358,6 +382,41 @@ class HostBuffer {
   size_t bytes_;
 };
 
+// Device memory mirroring a HostBuffer (--memory cuda): the host side is
+// filled and checked, the device side is what the ops run on.
+class DeviceMirror {
+ public:
+  explicit DeviceMirror(size_t bytes) : bytes_(bytes) {
+#if RCOLL_BENCH_CUDA
+    if (cudaError_t e = cudaMalloc(&p_, std::max<size_t>(bytes, 1)); e != cudaSuccess) {
+      throw std::runtime_error(std::string("cudaMalloc of ") + std::to_string(bytes) + " bytes: " + cudaGetErrorName(e));
+    }
+#endif
+  }
+  ~DeviceMirror() {
+#if RCOLL_BENCH_CUDA
+    cudaFree(p_);
+#endif
+  }
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(p_); }
+  void upload(const std::byte* host) { copy(p_, host, true); }
+  void download(std::byte* host) const { copy(host, p_, false); }
+
+ private:
+  void copy(void* dst, const void* src, bool up) const {
+#if RCOLL_BENCH_CUDA
+    if (bytes_ == 0) return;
+    if (cudaError_t e = cudaMemcpy(dst, src, bytes_, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost); e != cudaSuccess) {
+      throw std::runtime_error(std::string("cudaMemcpy: ") + cudaGetErrorName(e));
+    }
+#endif
+  }
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
 // ------------------------------------------------------------ the benchmark
 
 // Buffers and sizes of one op at one requested size.
@@ -394,8 +453,23 @@ class Bench {
     auto v = static_cast<double>(rcoll::bench::reduce_pattern(n_, i, salt(op), red(op), is_unsigned()));
     return red(op) == Reduction::kAvg ? v / n_ : v;
   }
-  Buffer buf(void* p, size_t count) const { return Buffer{p, count, cfg_.dtype}; }
+  Buffer buf(void* p, size_t count) const {
+    return Buffer{p, count, cfg_.dtype, cfg_.device ? rcoll::MemoryKind::kCuda : rcoll::MemoryKind::kHost};
+  }
   std::byte* elem(const HostBuffer& b, size_t i) const { return b.data() + i * es_; }
+  // What the ops run on: the host buffers, or (--memory cuda) their device mirrors.
+  std::byte* a() const { return cfg_.device ? da_->data() : a_->data(); }
+  std::byte* b() const { return cfg_.device ? db_->data() : b_->data(); }
+  void upload() {
+    if (!cfg_.device) return;
+    da_->upload(a_->data());
+    db_->upload(b_->data());
+  }
+  void download() {
+    if (!cfg_.device) return;
+    da_->download(a_->data());
+    db_->download(b_->data());
+  }
 
   template <typename F>
   void fill(void* p, size_t count, F value_of);
@@ -408,6 +482,7 @@ class Bench {
   const size_t es_;
   Layout l_;
   std::unique_ptr<HostBuffer> a_, b_;  // input (or the one buffer) and output
+  std::unique_ptr<DeviceMirror> da_, db_;
 };
 
 Layout Bench::layout(OpId op, uint64_t size) const {
@@ -472,9 +547,16 @@ void Bench::setup(OpId op, const Layout& l) {
   l_ = l;
   a_.reset();
   b_.reset();
+  da_.reset();
+  db_.reset();
   a_ = std::make_unique<HostBuffer>(l.in_count * es_);
   b_ = std::make_unique<HostBuffer>(l.out_count * es_);
+  if (cfg_.device) {
+    da_ = std::make_unique<DeviceMirror>(l.in_count * es_);
+    db_ = std::make_unique<DeviceMirror>(l.out_count * es_);
+  }
   fill_inputs(op);
+  upload();
 }
 
 // The --check pattern in every input (the timed ops run on it too, so they
@@ -505,21 +587,21 @@ void Bench::run_once(OpId op) {
   const size_t c = l_.count;
   switch (op) {
     case OpId::kAllreduce: {
-      Buffer in = buf(a_->data(), c);
-      comm_.allreduce(in, cfg_.inplace ? in : buf(b_->data(), c), cfg_.redop);
+      Buffer in = buf(a(), c);
+      comm_.allreduce(in, cfg_.inplace ? in : buf(b(), c), cfg_.redop);
       break;
     }
     case OpId::kAllgather: {
-      Buffer out = buf(b_->data(), c * static_cast<size_t>(n_));
-      comm_.allgather(cfg_.inplace ? buf(elem(*b_, static_cast<size_t>(rank_) * c), c) : buf(a_->data(), c), out);
+      Buffer out = buf(b(), c * static_cast<size_t>(n_));
+      comm_.allgather(cfg_.inplace ? buf(b() + static_cast<size_t>(rank_) * c * es_, c) : buf(a(), c), out);
       break;
     }
     case OpId::kReduceScatter:
       // rcoll needs separate input and output here, so --inplace does not apply.
-      comm_.reduce_scatter(buf(a_->data(), c * static_cast<size_t>(n_)), buf(b_->data(), c), cfg_.redop);
+      comm_.reduce_scatter(buf(a(), c * static_cast<size_t>(n_)), buf(b(), c), cfg_.redop);
       break;
     case OpId::kBroadcast:
-      comm_.broadcast(buf(a_->data(), c), cfg_.root);
+      comm_.broadcast(buf(a(), c), cfg_.root);
       break;
     case OpId::kSendRecv: {
       // Ops on one communicator run one at a time, in issue order, and a send
@@ -527,7 +609,7 @@ void Bench::run_once(OpId op) {
       // large messages would fill the socket buffers and deadlock. Even ranks
       // send first, odd ranks receive first: the ring always has a receiver.
       const int right = (rank_ + 1) % n_, left = (rank_ - 1 + n_) % n_;
-      Buffer send = buf(a_->data(), c), recv = buf(b_->data(), c);
+      Buffer send = buf(a(), c), recv = buf(b(), c);
       rcoll::Work w1, w2;
       if (rank_ % 2 == 0) {
         w1 = comm_.send_async(send, right);
@@ -582,8 +664,10 @@ uint64_t Bench::check(OpId op) {
     case OpId::kSendRecv: fill(b_->data(), c, plus1(from_left)); break;
     case OpId::kBarrier: return 0;
   }
+  upload();
   comm_.barrier();
   run_once(op);
+  download();
   switch (op) {
     case OpId::kAllreduce: return verify(op, (cfg_.inplace ? a_ : b_)->data(), c, all);
     case OpId::kAllgather: return verify(op, b_->data(), c * n, gathered);
@@ -614,11 +698,16 @@ Row Bench::run(OpId op, uint64_t size) {
   row.root = op == OpId::kBroadcast ? cfg_.root : -1;
   row.time_us = time_us;
   row.wrong = static_cast<uint64_t>(wrong);
-  row.transport = comm_.counters().transport;
+  const rcoll::Counters counters = comm_.counters();
+  row.transport = !cfg_.device || op == OpId::kBarrier ? counters.transport
+                  : counters.device_transport == "nccl" && op != OpId::kSendRecv ? "nccl"
+                                                                                 : counters.transport + "/staged";
   row.library = "rcoll";
   rcoll::bench::set_bandwidth(row, n_);
   a_.reset();
   b_.reset();
+  da_.reset();
+  db_.reset();
   return row;
 }
 
@@ -646,6 +735,20 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   options.chunk_bytes = cfg.chunk;
   options.pipeline_depth = cfg.window;
   options.allreduce_algorithm = cfg.algo;
+#if RCOLL_BENCH_CUDA
+  if (cfg.device) {
+    // One GPU per local rank where there are enough; ranks share them round robin otherwise.
+    int devices = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
+      throw std::runtime_error(std::string("--memory cuda: no usable CUDA device (") +
+                               (e != cudaSuccess ? cudaGetErrorName(e) : "none") + ")");
+    }
+    const char* local = std::getenv("RCOLL_LOCAL_RANK");
+    if (cudaError_t e = cudaSetDevice((local ? std::atoi(local) : 0) % devices); e != cudaSuccess) {
+      throw std::runtime_error(std::string("cudaSetDevice: ") + cudaGetErrorName(e));
+    }
+  }
+#endif
   rcoll::Communicator comm = rcoll::Communicator::create(options);
   const int rank = comm.rank(), n = comm.size();
   const bool leader = rank == 0;
@@ -868,6 +971,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
     return 2;
   }
+#if RCOLL_BENCH_CUDA
+  int devices = 0;
+  if (cfg.device && (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)) {
+    std::printf("rcoll-bench: --memory cuda: no usable CUDA device here; nothing measured (exit 77: skipped)\n");
+    return 77;
+  }
+#endif
   try {
     return run_bench(cfg);
   } catch (const rcoll::Error& e) {
@@ -876,5 +986,8 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "rcoll-bench: out of memory (try smaller --sizes)\n");
     return 1;
+  } catch (const std::exception& e) {  // CUDA errors of --memory cuda
+    std::fprintf(stderr, "rcoll-bench: %s\n", e.what());
+    return 3;
   }
 }

@@ -9,12 +9,7 @@ namespace rcoll::kernels::cuda {
 namespace {
 
 Status failed(cudaError_t e, const std::string& what) {
-  // No driver, no device, or a driver too old: the machine cannot run device
-  // work at all, which is a capability of this host, not a bug or bad input.
-  const bool no_device = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorInitializationError ||
-                         e == cudaErrorCompatNotSupportedOnDevice || e == cudaErrorSystemDriverMismatch;
-  return Status(no_device ? ErrorCode::kUnsupported : ErrorCode::kTransport,
-                what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return Status(error_code(static_cast<int>(e)), what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
@@ -23,6 +18,55 @@ cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
 }  // namespace
 
 bool built() { return true; }
+
+ErrorCode error_code(int error) {
+  switch (static_cast<cudaError_t>(error)) {
+    // No driver, no device, or a driver too old: this host cannot run device
+    // work at all, which is a capability of the host, not a bug or bad input.
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorInitializationError:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorSystemDriverMismatch:
+      return ErrorCode::kUnsupported;
+    // Sticky: the context is gone for good.
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return ErrorCode::kDevice;
+    case cudaErrorMemoryAllocation:
+      return ErrorCode::kUnsupported;  // out of device memory: retrying will not make room
+    default:
+      return ErrorCode::kTransport;
+  }
+}
+
+bool thread_has_context() {
+  // cuCtxGetCurrent through the runtime's driver entry point: no link to libcuda.
+  using GetCurrent = int (*)(void**);
+  static GetCurrent get = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<GetCurrent>(nullptr);
+    }
+    return reinterpret_cast<GetCurrent>(fn);
+  }();
+  void* ctx = nullptr;
+  // Without the entry point, assume a context: putting a device back is the
+  // conservative choice for a caller's thread.
+  return get == nullptr || (get(&ctx) == 0 && ctx != nullptr);
+}
 
 Result<int> device_of(const void* p) {
   cudaPointerAttributes a{};
@@ -136,26 +180,31 @@ size_t PinnedBuffer::release() {
   return freed;
 }
 
-Status DeviceBuffer::reserve(size_t bytes) {
+Status DeviceBuffer::reserve(size_t bytes, void* stream) {
   if (bytes <= capacity_) return Status();
-  release();
+  if (data_) (void)cudaFreeAsync(data_, as_stream(stream));
+  data_ = nullptr;
+  capacity_ = 0;
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
+  const cudaError_t e = cudaMallocAsync(&p, bytes, as_stream(stream));
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // an out-of-memory is not sticky
-    return failed(e, "cudaMalloc of " + std::to_string(bytes) + " bytes");
+    return failed(e, "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
   }
   data_ = p;
   capacity_ = bytes;
+  stream_ = stream;
   return Status();
 }
 
-size_t DeviceBuffer::release() {
-  const size_t freed = capacity_;
-  if (data_) (void)cudaFree(data_);
-  data_ = nullptr;
-  capacity_ = 0;
-  return freed;
+DeviceBuffer::~DeviceBuffer() {
+  // Behind the last work queued where it was allocated; the stream, if
+  // destroyed since, has its work finished or dropped with it, and the
+  // legacy stream then orders the free after everything.
+  if (data_ && cudaFreeAsync(data_, as_stream(stream_)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFreeAsync(data_, nullptr);
+  }
 }
 
 }  // namespace rcoll::kernels::cuda

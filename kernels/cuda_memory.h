@@ -19,14 +19,24 @@ namespace rcoll::kernels::cuda {
 // Whether this build has CUDA at all.
 bool built();
 
+// The ErrorCode for a cudaError_t value: kUnsupported where this host cannot
+// do device work (no driver or device, out of memory), kDevice for sticky
+// errors, kTransport for the rest.
+ErrorCode error_code(int cuda_error);
+
 // The device that owns `p`: kInvalidArgument when `p` is host memory (or
 // unknown to CUDA), kUnsupported when there is no usable driver or device.
 Result<int> device_of(const void* p);
 Status set_device(int device);
 Result<int> current_device();
 
-// Makes `device` the calling thread's current device for a scope and puts
-// the caller's back after (the caller's thread may be the user's own).
+// Whether the calling thread has a CUDA context current (it used a device).
+bool thread_has_context();
+
+// Makes `device` the calling thread's current device for a scope. The
+// caller's device is put back after only if the thread had a context on it:
+// setting a device creates its context (hundreds of MB of GPU memory), which a
+// thread that never used the device must not get.
 class ScopedDevice {
  public:
   ScopedDevice() = default;
@@ -36,11 +46,13 @@ class ScopedDevice {
     if (previous_ >= 0 && previous_ != device_) (void)set_device(previous_);
   }
   Status enter(int device) {
+    const bool had = thread_has_context();
     auto cur = current_device();
     if (!cur.ok()) return cur.status();
-    previous_ = cur.value();
     device_ = device;
-    return previous_ == device ? Status() : set_device(device);
+    if (cur.value() == device) return Status();
+    if (had) previous_ = cur.value();
+    return set_device(device);
   }
 
  private:
@@ -48,6 +60,9 @@ class ScopedDevice {
   int device_ = -1;
 };
 
+// A sticky error (illegal address, launch failure, ECC...) fails with
+// kDevice: the process's CUDA context is lost, so retrying or recovering on
+// this GPU cannot help.
 Result<void*> stream_create();  // non-blocking with respect to the legacy default stream
 void stream_destroy(void* stream);
 Result<void*> event_create();  // timing disabled: the cheapest kind to record and query
@@ -84,21 +99,26 @@ class PinnedBuffer {
   size_t capacity_ = 0;
 };
 
-// Device memory on the current device: grows, never shrinks, until released.
+// Device memory on the current device, allocated and freed in stream order
+// (cudaMallocAsync / cudaFreeAsync): a plain cudaFree may wait for the whole
+// GPU, including other communicators' kernels that wait on peers, which can
+// deadlock a process that holds several. Grows, never shrinks.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { release(); }
-  Status reserve(size_t bytes);
+  ~DeviceBuffer();
+  // At least `bytes`, usable by work queued on `stream` from now on (an old,
+  // smaller block is freed behind the work already queued there).
+  Status reserve(size_t bytes, void* stream);
   void* data() const { return data_; }
   size_t capacity() const { return capacity_; }
-  size_t release();
 
  private:
   void* data_ = nullptr;
   size_t capacity_ = 0;
+  void* stream_ = nullptr;  // where it was last allocated
 };
 
 // RAII owners of a stream and an event.

@@ -503,6 +503,7 @@ Counters CommunicatorImpl::counters() const {
   c.transport = transport_name_.load();
   c.fallbacks = fallbacks_ + nccl_fallbacks_;
   c.device_transport = !chain_.nccl() || nccl_dropped_ ? "staged" : "nccl";
+  c.nccl_ops = nccl_ops_;
   c.probes = probes_;
   c.chunk_bytes = tuned_piece_;
   c.pipeline_depth = tuned_window_;

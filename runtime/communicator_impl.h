@@ -109,8 +109,15 @@ class CommunicatorImpl : public ProgressGuard {
   // rank stops using NCCL and sets nccl_restart_staged_.
   Status ensure_nccl(const Op& op);
   Status run_nccl_slices(OpRecord& rec, size_t first);
-  // A reason to stop using NCCL (it failed too often lately), or "".
-  std::string nccl_drop_reason();
+  // This rank's vote in a recovery: why every rank should stop using NCCL
+  // (it cannot join a communicator, or NCCL failed too often lately), or "".
+  std::string nccl_vote();
+  // Every rank stops using NCCL from `epoch` on (agreed in a recovery).
+  void drop_nccl(const std::string& why, uint32_t epoch);
+  // Waits for `keys` in the store as an op waits for its peers: a dead rank
+  // ends it, a live straggler is waited for, a silent or hung one fails it
+  // (recoverably); a peer's abort notice ends it at once.
+  Status wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what);
   // Puts back the inputs an in-place op on NCCL may have overwritten, before
   // the op runs again another way.
   Status restore_nccl_inputs(const Op& op);
@@ -178,10 +185,15 @@ class CommunicatorImpl : public ProgressGuard {
   std::string nccl_off_;  // why device collectives no longer run on NCCL ("" = they do)
   bool nccl_restart_staged_ = false;
   std::deque<Clock::time_point> nccl_failures_;  // recoveries of ops on NCCL
+  std::string nccl_cannot_join_;                 // this rank could not (or would not) join an epoch's communicator
+  std::atomic<uint64_t> nccl_ops_{0};            // ops completed on NCCL
   std::atomic<uint64_t> nccl_fallbacks_{0};
   std::atomic<bool> nccl_dropped_{false};  // for counters(), from any thread
   // Inputs of the current in-place all-reduce on NCCL, bytes [0, nccl_backed_up_)
-  // of op nccl_backup_seq_'s buffer.
+  // of op nccl_backup_seq_'s buffer; allocated in order on device_stream_
+  // (declared first: it outlives the buffer).
+  kernels::cuda::Stream device_stream_;
+  kernels::cuda::Event device_event_;
   kernels::cuda::DeviceBuffer nccl_backup_;
   size_t nccl_backed_up_ = 0;
   uint64_t nccl_backup_seq_ = 0;

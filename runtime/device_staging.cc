@@ -74,20 +74,22 @@ Result<Op> DeviceStaging::stage_in(const Op& op, int rank, const Limits& limits)
   host.out.data = host_out;
   host.in.data = inside ? host_out + (op.in.bytes() ? in0 - out0 : 0) : host_out + out_bytes;
 
-  // rcoll's stream follows the caller's as it was at issue. Ops that read
-  // nothing here need not wait on the host: the copy back is ordered after it
-  // on the device.
+  // rcoll's stream follows the caller's as it was at issue, and the host
+  // waits for it (and the input's copy) here, under the straggler rules, even
+  // when nothing is read: the copy back must then wait for nothing but itself.
   if (op.stream_ready) {
     if (Status s = cuda::stream_wait_event(stream_.get(), op.stream_ready.get()); !s.ok()) {
       return step(op, s, "ordering after the caller's stream");
     }
   }
-  if (!reads_input(op, rank) || op.in.bytes() == 0) return host;
-  if (Status s = cuda::copy_async(host.in.data, op.in.data, op.in.bytes(), stream_.get()); !s.ok()) {
-    return step(op, s, "copying the input to host memory");
+  const size_t in_bytes = reads_input(op, rank) ? op.in.bytes() : 0;
+  if (in_bytes > 0) {
+    if (Status s = cuda::copy_async(host.in.data, op.in.data, in_bytes, stream_.get()); !s.ok()) {
+      return step(op, s, "copying the input to host memory");
+    }
   }
   if (Status s = cuda::event_record(done_.get(), stream_.get()); !s.ok()) return step(op, s, "recording the copy");
-  const Deadline by = Deadline::after(limits.caller_stream + copy_time(op.in.bytes(), limits));
+  const Deadline by = Deadline::after(limits.caller_stream + copy_time(in_bytes, limits));
   if (Status s = cuda::wait_event(done_.get(), by, "waiting for the caller's stream and the input copy"); !s.ok()) {
     return step(op, s, "the caller's stream did not reach the op, or the copy did not finish");
   }

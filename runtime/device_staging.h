@@ -5,13 +5,14 @@
 //
 //   issue:      an event is recorded on the caller's stream (runtime/op.h)
 //   stage_in:   rcoll's own stream waits for that event, copies the input to
-//               the pinned buffer; the host waits for the copy (bounded)
+//               the pinned buffer; the host waits for both (bounded by the
+//               straggler timeout: the caller's own kernels may still run)
 //   host op:    the runtime runs the op on the pinned copies
 //   stage_out:  the output is copied back on rcoll's stream, the caller's
 //               stream is made to wait for that copy, and the host waits for it
 //
-// The pinned buffer grows to the largest op and is released when the
-// communicator goes idle, like the other staging memory. Reductions of staged
+// The pinned buffer grows to the largest op and is kept until the
+// communicator closes (freeing pinned memory can wait for the whole GPU). Reductions of staged
 // data run on the host (kernels/cpu_reduce.h); copies are whole-op, not yet
 // overlapped with the transfers slice by slice.
 #pragma once
@@ -47,7 +48,6 @@ class DeviceStaging {
   Status stage_out(const Op& op, const Op& host, int rank, const Limits& limits);
 
   size_t held() const { return pinned_.capacity(); }
-  size_t release() { return pinned_.release(); }
 
  private:
   Status prepare(int device);

@@ -2,10 +2,14 @@
 // has (DESIGN.md: NCCL is the primary path for GPU buffers):
 //
 //   - Each epoch's NCCL communicator is made at the epoch's first device
-//     collective, from a unique id rank 0 puts in the store. Every rank says
-//     whether it joined; if one could not (no GPU, init failed, a fail-connect
-//     fault) or would not (NCCL failed too often lately), every rank stops
-//     using NCCL, and device ops are staged through the host transports.
+//     collective: every rank arrives (rank 0 with a unique id; arrivals are
+//     waited for as an op waits for its peers, so a straggler is waited for
+//     and a frozen rank recovered from), then all init within a deadline and
+//     publish the outcome. If any failed, the op fails into a recovery; a
+//     rank that cannot join (no GPU, a fail-connect fault) or will not (NCCL
+//     failed too often lately) votes there to stop using NCCL, and the
+//     recovery's vote makes every rank stage device collectives over the
+//     host transports from the next epoch on, together.
 //   - An op is cut into slices (contiguous element ranges where one NCCL call
 //     can take them), issued back to back on the communicator's stream, one
 //     event each. The ledger counts the slices whose event fired before any
@@ -14,9 +18,11 @@
 //     input aside (device memory, same stream) before the slice runs, and a
 //     re-run puts it back first; other ops never write what they read. So any
 //     slice can run again on any rank, whatever an aborted kernel left behind.
-//   - Every op ends with a one-element confirmation all-reduce. Once it is
-//     done here, every rank has the whole result: the op is never re-run for a
-//     peer, and keeps nothing after it returns.
+//   - Every op ends with a confirmation all-reduce, issued once this rank has
+//     seen all its slices done. Once it is done here, every rank has seen the
+//     same: the op is never re-run for a peer, and keeps nothing after it
+//     returns. It carries the op's fingerprint, so ranks that ran different
+//     ops learn it (a desync) instead of returning garbage.
 //   - No slice completing for the op's progress budget is a stall, judged as
 //     for any op (straggler: wait; silent or hung: recover; dead: error). A
 //     peer's abort notice or an NCCL error aborts the communicator at once.
@@ -37,6 +43,7 @@ namespace cuda = kernels::cuda;
 using nccl::Call;
 
 constexpr Millis kNcclInitFloor{30000};
+constexpr Millis kStoreWaitSlice{50};
 using nccl::CallKind;
 
 ElementRange slice_range(const Op& op, size_t k, size_t slices) {
@@ -81,6 +88,25 @@ std::vector<Call> slice_calls(const Op& op, int size, size_t k, size_t slices) {
 // are copied aside before they run.
 bool backs_up(const Op& op) { return op.kind == OpKind::kAllreduce && op.in_place(); }
 
+// What every rank must agree the op is (FNV-1a over the frame fingerprint's fields).
+uint64_t fingerprint(const Op& op) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(op.kind));
+  mix(static_cast<uint64_t>(op.out.dtype));
+  mix(op.out.count);
+  mix(op.in.count);
+  mix(static_cast<uint64_t>(op.kind == OpKind::kAllreduce || op.kind == OpKind::kReduceScatter ? op.reduce : ReduceOp::kSum));
+  mix(static_cast<uint64_t>(static_cast<int64_t>(op.root)));
+  mix(op.match_seq);
+  return h;
+}
+
 }  // namespace
 
 bool CommunicatorImpl::runs_on_nccl(const Op& op) const {
@@ -94,7 +120,8 @@ size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
   return std::max<size_t>(1, (op.out.bytes() + kNcclSliceBytes - 1) / kNcclSliceBytes);
 }
 
-std::string CommunicatorImpl::nccl_drop_reason() {
+std::string CommunicatorImpl::nccl_vote() {
+  if (!nccl_cannot_join_.empty()) return nccl_cannot_join_;
   const auto now = Clock::now();
   while (!nccl_failures_.empty() && now - nccl_failures_.front() > options_.transport_failure_window) nccl_failures_.pop_front();
   if (static_cast<int>(nccl_failures_.size()) < std::max(1, options_.transport_failures_to_drop)) return "";
@@ -102,19 +129,60 @@ std::string CommunicatorImpl::nccl_drop_reason() {
          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()) + " s";
 }
 
+void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
+  if (!nccl_off_.empty()) return;
+  nccl_off_ = why;
+  nccl_dropped_ = true;
+  ++nccl_fallbacks_;
+  if (nccl_) nccl_->abort(Status(ErrorCode::kAborted, "NCCL dropped: " + why));
+  if (nccl_) nccl_retired_ = std::move(nccl_);
+  RCOLL_LOG(kWarn, "every rank stops using NCCL for device collectives from epoch %u on (%s); they are staged through "
+            "pinned host memory over %s instead (fallback #%llu)",
+            epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
+}
+
+Status CommunicatorImpl::wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what) {
+  const Clock::duration budget = progress_budget(op, std::max<size_t>(1, std::min(op.out.bytes(), kNcclSliceBytes)), 1);
+  Clock::time_point since = Clock::now();
+  for (;;) {
+    Status s = store_->wait(keys, kStoreWaitSlice);
+    if (s.ok()) return s;
+    if (s.code() != ErrorCode::kTimeout) return s;
+    if (Status i = interrupted(); !i.ok()) return i;
+    int missing = -1;
+    for (size_t k = 0; k < keys.size() && missing < 0; ++k) {
+      auto has = store_->check(keys[k]);
+      if (has.ok() && !has.value()) missing = static_cast<int>(k);
+    }
+    if (missing < 0) continue;
+    const ErrorContext ctx{rank_, missing, op.seq, epoch_.load(), "nccl"};
+    if (until.expired()) {
+      return Status(ErrorCode::kTimeout, ctx, std::string(what) + ": rank " + std::to_string(missing) + " did not get there in time");
+    }
+    if (Clock::now() - since >= budget) {
+      Status verdict = on_stall(op, missing, Clock::now() - since);
+      if (!verdict.ok()) return Status(verdict.code(), verdict.context(), std::string(what) + ": " + verdict.message());
+      since = Clock::now();  // a live straggler: wait another budget
+    }
+  }
+}
+
 Status CommunicatorImpl::ensure_nccl(const Op& op) {
   const uint32_t epoch = epoch_.load();
   if (nccl_ && nccl_epoch_ == epoch && !nccl_->aborted()) return Status();
-  // The old one is kept until a new one follows it (or the op's inputs are
-  // put back behind it): its stream may still hold copies and draining kernels.
-  if (nccl_) nccl_retired_ = std::move(nccl_);
-  // NCCL's init (CUDA context, bootstrap, topology, connections) takes
-  // seconds where a socket connect takes milliseconds: at least kNcclInitFloor.
-  const Deadline deadline = Deadline::after(std::max<Millis>(options_.connect_timeout, kNcclInitFloor));
+  // The old one is aborted (finalising could wait on peers that moved on) and
+  // kept until a new one follows it: its stream may still hold copies and
+  // draining kernels.
+  if (nccl_) {
+    nccl_->abort(Status(ErrorCode::kAborted, "replaced by epoch " + std::to_string(epoch) + "'s communicator"));
+    nccl_retired_ = std::move(nccl_);
+  }
   const auto started = Clock::now();
-  ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
+  const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
+  const std::string base = "nccl/" + std::to_string(epoch) + "/";
 
-  std::string refuse = nccl_drop_reason();
+  // A rank that will not join says why; fault injection can make it fail.
+  std::string refuse = nccl_vote();
   for (Fault& f : faults_) {
     if (refuse.empty() && f.kind == FaultKind::kFailConnect && f.transport == "nccl" && f.count > 0 && epoch >= f.epoch &&
         (f.rank == -1 || f.rank == rank_)) {
@@ -124,27 +192,33 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
                " failed by fault injection (fail-connect)";
     }
   }
-  // The unique id: rank 0 makes it (an empty one says it could not).
-  const std::string id_key = "nccl/" + std::to_string(epoch) + "/id";
+
+  // 1. Arrive. Rank 0 brings the unique id ("" when it could not make one).
   std::string id;
   if (rank_ == 0) {
     auto made = nccl::new_unique_id();
     if (made.ok()) id = made.value();
     if (!made.ok() && refuse.empty()) refuse = "rank 0: " + made.status().message();
-    if (size_ > 1) {
-      if (Status s = store_->set(id_key, Bytes(id.begin(), id.end())); !s.ok()) {
-        return Status(s.code(), ctx, "could not publish the NCCL unique id of epoch " + std::to_string(epoch) + ": " + s.message());
-      }
-    }
-  } else {
-    auto got = store_->get(id_key, std::max<Millis>(Millis(1), deadline.remaining_ms()));
-    if (!got.ok()) {
-      return Status(got.status().code(), ctx, "no NCCL unique id from rank 0 for epoch " + std::to_string(epoch) + ": " +
-                                                  got.status().message());
-    }
-    id.assign(got.value().begin(), got.value().end());
-    if (id.empty() && refuse.empty()) refuse = "rank 0 could not make an NCCL unique id";
   }
+  if (size_ > 1) {
+    if (rank_ == 0) {
+      if (Status s = store_->set(base + "id", Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
+    }
+    if (Status s = store_->set(base + "arrived/" + std::to_string(rank_), Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
+    std::vector<std::string> arrived;
+    for (int q = 0; q < size_; ++q) arrived.push_back(base + "arrived/" + std::to_string(q));
+    if (Status s = wait_for_ranks(arrived, op, Deadline::never(), "waiting for every rank at NCCL init"); !s.ok()) return s;
+    if (rank_ != 0) {
+      auto got = store_->get(base + "id", kStoreWaitSlice * 20);
+      if (!got.ok()) return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
+      id.assign(got.value().begin(), got.value().end());
+      if (id.empty() && refuse.empty()) refuse = "rank 0 could not make an NCCL unique id";
+    }
+  }
+
+  // 2. Init, bounded now that every rank is there. A rank that gives up says
+  // so at once, and the others stop waiting for it.
+  const Deadline init_deadline = Deadline::after(std::max<Millis>(options_.connect_timeout, kNcclInitFloor));
   Result<std::unique_ptr<nccl::Comm>> made = Status(ErrorCode::kUnsupported, ctx, refuse);
   if (refuse.empty()) {
     nccl::Comm::Config cfg;
@@ -152,48 +226,74 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     cfg.size = size_;
     cfg.device = op.device;
     cfg.epoch = epoch;
-    cfg.init_deadline = deadline;
+    cfg.init_deadline = init_deadline;
     if (size_ > 1) {
-      // Another rank that gave up says so under the agreement's key.
       std::shared_ptr<Store> store = store_;
-      const std::string failed_key = "connect/" + std::to_string(epoch) + "/nccl/failed";
-      cfg.cancelled = [store, failed_key] {
-        auto failed = store->check(failed_key);
-        return failed.ok() && failed.value();
+      const std::string gave_up = base + "gave-up";
+      cfg.cancelled = [store, gave_up] {
+        auto there = store->check(gave_up);
+        return there.ok() && there.value();
       };
     }
     made = nccl::Comm::create(id, cfg);
   }
-  Status outcome = made.ok() ? Status() : made.status();
-  if (size_ > 1) outcome = agree_connect("nccl", epoch, outcome, deadline);
-  if (outcome.ok()) {
-    nccl_ = std::move(made).value();
-    // Restoring an input queued on the new stream must come after what the
-    // old epoch's stream still holds (backup copies behind aborted kernels).
-    if (nccl_retired_) {
-      if (Status s = nccl_->follow(*nccl_retired_); !s.ok()) {
-        nccl_->abort(s);
-        nccl_.reset();
-        return Status(s.code(), ctx, "ordering epoch " + std::to_string(epoch) + "'s NCCL stream after the last: " + s.message());
-      }
-      nccl_retired_.reset();
+  // A rank that cannot or will not join asks (in the next recovery) for NCCL
+  // to be dropped; a timeout or a cancelled init just fails this epoch.
+  const bool cannot_join = !made.ok() && made.status().code() != ErrorCode::kTimeout && made.status().code() != ErrorCode::kAborted;
+  const std::string mine = made.ok() ? "ok" : "rank " + std::to_string(rank_) + ": " + made.status().message();
+  if (cannot_join) nccl_cannot_join_ = mine;
+  if (size_ == 1 && !made.ok()) {
+    // Nobody to agree with.
+    if (cannot_join) {
+      drop_nccl(mine, epoch);
+      nccl_restart_staged_ = true;
     }
-    nccl_epoch_ = epoch;
-    RCOLL_LOG(kInfo, "NCCL %s communicator of epoch %u up in %.1f ms (%d ranks, CUDA device %d)", nccl::version().c_str(),
-              epoch, std::chrono::duration<double, std::milli>(Clock::now() - started).count(), size_.load(), op.device);
-    return Status();
+    return Status(made.status().code(), ctx, "NCCL communicator of epoch " + std::to_string(epoch) + ": " + mine);
   }
-  if (made.ok()) made.value()->abort(outcome);
-  // A rank that did not report in time may be frozen: a failed epoch, for the
-  // recovery to sort out, not a reason to give NCCL up.
-  if (outcome.code() == ErrorCode::kTimeout) return Status(outcome.code(), ctx, outcome.message());
-  nccl_off_ = outcome.message();
-  nccl_dropped_ = true;
-  ++nccl_fallbacks_;
-  nccl_restart_staged_ = true;
-  RCOLL_LOG(kWarn, "NCCL is not used for device collectives from epoch %u on: %s; every rank stages them through pinned host "
-            "memory over %s instead (fallback)", epoch, nccl_off_.c_str(), transport_name_.load());
-  return Status(ErrorCode::kUnsupported, ctx, "NCCL dropped for device collectives: " + nccl_off_);
+
+  // 3. Every rank's outcome, read by every rank: the same decision everywhere.
+  if (size_ > 1) {
+    if (!made.ok()) (void)store_->set(base + "gave-up", Bytes(mine.begin(), mine.end()));
+    if (Status s = store_->set(base + "outcome/" + std::to_string(rank_), Bytes(mine.begin(), mine.end())); !s.ok()) {
+      return Status(s.code(), ctx, s.message());
+    }
+    std::vector<std::string> outcomes;
+    for (int q = 0; q < size_; ++q) outcomes.push_back(base + "outcome/" + std::to_string(q));
+    const Deadline until = Deadline::at(init_deadline.time() + std::chrono::seconds(5));
+    if (Status s = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init"); !s.ok()) {
+      if (made.ok()) made.value()->abort(s);
+      return s;
+    }
+    std::string failure;
+    for (const auto& key : outcomes) {
+      auto v = store_->get(key, kStoreWaitSlice * 20);
+      const std::string text = v.ok() ? std::string(v.value().begin(), v.value().end()) : "unreadable outcome";
+      if (text != "ok" && failure.empty()) failure = text;
+    }
+    if (!failure.empty()) {
+      if (made.ok()) made.value()->abort(Status(ErrorCode::kAborted, failure));
+      return Status(ErrorCode::kTransport, ctx,
+                    "the NCCL communicator of epoch " + std::to_string(epoch) + " was not made (" + failure + "); " +
+                        (nccl_cannot_join_.empty() ? "recovering, then trying again"
+                                                   : "recovering; this rank votes to stage device collectives instead"));
+    }
+  }
+  nccl_ = std::move(made).value();
+  nccl_cannot_join_.clear();
+  if (nccl_retired_) {
+    // Restoring an input on the new stream must come after what the old one
+    // still holds (backup copies behind aborted kernels).
+    if (Status s = nccl_->follow(*nccl_retired_); !s.ok()) {
+      nccl_->abort(s);
+      nccl_.reset();
+      return Status(s.code(), ctx, "ordering epoch " + std::to_string(epoch) + "'s NCCL stream after the last: " + s.message());
+    }
+    nccl_retired_.reset();
+  }
+  nccl_epoch_ = epoch;
+  RCOLL_LOG(kInfo, "NCCL %s communicator of epoch %u up in %.1f ms (%d ranks, CUDA device %d)", nccl::version().c_str(), epoch,
+            std::chrono::duration<double, std::milli>(Clock::now() - started).count(), size_.load(), op.device);
+  return Status();
 }
 
 bool CommunicatorImpl::inject_nccl(const Op& op) {
@@ -225,6 +325,11 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
 
 Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   const Op& op = rec.op;
+  if (!nccl_off_.empty()) {
+    // Every rank agreed (in the recovery just done) to stop using NCCL.
+    nccl_restart_staged_ = true;
+    return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"}, "NCCL dropped: " + nccl_off_);
+  }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_;
   const uint32_t epoch = epoch_.load();
@@ -238,21 +343,55 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     return Status(why.code(), c, op.describe() + " on nccl: " + why.message());
   };
   const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
-  if (op.stream_ready) {
-    if (Status s = comm.order_after_event(op.stream_ready.get()); !s.ok()) return failed(s);
-  }
   const size_t slice_bytes = std::min(op.out.bytes(), kNcclSliceBytes);
   const Clock::duration budget = progress_budget(op, std::max<size_t>(slice_bytes, 1), 1);
-  const Deadline enqueue = Deadline::after(budget);
+  const int awaited = (rank_ + 1) % size_;  // the ring neighbour NCCL waits on most
+  // How a wait for NCCL (enqueuing or completing) goes on: a peer's abort
+  // notice ends it, and no completion for the budget is a stall, judged as
+  // for any op.
+  Clock::time_point last_progress = Clock::now();
+  auto keep_waiting = [&]() -> Status {
+    if (Status s = interrupted(); !s.ok()) return s;
+    const Clock::time_point now = Clock::now();
+    if (now - last_progress < budget) return Status();
+    Status verdict = on_stall(op, awaited, now - last_progress);
+    if (verdict.ok()) last_progress = now;  // a live straggler: wait another budget
+    return verdict;
+  };
 
-  // In-place all-reduce: keep (or put back) each slice's input before it runs.
-  const bool backup = backs_up(op) && size_ > 1 && options_.recovery;
+  // In-place all-reduce: keep (or put back) each slice's input before it
+  // runs, within the backup budget. Without a backup a failure after the
+  // first slice began cannot be recovered: said so below.
+  const bool in_place_backup = backs_up(op) && size_ > 1 && options_.recovery;
+  const bool backup = in_place_backup && op.in.bytes() <= options_.backup_bytes;
   if (backup && nccl_backup_seq_ != op.seq) {
     nccl_backup_seq_ = op.seq;
     nccl_backed_up_ = 0;
-    if (Status s = nccl_backup_.reserve(op.in.bytes()); !s.ok()) return failed(s);
+    if (nccl_backup_.capacity() < op.in.bytes()) {
+      // Allocated in order on rcoll's device stream: behind every use of the
+      // old block, before any use of the new one.
+      Status s = device_stream_.create();
+      if (s.ok()) s = device_event_.create();
+      if (s.ok()) s = comm.order_after_me(device_stream_.get());
+      if (s.ok()) s = nccl_backup_.reserve(op.in.bytes(), device_stream_.get());
+      if (s.ok()) s = kernels::cuda::event_record(device_event_.get(), device_stream_.get());
+      if (s.ok()) s = comm.order_after_event(device_event_.get());
+      if (!s.ok()) {
+        comm.abort(s);
+        return Status(s.code() == ErrorCode::kTransport ? ErrorCode::kUnsupported : s.code(),
+                      ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
+                      op.describe() + ": no device memory for the backup of its input: " + s.message());
+      }
+    }
   }
-  // (ticket, slice) in issue order; slice == total for the confirmation.
+  auto unrecoverable = [&](const Status& why) {
+    return Status(ErrorCode::kUnsupported, why.context(),
+                  why.message() + "; an in-place all-reduce of " + std::to_string(op.in.bytes()) +
+                      " bytes is larger than the backup budget (Options::backup_bytes = " +
+                      std::to_string(options_.backup_bytes) + "), so its overwritten input cannot be run again");
+  };
+
+  // (ticket, slice) in issue order.
   std::vector<std::pair<uint64_t, size_t>> tickets;
   const size_t es = op.element_size();
   for (size_t k = first; k < rec.total; ++k) {
@@ -266,27 +405,18 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
       if (!copied.ok()) return failed(copied.status());
       if (!have) nccl_backed_up_ = r.end * es;
     }
-    auto t = comm.issue(slice_calls(op, size_, k, rec.total), enqueue);
-    if (!t.ok()) return failed(t.status());
+    auto t = comm.issue(slice_calls(op, size_, k, rec.total), keep_waiting);
+    if (!t.ok()) return in_place_backup && !backup ? unrecoverable(failed(t.status())) : failed(t.status());
     tickets.push_back({t.value(), k});
-  }
-  const bool confirm = size_ > 1 && options_.recovery;
-  if (confirm) {
-    auto t = comm.issue_confirmation(enqueue);
-    if (!t.ok()) return failed(t.status());
-    tickets.push_back({t.value(), rec.total});
   }
 
   // Poll in order; a completion is progress. Tight at first (small ops), then
   // sleeping between polls so a long op does not hold a core.
-  Clock::time_point last_progress = Clock::now();
-  const int awaited = (rank_ + 1) % size_;  // the ring neighbour NCCL waits on most
   for (size_t next = 0; next < tickets.size();) {
     auto done = comm.poll(tickets[next].first);
-    if (!done.ok()) return failed(done.status());
+    if (!done.ok()) return in_place_backup && !backup ? unrecoverable(failed(done.status())) : failed(done.status());
     if (done.value()) {
-      const size_t k = tickets[next].second;
-      if (k < rec.total) rec.done = k + 1;
+      rec.done = tickets[next].second + 1;
       ++next;
       last_progress = Clock::now();
       if (abort_after_first && next == 1) {
@@ -295,21 +425,37 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
       }
       continue;
     }
-    if (Status s = interrupted(); !s.ok()) return failed(s);
-    const Clock::time_point now = Clock::now();
-    if (now - last_progress >= budget) {
-      Status verdict = on_stall(op, awaited, now - last_progress);
-      if (!verdict.ok()) return failed(verdict);
-      last_progress = now;  // a live straggler: wait another budget
+    if (Status s = keep_waiting(); !s.ok()) {
+      return in_place_backup && !backup ? unrecoverable(failed(s)) : failed(s);
     }
-    if (now - last_progress < spin()) {
+    if (Clock::now() - last_progress < spin()) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
   rec.done = rec.total;
-  rec.confirmed = confirm;
+
+  // The confirmation: only now that every slice is seen done here.
+  if (size_ > 1 && options_.recovery) {
+    auto t = comm.issue_confirmation(fingerprint(op), keep_waiting);
+    if (!t.ok()) return failed(t.status());
+    for (;;) {
+      auto done = comm.poll(t.value());
+      if (!done.ok()) return failed(done.status());
+      if (done.value()) break;
+      if (Status s = keep_waiting(); !s.ok()) return failed(s);
+      std::this_thread::yield();
+    }
+    if (!comm.fingerprints_agree()) {
+      return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
+                    op.describe() + " on nccl: the ranks did not all run this op at collective seq " +
+                        std::to_string(op.match_seq) + " (their fingerprints differ: kind, dtype, count, reduce op or root); "
+                        "the result is not valid");
+    }
+    rec.confirmed = true;
+  }
+  ++nccl_ops_;
   // Work queued on the caller's stream from here on sees the result.
   if (Status s = comm.order_after_me(op.options.cuda_stream); !s.ok()) return failed(s);
   return Status();
@@ -317,16 +463,14 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 
 Status CommunicatorImpl::restore_nccl_inputs(const Op& op) {
   if (!backs_up(op) || nccl_backup_seq_ != op.seq || nccl_backed_up_ == 0) return Status();
-  // The copies go behind whatever the last NCCL stream still holds.
-  cuda::Stream stream;
-  cuda::Event done;
-  Status s = stream.create();
-  if (s.ok()) s = done.create();
-  if (nccl::Comm* last = nccl_ ? nccl_.get() : nccl_retired_.get(); s.ok() && last) s = last->order_after_me(stream.get());
-  if (s.ok()) s = cuda::copy_async(op.in.data, nccl_backup_.data(), nccl_backed_up_, stream.get());
-  if (s.ok()) s = cuda::event_record(done.get(), stream.get());
+  // The copy goes behind whatever the last NCCL stream still holds.
+  Status s = device_stream_.create();
+  if (s.ok()) s = device_event_.create();
+  if (nccl::Comm* last = nccl_ ? nccl_.get() : nccl_retired_.get(); s.ok() && last) s = last->order_after_me(device_stream_.get());
+  if (s.ok()) s = cuda::copy_async(op.in.data, nccl_backup_.data(), nccl_backed_up_, device_stream_.get());
+  if (s.ok()) s = cuda::event_record(device_event_.get(), device_stream_.get());
   if (s.ok()) {
-    s = cuda::wait_event(done.get(), Deadline::after(options_.deadline_floor), "putting back the input of " + op.describe());
+    s = cuda::wait_event(device_event_.get(), Deadline::after(options_.deadline_floor), "putting back the input of " + op.describe());
   }
   nccl_backed_up_ = 0;
   return s;

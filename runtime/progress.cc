@@ -74,7 +74,9 @@ void CommunicatorImpl::idle_checks() {
   // quiet spell it goes back to the system (the next op grows it again).
   if (!idle_trimmed_ && Clock::now() - last_op_end_ > kIdleTrimAfter) {
     idle_trimmed_ = true;
-    const size_t freed = scratch_.release() + log_.pool()->trim() + staging_.release() + nccl_backup_.release();
+    // Device and pinned memory stay until close: freeing either can wait for
+    // the whole GPU (other communicators' kernels included).
+    const size_t freed = scratch_.release() + log_.pool()->trim();
     held_bytes_ = log_.bytes();
     if (freed > 0) {
       RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
@@ -137,22 +139,38 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 // straggler timeout. A failure after it leaves the peers done and this op failed.
 Status CommunicatorImpl::run_device_op(const Op& op) {
   if (!fatal_.ok()) return run_op(op);  // names the earlier failure
+  // A failure of this rank's own GPU work: its peers wait for it at this op,
+  // so they are told (as for any failure for good) rather than left to time out.
+  auto local_failure = [&](const Status& why, const char* what) {
+    Status s(why.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+             op.describe() + ": " + what + ": " + why.message() + "; the communicator stops here (its peers are told)");
+    fatal_ = s;
+    publish_fatal(s);
+    recorder_.finished(op.seq, false);
+    RCOLL_LOG(kError, "%s", s.to_string().c_str());
+    return s;
+  };
+  kernels::cuda::ScopedDevice on;
+  if (op.device >= 0) {
+    if (Status s = on.enter(op.device); !s.ok()) return local_failure(s, "making its CUDA device current");
+  }
   if (runs_on_nccl(op)) {
-    kernels::cuda::ScopedDevice on;
-    Status s = on.enter(op.device);
-    if (s.ok()) s = run_op(op);
+    // The op starts once the caller's stream reached it, waited for here
+    // (this rank counts as in compute meanwhile, a straggler to its peers),
+    // not behind NCCL's kernels, which would then hold the communicator (and
+    // an abort of it) hostage to the caller's queue.
+    if (op.stream_ready) {
+      Status s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(options_.straggler_timeout),
+                                           "waiting for the caller's CUDA stream to reach the op");
+      if (!s.ok()) return local_failure(s, "the caller's stream");
+    }
+    Status s = run_op(op);
     if (!nccl_restart_staged_) return s;
     // NCCL was dropped before or while the op ran, on every rank alike. Ops on
-    // NCCL never overwrite their inputs (in-place ones are backed up), so
-    // every rank can run it again from the start, staged.
+    // NCCL never lose their inputs (in-place ones are backed up), so every
+    // rank can run it again from the start, staged.
     nccl_restart_staged_ = false;
-    if (Status r = restore_nccl_inputs(op); !r.ok()) {
-      fatal_ = Status(r.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
-                      r.message() + "; the op cannot run again, and the communicator stops here (its peers are told)");
-      publish_fatal(fatal_);
-      RCOLL_LOG(kError, "%s", fatal_.to_string().c_str());
-      return fatal_;
-    }
+    if (Status r = restore_nccl_inputs(op); !r.ok()) return local_failure(r, "putting back its input to run it again");
     RCOLL_LOG(kWarn, "%s runs again from the start, staged through pinned host memory over %s (NCCL dropped: %s)",
               op.describe().c_str(), transport_name_.load(), nccl_off_.c_str());
   }
@@ -160,20 +178,13 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   limits.caller_stream = options_.straggler_timeout;
   limits.copy_floor = options_.deadline_floor;
   auto host = staging_.stage_in(op, rank_, limits);
-  if (!host.ok()) {
-    const Status& why = host.status();
-    Status s(why.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-             why.message() + "; the op did not start, and the communicator stops here (its peers are told)");
-    fatal_ = s;
-    publish_fatal(s);
-    recorder_.finished(op.seq, false);
-    RCOLL_LOG(kError, "%s", s.to_string().c_str());
-    return s;
-  }
+  if (!host.ok()) return local_failure(host.status(), "staging its input");
   if (Status s = run_op(host.value()); !s.ok()) return s;
+  // The op completed on every rank; only this rank's copy of the result can
+  // fail here. Its staging memory may still be in a copy's hands, so the
+  // communicator cannot go on either.
   if (Status s = staging_.stage_out(op, host.value(), rank_, limits); !s.ok()) {
-    return Status(s.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-                  s.message() + "; the op completed on every rank, only this rank's copy of the result failed");
+    return local_failure(s, "the op completed on every rank, but copying the result to the device failed");
   }
   return Status();
 }

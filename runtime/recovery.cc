@@ -76,10 +76,18 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   }
   // This rank's vote on the next epoch's transport, before the ledger: a rank
   // that sees every ledger sees every vote.
+  // With NCCL in use, the vote also says whether to stop using it for device
+  // collectives (and why): a rank that cannot join its communicator, or saw
+  // it fail too often. A failure on NCCL does not count against the host transport.
   const bool chain = chain_.order().size() > 1;
-  if (chain) {
-    const size_t vote = chain_.vote_after_failure(Clock::now());
-    if (Status s = store_->set(vote_key(failed, rank_), Bytes{static_cast<uint8_t>(vote)}); !s.ok()) {
+  const bool nccl_votes = chain_.nccl() && nccl_off_.empty();
+  if (chain || nccl_votes) {
+    const bool nccl_failed = current_ != nullptr && current_->nccl;
+    const size_t vote = chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
+    const std::string drop = nccl_votes ? nccl_vote() : std::string();
+    Bytes ballot{static_cast<uint8_t>(vote), static_cast<uint8_t>(drop.empty() ? 0 : 1)};
+    ballot.insert(ballot.end(), drop.begin(), drop.end());
+    if (Status s = store_->set(vote_key(failed, rank_), ballot); !s.ok()) {
       return store_failed(s, "could not publish this rank's transport vote in the store");
     }
   }
@@ -161,15 +169,20 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   }
   auto plan = agree_resume(rank_, size_, log_, current_, ledgers);
   if (!plan.ok()) return plan.status();
+  // The most cautious vote wins: a move down if any rank counts too many
+  // failures, a probe back up only if every rank's cool-down is over; NCCL
+  // dropped if any rank asks.
+  size_t agreed = 0;
+  std::string nccl_drop;
+  for (int q = 0; (chain || nccl_votes) && q < size_; ++q) {
+    auto v = store_->get(vote_key(failed, q), deadline.remaining_ms());
+    if (!v.ok()) return store_failed(v.status(), "reading the transport votes from the store");
+    const Bytes& b = v.value();
+    if (!b.empty()) agreed = std::max<size_t>(agreed, b[0]);
+    if (b.size() > 1 && b[1] != 0 && nccl_drop.empty()) nccl_drop.assign(b.begin() + 2, b.end());
+  }
+  if (nccl_votes && !nccl_drop.empty()) drop_nccl(nccl_drop, failed + 1);
   if (chain) {
-    // The most cautious vote wins: a move down if any rank counts too many
-    // failures, a probe back up only if every rank's cool-down is over.
-    size_t agreed = 0;
-    for (int q = 0; q < size_; ++q) {
-      auto v = store_->get(vote_key(failed, q), deadline.remaining_ms());
-      if (!v.ok()) return store_failed(v.status(), "reading the transport votes from the store");
-      if (!v.value().empty()) agreed = std::max<size_t>(agreed, v.value()[0]);
-    }
     const std::string from = chain_.current();
     const size_t from_index = chain_.index();
     if (chain_.adopt(agreed, Clock::now())) {

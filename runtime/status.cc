@@ -19,6 +19,7 @@ const char* to_string(ErrorCode code) {
     case ErrorCode::kStore: return "store error";
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kDevice: return "device failed";
   }
   return "unknown error";
 }

@@ -69,10 +69,14 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
 endforeach()
 #  - On NCCL (chain nccl,tcp; the processes share the GPU as separate NCCL
 #    ranks): the suite at 1, 2 and 4 ranks; an NCCL link failure mid-op
-#    (close-link aborts one rank's NCCL communicator) recovered on NCCL; a
-#    rank whose NCCL init fails (fail-connect), after which every rank stages
-#    device collectives over TCP; a rank frozen (SIGSTOP) for 4 s in the middle
-#    of 64 MiB all-reduces on NCCL, thawed, every result right.
+#    (close-link aborts one rank's NCCL communicator) recovered on NCCL; the
+#    same in the middle of a 160 MiB in-place all-reduce (3 slices: resume at
+#    slice 1, inputs put back from the device backup), and again with the next
+#    epoch's NCCL init failing on a rank, so every rank drops NCCL and runs the
+#    op again, staged; a rank whose first NCCL init fails (fail-connect),
+#    after which every rank stages device collectives over TCP; a rank frozen
+#    (SIGSTOP) for 15 s, past the 10 s progress deadline, in the middle of
+#    64 MiB all-reduces on NCCL, thawed, every result right.
 if(RCOLL_HAVE_NCCL)
   set(RCOLL_NCCL_ENV env RCOLL_TRANSPORTS=nccl,tcp)
   foreach(np 1 2 4)
@@ -89,11 +93,28 @@ if(RCOLL_HAVE_NCCL)
            COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600 --inject "fail-connect:transport=nccl,count=1,rank=2" --
                    ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-fallbacks 1
                    --expect-device-transport staged)
+  add_test(NAME recovery_cuda_nccl_multislice
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600 --inject "close-link:rank=1,op=3" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 160M --dtypes float32 --ops allreduce --expect-recoveries 1
+                   --expect-device-transport nccl)
+  add_test(NAME fallback_cuda_nccl_mid_op
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600
+                   --inject "close-link:rank=1,op=3;fail-connect:transport=nccl,count=1,rank=2,epoch=1" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 160M --dtypes float32 --ops allreduce --expect-recoveries 2
+                   --expect-fallbacks 1 --expect-device-transport staged)
   add_test(NAME recovery_cuda_nccl_sigstop
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/sigstop.sh 6 4 --
-                   ${RCOLL_NCCL_ENV} RCOLL_OP_TIMEOUT_MS=2000 ${RCOLL_RUN} -n 2 --timeout 600 --
-                   ${RCOLL_CORRECTNESS} --memory cuda --dtypes float32 --sizes 64M --ops allreduce --repeat 20
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/sigstop.sh 10 15 --
+                   ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 2 --timeout 600 --
+                   ${RCOLL_CORRECTNESS} --memory cuda --dtypes float32 --sizes 64M --ops allreduce --repeat 10
                    --expect-recoveries 1 --expect-device-transport nccl)
+  list(APPEND RCOLL_NCCL_TESTS recovery_cuda_nccl_multislice fallback_cuda_nccl_mid_op)
+  # rcoll-bench on device buffers, every op checked, beside raw NCCL (rcoll-nccl-bench).
+  if(TARGET rcoll-bench AND TARGET rcoll-nccl-bench)
+    add_test(NAME bench_cuda_nccl_compare
+             COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 2 --timeout 600 -- $<TARGET_FILE:rcoll-bench> --memory cuda --op all
+                     --sizes 4K:16M --iters 5 --warmup 2 --check --compare nccl)
+    list(APPEND RCOLL_NCCL_TESTS bench_cuda_nccl_compare)
+  endif()
   list(APPEND RCOLL_NCCL_TESTS recovery_cuda_nccl_close_link fallback_cuda_nccl_fail_connect recovery_cuda_nccl_sigstop)
   set_tests_properties(${RCOLL_NCCL_TESTS} PROPERTIES TIMEOUT 700 SKIP_RETURN_CODE 77 LABELS "multiprocess;cuda;nccl")
 endif()

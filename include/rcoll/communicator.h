@@ -60,8 +60,10 @@ struct Counters {
   int64_t epoch = 0;
   std::string transport;
   // Where collectives on device buffers run: "nccl", or "staged" (through
-  // pinned host memory over `transport`; device send/recv always are).
+  // pinned host memory over `transport`; device send/recv always are), and
+  // how many ops completed on NCCL.
   std::string device_transport;
+  uint64_t nccl_ops = 0;
   // Host memory rcoll holds now for staging, input backups and reuse. Grows to
   // the working set; released after a few idle seconds.
   uint64_t held_bytes = 0;

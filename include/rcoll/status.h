@@ -26,6 +26,7 @@ enum class ErrorCode : int {
   kStore,            // the rendezvous store failed or answered badly
   kUnsupported,      // a feature this build or transport does not have
   kInternal,         // a bug in rcoll: please report
+  kDevice,           // the GPU failed (a sticky CUDA error: illegal address, ECC, ...); this process cannot use it any more
 };
 
 const char* to_string(ErrorCode code);

@@ -22,6 +22,10 @@ std::string no_gpu_reason() {
   return n == 0 ? "no CUDA device" : "";
 }
 
+Comm::Waiter within(Deadline d) {
+  return [d] { return d.expired() ? Status(ErrorCode::kTimeout, "the test's enqueue deadline") : Status(); };
+}
+
 Comm::Config one_rank() {
   Comm::Config c;
   c.init_deadline = Deadline::after(std::chrono::seconds(30));
@@ -118,7 +122,7 @@ TEST(NcclComm, OneRankCallsCompleteInOrder) {
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000);
   DeviceFloats a(n), b(n);
   a.put(host);
-  const Deadline d = Deadline::after(std::chrono::seconds(30));
+  const Comm::Waiter d = within(Deadline::after(std::chrono::seconds(30)));
   // Two calls; the second's completion implies the first's.
   auto t1 = comm.issue(Call{CallKind::kAllReduce, a.get(), b.get(), n, DataType::kFloat32, ReduceOp::kSum}, d);
   auto t2 = comm.issue(Call{CallKind::kBroadcast, b.get(), a.get(), n, DataType::kFloat32, ReduceOp::kSum, 0}, d);
@@ -143,7 +147,7 @@ TEST(NcclComm, AbortFailsWhatComesAfter) {
   Comm& comm = *c.value();
   DeviceFloats a(1024);
   a.put(std::vector<float>(1024, 1.0f));
-  const Deadline d = Deadline::after(std::chrono::seconds(30));
+  const Comm::Waiter d = within(Deadline::after(std::chrono::seconds(30)));
   auto t = comm.issue(Call{CallKind::kAllReduce, a.get(), a.get(), 1024, DataType::kFloat32, ReduceOp::kSum}, d);
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE(wait(comm, t.value()));

@@ -110,11 +110,61 @@ class DeviceMirror {
   std::vector<Region> regions_;
 };
 
-std::string no_device_reason() {
+std::string no_device_reason(int ranks) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-  return n == 0 ? "no CUDA device" : "";
+  if (n == 0) return "no CUDA device";
+  // Ranks beyond the GPUs share them: a GPU that admits one process cannot.
+  int mode = cudaComputeModeDefault;
+  if (ranks > n && cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0) == cudaSuccess &&
+      (mode == cudaComputeModeExclusiveProcess || mode == cudaComputeModeProhibited)) {
+    return "GPU 0's compute mode admits one process, and " + std::to_string(ranks) + " ranks share " + std::to_string(n) + " GPU(s)";
+  }
+  return "";
+}
+
+// The caller's stream: an async all-reduce on a stream whose real input
+// arrives only after 300 ms of other work queued there must reduce that
+// input (rcoll starts after the stream's work at issue), and a copy queued on
+// the stream after wait() must see the result.
+void test_stream_order(rcoll::Communicator& comm) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t n = 1 << 20;
+  cudaStream_t stream = nullptr;
+  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  float* host = nullptr;
+  cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host), n * sizeof(float)), "cudaMallocHost");
+  float* dev = nullptr;
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev), n * sizeof(float)), "cudaMalloc");
+  std::vector<float> poison(n, -1000.0f);
+  cuda_check(cudaMemcpy(dev, poison.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>((r + 1) * static_cast<int>(i % 5));
+  cuda_check(cudaLaunchHostFunc(stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr),
+             "cudaLaunchHostFunc");
+  cuda_check(cudaMemcpyAsync(dev, host, n * sizeof(float), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  rcoll::OpOptions o;
+  o.cuda_stream = stream;
+  Buffer b{dev, n, DataType::kFloat32, rcoll::MemoryKind::kCuda};
+  rcoll::throw_if_error(comm.allreduce_async(b, b, ReduceOp::kSum, o).wait());
+  cuda_check(cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  ++g_checks;
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want = static_cast<float>(p * (p + 1) / 2 * static_cast<int>(i % 5));
+    if (host[i] != want && bad++ < 5) {
+      std::fprintf(stderr, "MISMATCH rank %d: stream-ordered allreduce: element %zu is %g, expected %g\n", r, i,
+                   static_cast<double>(host[i]), static_cast<double>(want));
+    }
+  }
+  if (bad > 0) {
+    std::fprintf(stderr, "FAIL rank %d: stream-ordered allreduce: %zu of %zu elements wrong\n", r, bad, n);
+    ++g_failures;
+  }
+  cudaFree(dev);
+  cudaFreeHost(host);
+  cudaStreamDestroy(stream);
 }
 #endif
 
@@ -493,7 +543,8 @@ int main(int argc, char** argv) {
   }
   if (memory == "cuda") {
 #if RCOLL_WORKER_CUDA
-    if (std::string why = no_device_reason(); !why.empty()) {
+    const char* world = std::getenv("RCOLL_WORLD_SIZE");
+    if (std::string why = no_device_reason(world ? std::atoi(world) : 1); !why.empty()) {
       std::printf("SKIP: --memory cuda: %s\n", why.c_str());
       return 77;
     }
@@ -522,6 +573,9 @@ int main(int argc, char** argv) {
     const auto started = std::chrono::steady_clock::now();
     std::printf("rank %d/%d: communicator ready, running collectives\n", comm.rank(), comm.size());
     std::fflush(stdout);
+#if RCOLL_WORKER_CUDA
+    if (g_device && has(ops, "allreduce")) test_stream_order(comm);
+#endif
     // Another pass? A fixed number, or (--duration) rank 0's clock, shared by a broadcast.
     auto another_pass = [&](int done) {
       if (duration_s <= 0) return done < repeat;
@@ -587,7 +641,13 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(counters.delays_injected), counters.transport.c_str(),
                 static_cast<long long>(counters.epoch), static_cast<unsigned long long>(counters.fallbacks),
                 static_cast<unsigned long long>(counters.probes));
-    std::printf("rank %d/%d: device collectives: %s\n", r, p, counters.device_transport.c_str());
+    std::printf("rank %d/%d: device collectives: %s (%llu ops on NCCL)\n", r, p, counters.device_transport.c_str(),
+                static_cast<unsigned long long>(counters.nccl_ops));
+    // "nccl" means they did run there, not only that NCCL is configured.
+    if (expect_device_transport == "nccl" && counters.nccl_ops == 0) {
+      std::fprintf(stderr, "FAIL rank %d: expected device collectives on NCCL, none ran there\n", r);
+      ++g_failures;
+    }
     if (!expect_device_transport.empty() && counters.device_transport != expect_device_transport) {
       std::fprintf(stderr, "FAIL rank %d: expected device collectives on %s, they are %s\n", r,
                    expect_device_transport.c_str(), counters.device_transport.c_str());

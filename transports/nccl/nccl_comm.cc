@@ -7,6 +7,8 @@
 // group is an event recorded behind it on the communicator's stream.
 #include "transports/nccl/nccl_comm.h"
 
+#include "kernels/cuda_memory.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -87,7 +89,8 @@ struct Comm::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   cudaEvent_t fence = nullptr;  // for ordering a caller's stream after this one
-  void* word = nullptr;         // device memory of the confirmation all-reduce
+  int64_t* word = nullptr;      // device memory of the confirmation all-reduce (2 x int64)
+  int64_t* pair = nullptr;      // pinned host memory it is copied from and back to
   struct Pending {
     uint64_t ticket;
     cudaEvent_t event;
@@ -138,8 +141,11 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
   if (cudaError_t e = cudaEventCreateWithFlags(&m.fence, cudaEventDisableTiming); e != cudaSuccess) {
     return c->failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
   }
-  if (cudaError_t e = cudaMalloc(&m.word, 16); e != cudaSuccess) {
-    return c->failure(ErrorCode::kTransport, "cudaMalloc of 16 bytes failed: " + cuda_error(e));
+  if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&m.word), 2 * sizeof(int64_t), m.stream); e != cudaSuccess) {
+    return c->failure(ErrorCode::kTransport, "cudaMallocAsync of 16 bytes failed: " + cuda_error(e));
+  }
+  if (cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&m.pair), 2 * sizeof(int64_t), cudaHostAllocPortable); e != cudaSuccess) {
+    return c->failure(ErrorCode::kTransport, "cudaHostAlloc of 16 bytes failed: " + cuda_error(e));
   }
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -197,7 +203,8 @@ Comm::~Comm() {
     // A healthy communicator is finalised (its calls drain) within a bound;
     // one that does not settle, or has failed, is aborted.
     bool finalized = false;
-    if (m.healthy() && ncclCommFinalize(m.comm) != ncclInternalError) {
+    const ncclResult_t started = m.healthy() ? ncclCommFinalize(m.comm) : ncclInternalError;
+    if (started == ncclSuccess || started == ncclInProgress) {
       const Deadline bound = Deadline::after(std::chrono::seconds(5));
       ncclResult_t state = ncclInProgress;
       while (ncclCommGetAsyncError(m.comm, &state) == ncclSuccess && state == ncclInProgress && !bound.expired()) {
@@ -215,11 +222,12 @@ Comm::~Comm() {
   for (const auto& p : m.pending) (void)cudaEventDestroy(p.event);
   for (cudaEvent_t e : m.spare) (void)cudaEventDestroy(e);
   if (m.fence) (void)cudaEventDestroy(m.fence);
-  if (m.word) (void)cudaFree(m.word);
+  if (m.word) (void)cudaFreeAsync(m.word, m.stream);  // behind the stream's work: no device-wide wait
+  if (m.pair) (void)cudaFreeHost(m.pair);
   if (m.stream) (void)cudaStreamDestroy(m.stream);
 }
 
-Result<uint64_t> Comm::issue(const std::vector<Call>& calls, Deadline deadline) {
+Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
   Impl& m = *impl_;
   if (!m.healthy()) return m.failed;
@@ -247,17 +255,19 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, Deadline deadline) 
     if (r != ncclSuccess) break;
     r = state;
     if (r != ncclInProgress) break;
-    if (deadline.expired()) {
-      m.failed = failure(ErrorCode::kTimeout, std::string(to_string(calls.front().kind)) +
-                                                  " was still being enqueued at its deadline; aborted the communicator");
+    lock.unlock();
+    std::this_thread::sleep_for(kSettlePoll);
+    Status verdict = waiter ? waiter() : Status();
+    lock.lock();
+    if (!m.healthy()) return m.failed;
+    if (!verdict.ok()) {
+      m.failed = Status(verdict.code(), verdict.context(),
+                        std::string(to_string(calls.front().kind)) + " was still being enqueued (waiting for peers): " +
+                            verdict.message() + "; aborted the communicator");
       (void)ncclCommAbort(m.comm);
       m.comm = nullptr;
       return m.failed;
     }
-    lock.unlock();
-    std::this_thread::sleep_for(kSettlePoll);
-    lock.lock();
-    if (!m.healthy()) return m.failed;
   }
   if (r != ncclSuccess) {
     m.failed = failure(ErrorCode::kTransport, std::string(to_string(calls.front().kind)) + " of " +
@@ -288,9 +298,36 @@ Result<uint64_t> Comm::record_ticket() {
   return ticket;
 }
 
-Result<uint64_t> Comm::issue_confirmation(Deadline deadline) {
-  void* word = impl_->word;
-  return issue(Call{CallKind::kAllReduce, word, word, 1, DataType::kInt32, ReduceOp::kSum}, deadline);
+Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& waiter) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!m.healthy()) return m.failed;
+    // 62 bits, so that negating never overflows.
+    const auto h = static_cast<int64_t>(fingerprint & ((uint64_t{1} << 62) - 1));
+    m.pair[0] = h;
+    m.pair[1] = -h;
+    if (cudaError_t e = cudaMemcpyAsync(m.word, m.pair, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, m.stream); e != cudaSuccess) {
+      return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
+    }
+  }
+  auto t = issue(Call{CallKind::kAllReduce, m.word, m.word, 2, DataType::kInt64, ReduceOp::kMax}, waiter);
+  if (!t.ok()) return t;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!m.healthy()) return m.failed;
+  // Back into the pinned pair before the ticket's event: done means readable.
+  m.spare.push_back(m.pending.back().event);
+  m.pending.pop_back();
+  --m.next_ticket;
+  if (cudaError_t e = cudaMemcpyAsync(m.pair, m.word, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, m.stream); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
+  }
+  return record_ticket();
+}
+
+bool Comm::fingerprints_agree() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return impl_->pair[0] == -impl_->pair[1];
 }
 
 Result<uint64_t> Comm::issue_copy(void* dst, const void* src, size_t bytes) {
@@ -310,7 +347,22 @@ Result<bool> Comm::poll(uint64_t ticket) {
   Impl& m = *impl_;
   if (ticket <= m.done_through) return true;
   if (!m.healthy()) return m.failed;
-  // An asynchronous error (a peer gone, a network failure) fails every call in flight.
+  // Which events fired, then whether NCCL reported an asynchronous error (a
+  // peer gone, a network failure): only with none do they count as done, in
+  // case a failing NCCL ended its kernels early.
+  size_t fired = 0;
+  for (const auto& p : m.pending) {
+    const cudaError_t e = cudaEventQuery(p.event);
+    if (e == cudaErrorNotReady) break;
+    if (e != cudaSuccess) {
+      m.failed = Status(kernels::cuda::error_code(e), ErrorContext{config_.rank, -1, 0, static_cast<int64_t>(config_.epoch), "nccl"},
+                        "cudaEventQuery failed: " + cuda_error(e) + "; aborted the communicator");
+      (void)ncclCommAbort(m.comm);
+      m.comm = nullptr;
+      return m.failed;
+    }
+    ++fired;
+  }
   ncclResult_t state = ncclSuccess;
   if (ncclResult_t r = ncclCommGetAsyncError(m.comm, &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
     m.failed = failure(ErrorCode::kTransport, "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.comm) +
@@ -319,15 +371,7 @@ Result<bool> Comm::poll(uint64_t ticket) {
     m.comm = nullptr;
     return m.failed;
   }
-  while (!m.pending.empty()) {
-    const cudaError_t e = cudaEventQuery(m.pending.front().event);
-    if (e == cudaErrorNotReady) break;
-    if (e != cudaSuccess) {
-      m.failed = failure(ErrorCode::kTransport, "cudaEventQuery failed: " + cuda_error(e) + "; aborted the communicator");
-      (void)ncclCommAbort(m.comm);
-      m.comm = nullptr;
-      return m.failed;
-    }
+  for (; fired > 0; --fired) {
     m.done_through = m.pending.front().ticket;
     m.spare.push_back(m.pending.front().event);
     m.pending.pop_front();

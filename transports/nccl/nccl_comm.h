@@ -73,18 +73,26 @@ class Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
+  // While NCCL is still enqueuing a group (non-blocking: a first call may wait
+  // for its peers to connect), `waiter` is asked every millisecond or so
+  // whether to keep waiting; a non-OK answer aborts the communicator with it.
+  using Waiter = std::function<Status()>;
+
   // Enqueues `calls` as one NCCL group (a send and a recv that must overlap,
   // say) on the communicator's stream and returns a ticket whose event fires
   // when they are done on this rank. Tickets complete in issue order. A
   // ticket's call that fails reports its error at poll(), as does the abort.
-  Result<uint64_t> issue(const std::vector<Call>& calls, Deadline deadline);
-  Result<uint64_t> issue(const Call& call, Deadline deadline) { return issue(std::vector<Call>{call}, deadline); }
+  Result<uint64_t> issue(const std::vector<Call>& calls, const Waiter& waiter);
+  Result<uint64_t> issue(const Call& call, const Waiter& waiter) { return issue(std::vector<Call>{call}, waiter); }
 
-  // A one-element all-reduce behind every call issued so far. When it is done
-  // on this rank, every rank has finished every call before it (each rank
-  // contributes only once its own stream got there), so nothing of them can
-  // need running again anywhere.
-  Result<uint64_t> issue_confirmation(Deadline deadline);
+  // An all-reduce (max) of (fingerprint, -fingerprint), to be issued once
+  // this rank has seen its op's calls done. When it is done here, every rank
+  // has seen its calls done too (each contributes only after that), so
+  // nothing of them can need running again anywhere; and fingerprints_agree()
+  // then tells whether every rank ran the same op.
+  Result<uint64_t> issue_confirmation(uint64_t fingerprint, const Waiter& waiter);
+  // After the confirmation's ticket is done: max == -max(-x) iff all equal.
+  bool fingerprints_agree() const;
   // A device-to-device copy on the communicator's stream, as a ticket.
   Result<uint64_t> issue_copy(void* dst, const void* src, size_t bytes);
 
@@ -93,7 +101,10 @@ class Comm {
   Result<bool> poll(uint64_t ticket);
 
   // Stops every call in flight and fails the communicator with `why`.
-  // Idempotent, callable from any thread, never blocks on the GPU.
+  // Idempotent, callable from any thread. It does not wait for the calls in
+  // flight to finish (NCCL's teardown waits for its own kernels to exit,
+  // which the runtime keeps short by never queueing them behind a caller's
+  // stream).
   void abort(const Status& why);
   bool aborted() const;
 
