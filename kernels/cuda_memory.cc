@@ -197,14 +197,10 @@ Status DeviceBuffer::reserve(size_t bytes, void* stream) {
   return Status();
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  // Behind the last work queued where it was allocated; the stream, if
-  // destroyed since, has its work finished or dropped with it, and the
-  // legacy stream then orders the free after everything.
-  if (data_ && cudaFreeAsync(data_, as_stream(stream_)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaFreeAsync(data_, nullptr);
-  }
+void DeviceBuffer::reset() {
+  if (data_ && cudaFreeAsync(data_, as_stream(stream_)) != cudaSuccess) (void)cudaGetLastError();
+  data_ = nullptr;
+  capacity_ = 0;
 }
 
 }  // namespace rcoll::kernels::cuda

@@ -108,17 +108,19 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
+  ~DeviceBuffer() { reset(); }
   // At least `bytes`, usable by work queued on `stream` from now on (an old,
   // smaller block is freed behind the work already queued there).
   Status reserve(size_t bytes, void* stream);
   void* data() const { return data_; }
   size_t capacity() const { return capacity_; }
+  // Frees it behind the work queued on the stream it was allocated on.
+  void reset();
 
  private:
   void* data_ = nullptr;
   size_t capacity_ = 0;
-  void* stream_ = nullptr;  // where it was last allocated
+  void* stream_ = nullptr;  // where it was last allocated; must outlive the buffer
 };
 
 // RAII owners of a stream and an event.
@@ -127,7 +129,11 @@ class Stream {
   Stream() = default;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  ~Stream() { stream_destroy(s_); }
+  ~Stream() { reset(); }
+  void reset() {
+    stream_destroy(s_);
+    s_ = nullptr;
+  }
   Status create() {
     if (s_) return Status();
     auto r = stream_create();
@@ -146,7 +152,11 @@ class Event {
   Event() = default;
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  ~Event() { event_destroy(e_); }
+  ~Event() { reset(); }
+  void reset() {
+    event_destroy(e_);
+    e_ = nullptr;
+  }
   Status create() {
     if (e_) return Status();
     auto r = event_create();

@@ -24,7 +24,7 @@ Status copy_async(void*, const void*, size_t, void*) { return none(); }
 Status PinnedBuffer::reserve(size_t) { return none(); }
 size_t PinnedBuffer::release() { return 0; }
 Status DeviceBuffer::reserve(size_t, void*) { return none(); }
-DeviceBuffer::~DeviceBuffer() = default;
+void DeviceBuffer::reset() {}
 ErrorCode error_code(int) { return ErrorCode::kUnsupported; }
 bool thread_has_context() { return false; }
 

@@ -472,8 +472,33 @@ void CommunicatorImpl::close() {
   epoch_watch_.stop();
   transport_.reset();
   liveness_.reset();  // says goodbye, so peers do not take this exit for a death
+  release_device_resources();
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
+}
+
+// With the communicator's device current (else CUDA would make a context on
+// GPU 0 for this thread), in order: the NCCL communicators (after rcoll's
+// device stream has waited for their streams), then the memory they used.
+void CommunicatorImpl::release_device_resources() {
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = device_;
+  }
+  if (device < 0) return;
+  kernels::cuda::ScopedDevice on;
+  if (!on.enter(device).ok()) return;
+  for (nccl::Comm* c : {nccl_.get(), nccl_retired_.get()}) {
+    if (c && device_stream_.get()) (void)c->order_after_me(device_stream_.get());
+  }
+  nccl_.reset();
+  nccl_retired_.reset();
+  nccl_backup_.reset();
+  staging_.reset();
+  nccl_confirm_host_.release();
+  device_event_.reset();
+  device_stream_.reset();
 }
 
 std::string CommunicatorImpl::diagnostics() const {

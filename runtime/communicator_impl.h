@@ -89,6 +89,8 @@ class CommunicatorImpl : public ProgressGuard {
   // Runs an op taken from the queue (or run here) and completes its Work.
   void execute(Op& op, bool closing_barrier);
   void idle_checks();
+  void recover_if_peer_failed();
+  void release_device_resources();
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);
   // An op on device buffers: staged through pinned host memory around run_op
@@ -186,6 +188,9 @@ class CommunicatorImpl : public ProgressGuard {
   bool nccl_restart_staged_ = false;
   std::deque<Clock::time_point> nccl_failures_;  // recoveries of ops on NCCL
   std::string nccl_cannot_join_;                 // this rank could not (or would not) join an epoch's communicator
+  size_t nccl_init_failures_ = 0;                // inits in a row that did not complete
+  std::string nccl_last_init_failure_;
+  kernels::cuda::PinnedBuffer nccl_confirm_host_;  // for every epoch's confirmations, freed at close
   std::atomic<uint64_t> nccl_ops_{0};            // ops completed on NCCL
   std::atomic<uint64_t> nccl_fallbacks_{0};
   std::atomic<bool> nccl_dropped_{false};  // for counters(), from any thread

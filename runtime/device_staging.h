@@ -48,6 +48,13 @@ class DeviceStaging {
   Status stage_out(const Op& op, const Op& host, int rank, const Limits& limits);
 
   size_t held() const { return pinned_.capacity(); }
+  // Frees everything (at close, with the communicator's device current).
+  void reset() {
+    pinned_.release();
+    done_.reset();
+    stream_.reset();
+    device_ = -1;
+  }
 
  private:
   Status prepare(int device);

@@ -43,6 +43,7 @@ namespace cuda = kernels::cuda;
 using nccl::Call;
 
 constexpr Millis kNcclInitFloor{30000};
+constexpr size_t kNcclInitFailuresToDrop = 2;
 constexpr Millis kStoreWaitSlice{50};
 using nccl::CallKind;
 
@@ -122,6 +123,12 @@ size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
 
 std::string CommunicatorImpl::nccl_vote() {
   if (!nccl_cannot_join_.empty()) return nccl_cannot_join_;
+  // Inits that time out cost at least kNcclInitFloor each, so they would
+  // never pile up within the failure window: two in a row are enough.
+  if (nccl_init_failures_ >= kNcclInitFailuresToDrop) {
+    return "rank " + std::to_string(rank_) + ": " + std::to_string(nccl_init_failures_) +
+           " NCCL inits in a row did not complete (" + nccl_last_init_failure_ + ")";
+  }
   const auto now = Clock::now();
   while (!nccl_failures_.empty() && now - nccl_failures_.front() > options_.transport_failure_window) nccl_failures_.pop_front();
   if (static_cast<int>(nccl_failures_.size()) < std::max(1, options_.transport_failures_to_drop)) return "";
@@ -207,18 +214,28 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     if (Status s = store_->set(base + "arrived/" + std::to_string(rank_), Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
     std::vector<std::string> arrived;
     for (int q = 0; q < size_; ++q) arrived.push_back(base + "arrived/" + std::to_string(q));
-    if (Status s = wait_for_ranks(arrived, op, Deadline::never(), "waiting for every rank at NCCL init"); !s.ok()) return s;
+    if (Status s = wait_for_ranks(arrived, op, Deadline::never(), "waiting for every rank at NCCL init"); !s.ok()) {
+      (void)store_->set(base + "gave-up", Bytes{0});  // peers already in init stop waiting for this rank
+      return s;
+    }
     if (rank_ != 0) {
       auto got = store_->get(base + "id", kStoreWaitSlice * 20);
-      if (!got.ok()) return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
+      if (!got.ok()) {
+        (void)store_->set(base + "gave-up", Bytes{0});
+        return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
+      }
       id.assign(got.value().begin(), got.value().end());
       if (id.empty() && refuse.empty()) refuse = "rank 0 could not make an NCCL unique id";
     }
   }
 
-  // 2. Init, bounded now that every rank is there. A rank that gives up says
-  // so at once, and the others stop waiting for it.
-  const Deadline init_deadline = Deadline::after(std::max<Millis>(options_.connect_timeout, kNcclInitFloor));
+  // 2. Init, bounded now that every rank is there (and within a recovery's
+  // time, so a rank that left for one never outwaits it). A rank that gives
+  // up, fails the epoch or sees a peer die says so at once, and the others
+  // stop waiting for it.
+  const Deadline init_deadline =
+      Deadline::after(std::min<Millis>(std::max<Millis>(options_.connect_timeout, kNcclInitFloor), options_.recovery_timeout));
+  const std::string gave_up = base + "gave-up";
   Result<std::unique_ptr<nccl::Comm>> made = Status(ErrorCode::kUnsupported, ctx, refuse);
   if (refuse.empty()) {
     nccl::Comm::Config cfg;
@@ -227,43 +244,58 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     cfg.device = op.device;
     cfg.epoch = epoch;
     cfg.init_deadline = init_deadline;
+    if (Status s = nccl_confirm_host_.reserve(16); s.ok()) cfg.confirm_host = nccl_confirm_host_.data();
     if (size_ > 1) {
       std::shared_ptr<Store> store = store_;
-      const std::string gave_up = base + "gave-up";
-      cfg.cancelled = [store, gave_up] {
+      cfg.cancelled = [this, store, gave_up] {
+        if (epoch_failed_elsewhere() || first_dead_peer() >= 0) return true;
         auto there = store->check(gave_up);
         return there.ok() && there.value();
       };
     }
     made = nccl::Comm::create(id, cfg);
   }
-  // A rank that cannot or will not join asks (in the next recovery) for NCCL
-  // to be dropped; a timeout or a cancelled init just fails this epoch.
-  const bool cannot_join = !made.ok() && made.status().code() != ErrorCode::kTimeout && made.status().code() != ErrorCode::kAborted;
+  // A rank that cannot or will not join (no usable GPU, bad device, refused)
+  // asks in the next recovery for NCCL to be dropped; anything else (a
+  // timeout, a cancelled init, a network error) just fails this epoch, and
+  // counts towards dropping it if it keeps happening.
+  const ErrorCode code = made.ok() ? ErrorCode::kOk : made.status().code();
+  const bool cannot_join = code == ErrorCode::kUnsupported || code == ErrorCode::kInvalidArgument || code == ErrorCode::kDevice;
   const std::string mine = made.ok() ? "ok" : "rank " + std::to_string(rank_) + ": " + made.status().message();
   if (cannot_join) nccl_cannot_join_ = mine;
+  if (!made.ok()) {
+    ++nccl_init_failures_;
+    nccl_last_init_failure_ = mine;
+  }
   if (size_ == 1 && !made.ok()) {
     // Nobody to agree with.
     if (cannot_join) {
       drop_nccl(mine, epoch);
       nccl_restart_staged_ = true;
     }
-    return Status(made.status().code(), ctx, "NCCL communicator of epoch " + std::to_string(epoch) + ": " + mine);
+    return Status(code, ctx, "NCCL communicator of epoch " + std::to_string(epoch) + ": " + mine);
   }
 
   // 3. Every rank's outcome, read by every rank: the same decision everywhere.
+  // Whatever way this rank leaves before the decision, its peers must not be
+  // left waiting in NCCL's init for it: it says it gave up, and aborts its own.
   if (size_ > 1) {
-    if (!made.ok()) (void)store_->set(base + "gave-up", Bytes(mine.begin(), mine.end()));
+    bool decided = false;
+    struct GiveUp {
+      std::function<void()> run;
+      ~GiveUp() { run(); }
+    } give_up{[&] {
+      if (decided) return;
+      (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
+      if (made.ok()) made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
+    }};
     if (Status s = store_->set(base + "outcome/" + std::to_string(rank_), Bytes(mine.begin(), mine.end())); !s.ok()) {
       return Status(s.code(), ctx, s.message());
     }
     std::vector<std::string> outcomes;
     for (int q = 0; q < size_; ++q) outcomes.push_back(base + "outcome/" + std::to_string(q));
     const Deadline until = Deadline::at(init_deadline.time() + std::chrono::seconds(5));
-    if (Status s = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init"); !s.ok()) {
-      if (made.ok()) made.value()->abort(s);
-      return s;
-    }
+    if (Status s = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init"); !s.ok()) return s;
     std::string failure;
     for (const auto& key : outcomes) {
       auto v = store_->get(key, kStoreWaitSlice * 20);
@@ -271,15 +303,16 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
       if (text != "ok" && failure.empty()) failure = text;
     }
     if (!failure.empty()) {
-      if (made.ok()) made.value()->abort(Status(ErrorCode::kAborted, failure));
       return Status(ErrorCode::kTransport, ctx,
                     "the NCCL communicator of epoch " + std::to_string(epoch) + " was not made (" + failure + "); " +
-                        (nccl_cannot_join_.empty() ? "recovering, then trying again"
-                                                   : "recovering; this rank votes to stage device collectives instead"));
+                        (nccl_vote().empty() ? "recovering, then trying again"
+                                             : "recovering; this rank votes to stage device collectives instead"));
     }
+    decided = true;
   }
   nccl_ = std::move(made).value();
   nccl_cannot_join_.clear();
+  nccl_init_failures_ = 0;
   if (nccl_retired_) {
     // Restoring an input on the new stream must come after what the old one
     // still holds (backup copies behind aborted kernels).
@@ -362,8 +395,11 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // In-place all-reduce: keep (or put back) each slice's input before it
   // runs, within the backup budget. Without a backup a failure after the
   // first slice began cannot be recovered: said so below.
+  // The ledger counts what this run has seen done: slices from `first` may
+  // be half-written by the failed run until they complete again.
+  rec.done = first;
   const bool in_place_backup = backs_up(op) && size_ > 1 && options_.recovery;
-  const bool backup = in_place_backup && op.in.bytes() <= options_.backup_bytes;
+  bool backup = in_place_backup && op.in.bytes() <= options_.backup_bytes;
   if (backup && nccl_backup_seq_ != op.seq) {
     nccl_backup_seq_ = op.seq;
     nccl_backed_up_ = 0;
@@ -377,13 +413,18 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
       if (s.ok()) s = kernels::cuda::event_record(device_event_.get(), device_stream_.get());
       if (s.ok()) s = comm.order_after_event(device_event_.get());
       if (!s.ok()) {
-        comm.abort(s);
-        return Status(s.code() == ErrorCode::kTransport ? ErrorCode::kUnsupported : s.code(),
-                      ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
-                      op.describe() + ": no device memory for the backup of its input: " + s.message());
+        if (s.code() == ErrorCode::kDevice) return failed(s);
+        // The backup is a safety net, not the op: run without it (a failure
+        // in the middle then cannot be recovered, as beyond the budget).
+        RCOLL_LOG(kWarn, "%s on nccl: no device memory for the backup of its input (%s); running it without one",
+                  op.describe().c_str(), s.message().c_str());
+        nccl_backup_seq_ = 0;
+        backup = false;
       }
     }
   }
+  // (A re-run always finds the first run's backups: a run without them fails
+  // for good instead of recovering, below.)
   auto unrecoverable = [&](const Status& why) {
     return Status(ErrorCode::kUnsupported, why.context(),
                   why.message() + "; an in-place all-reduce of " + std::to_string(op.in.bytes()) +
@@ -462,17 +503,21 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 }
 
 Status CommunicatorImpl::restore_nccl_inputs(const Op& op) {
-  if (!backs_up(op) || nccl_backup_seq_ != op.seq || nccl_backed_up_ == 0) return Status();
-  // The copy goes behind whatever the last NCCL stream still holds.
+  // Everything the dropped communicator's stream still holds (draining
+  // kernels, backup copies) finishes first, whatever the op: the staged run
+  // writes the same buffers. Then an in-place op's input goes back.
   Status s = device_stream_.create();
   if (s.ok()) s = device_event_.create();
   if (nccl::Comm* last = nccl_ ? nccl_.get() : nccl_retired_.get(); s.ok() && last) s = last->order_after_me(device_stream_.get());
-  if (s.ok()) s = cuda::copy_async(op.in.data, nccl_backup_.data(), nccl_backed_up_, device_stream_.get());
+  if (s.ok() && backs_up(op) && nccl_backup_seq_ == op.seq && nccl_backed_up_ > 0) {
+    s = cuda::copy_async(op.in.data, nccl_backup_.data(), nccl_backed_up_, device_stream_.get());
+  }
   if (s.ok()) s = cuda::event_record(device_event_.get(), device_stream_.get());
   if (s.ok()) {
     s = cuda::wait_event(device_event_.get(), Deadline::after(options_.deadline_floor), "putting back the input of " + op.describe());
   }
   nccl_backed_up_ = 0;
+  nccl_backup_seq_ = 0;
   return s;
 }
 

@@ -90,6 +90,12 @@ void CommunicatorImpl::idle_checks() {
     shrink_idle(why);
     return;
   }
+  recover_if_peer_failed();
+}
+
+// A peer failed the epoch while this rank runs no op: take part in the
+// recovery (it needs every rank's ledger), then go back to waiting.
+void CommunicatorImpl::recover_if_peer_failed() {
   if (fatal_.ok() && options_.recovery && size_ > 1 && epoch_failed_elsewhere()) {
     Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
                  "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
@@ -154,16 +160,29 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   if (op.device >= 0) {
     if (Status s = on.enter(op.device); !s.ok()) return local_failure(s, "making its CUDA device current");
   }
-  if (runs_on_nccl(op)) {
-    // The op starts once the caller's stream reached it, waited for here
-    // (this rank counts as in compute meanwhile, a straggler to its peers),
-    // not behind NCCL's kernels, which would then hold the communicator (and
-    // an abort of it) hostage to the caller's queue.
-    if (op.stream_ready) {
-      Status s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(options_.straggler_timeout),
+  // The op starts once the caller's stream reached it, waited for here: this
+  // rank is in compute meanwhile (a straggler to its peers), and joins a
+  // recovery another rank starts, as an idle rank does. Not behind NCCL's
+  // kernels, which would hold the communicator (and an abort of it) hostage
+  // to the caller's queue.
+  if (op.stream_ready) {
+    const Deadline until = Deadline::after(options_.straggler_timeout);
+    const int generation = shrink_generation_;
+    for (;;) {
+      Status s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(std::chrono::milliseconds(20)),
                                            "waiting for the caller's CUDA stream to reach the op");
-      if (!s.ok()) return local_failure(s, "the caller's stream");
+      if (s.ok()) break;
+      if (s.code() != ErrorCode::kTimeout || until.expired()) return local_failure(s, "the caller's stream");
+      recover_if_peer_failed();
+      if (!fatal_.ok()) return run_op(op);  // names the failure
+      if (shrink_generation_ != generation) {
+        recorder_.finished(op.seq, false);
+        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+                      op.describe() + " was issued for the group before a rank died and it shrank; not run");
+      }
     }
+  }
+  if (runs_on_nccl(op)) {
     Status s = run_op(op);
     if (!nccl_restart_staged_) return s;
     // NCCL was dropped before or while the op ran, on every rank alike. Ops on
@@ -319,7 +338,9 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     if (!op.is_send) return;
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
-    if (op.kind == OpKind::kBroadcast || rec.confirmed) return;
+    // Ops on NCCL complete everywhere once one rank has them (ledger.cc),
+    // even those whose confirmation this rank did not see.
+    if (op.kind == OpKind::kBroadcast || rec.confirmed || rec.nccl) return;
     // An empty collective moves nothing on any rank: nothing to re-run.
     if (op.kind != OpKind::kBarrier && op.out.count == 0) return;
   }
@@ -343,7 +364,11 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
 }
 
 Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
-  if (rec.nccl) return run_nccl_slices(rec, first);  // confirmed when done: never replayed
+  if (rec.nccl) {
+    // Confirmed when done, so never logged, so never replayed.
+    if (replay) return Status(ErrorCode::kInternal, rec.op.describe() + ": an op on NCCL was asked to run again for a peer");
+    return run_nccl_slices(rec, first);
+  }
   const Op& op = rec.op;
   last_stall_was_straggler_ = false;
   AlgoContext ctx(*transport_, op, rec.tuning, scratch_);

@@ -85,9 +85,12 @@ if(RCOLL_HAVE_NCCL)
                      --sizes 0,1,7,4K+3,1M,16M --big-dtypes float32 --expect-device-transport nccl)
     list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np${np})
   endforeach()
+  # Ops 2, 3 and 17: an out-of-place and an in-place allreduce, an allgather
+  # (op 1 is the stream-order check).
   add_test(NAME recovery_cuda_nccl_close_link
-           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600 --inject "close-link:rank=1,op=3;close-link:rank=2,op=12" --
-                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 2
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600
+                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=3;close-link:rank=0,op=17" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 3
                    --expect-device-transport nccl)
   add_test(NAME fallback_cuda_nccl_fail_connect
            COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600 --inject "fail-connect:transport=nccl,count=1,rank=2" --

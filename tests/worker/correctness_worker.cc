@@ -126,8 +126,8 @@ std::string no_device_reason(int ranks) {
 
 // The caller's stream: an async all-reduce on a stream whose real input
 // arrives only after 300 ms of other work queued there must reduce that
-// input (rcoll starts after the stream's work at issue), and a copy queued on
-// the stream after wait() must see the result.
+// input, not the poison underneath (rcoll starts after the work queued on the
+// stream when the op was issued). The result is read back on the same stream.
 void test_stream_order(rcoll::Communicator& comm) {
   const int p = comm.size(), r = comm.rank();
   const size_t n = 1 << 20;

@@ -56,6 +56,14 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
 
 constexpr auto kSettlePoll = std::chrono::microseconds(100);
 
+// An NCCL failure's code: kDevice when the CUDA context is gone for good
+// (NCCL reports it as an unhandled CUDA error), so nobody retries on it.
+ErrorCode classify(ncclResult_t r, cudaStream_t stream) {
+  if (r != ncclUnhandledCudaError) return ErrorCode::kTransport;
+  const cudaError_t e = stream ? cudaStreamQuery(stream) : cudaPeekAtLastError();
+  return kernels::cuda::error_code(e) == ErrorCode::kDevice ? ErrorCode::kDevice : ErrorCode::kTransport;
+}
+
 }  // namespace
 
 bool built() { return true; }
@@ -91,6 +99,7 @@ struct Comm::Impl {
   cudaEvent_t fence = nullptr;  // for ordering a caller's stream after this one
   int64_t* word = nullptr;      // device memory of the confirmation all-reduce (2 x int64)
   int64_t* pair = nullptr;      // pinned host memory it is copied from and back to
+  bool own_pair = false;
   struct Pending {
     uint64_t ticket;
     cudaEvent_t event;
@@ -144,8 +153,12 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
   if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&m.word), 2 * sizeof(int64_t), m.stream); e != cudaSuccess) {
     return c->failure(ErrorCode::kTransport, "cudaMallocAsync of 16 bytes failed: " + cuda_error(e));
   }
-  if (cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&m.pair), 2 * sizeof(int64_t), cudaHostAllocPortable); e != cudaSuccess) {
-    return c->failure(ErrorCode::kTransport, "cudaHostAlloc of 16 bytes failed: " + cuda_error(e));
+  m.pair = static_cast<int64_t*>(config.confirm_host);
+  if (m.pair == nullptr) {
+    if (cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&m.pair), 2 * sizeof(int64_t), cudaHostAllocPortable); e != cudaSuccess) {
+      return c->failure(ErrorCode::kTransport, "cudaHostAlloc of 16 bytes failed: " + cuda_error(e));
+    }
+    m.own_pair = true;
   }
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -223,7 +236,7 @@ Comm::~Comm() {
   for (cudaEvent_t e : m.spare) (void)cudaEventDestroy(e);
   if (m.fence) (void)cudaEventDestroy(m.fence);
   if (m.word) (void)cudaFreeAsync(m.word, m.stream);  // behind the stream's work: no device-wide wait
-  if (m.pair) (void)cudaFreeHost(m.pair);
+  if (m.pair && m.own_pair) (void)cudaFreeHost(m.pair);
   if (m.stream) (void)cudaStreamDestroy(m.stream);
 }
 
@@ -270,7 +283,7 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
     }
   }
   if (r != ncclSuccess) {
-    m.failed = failure(ErrorCode::kTransport, std::string(to_string(calls.front().kind)) + " of " +
+    m.failed = failure(classify(r, m.stream), std::string(to_string(calls.front().kind)) + " of " +
                                                   std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.comm));
     (void)ncclCommAbort(m.comm);
     m.comm = nullptr;
@@ -365,7 +378,8 @@ Result<bool> Comm::poll(uint64_t ticket) {
   }
   ncclResult_t state = ncclSuccess;
   if (ncclResult_t r = ncclCommGetAsyncError(m.comm, &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-    m.failed = failure(ErrorCode::kTransport, "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.comm) +
+    m.failed = failure(classify(r != ncclSuccess ? r : state, m.stream),
+                       "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.comm) +
                                                   "; aborted the communicator");
     (void)ncclCommAbort(m.comm);
     m.comm = nullptr;

@@ -64,6 +64,10 @@ class Comm {
     // when `cancelled` (asked every few ms) says another rank gave up.
     Deadline init_deadline = Deadline::after(std::chrono::seconds(60));
     std::function<bool()> cancelled;
+    // 16 bytes of pinned host memory for the confirmation, outliving the
+    // communicator (freeing pinned memory can wait for the whole GPU, so the
+    // runtime allocates it once); null = the communicator allocates its own.
+    void* confirm_host = nullptr;
   };
   // Joins the communicator `unique_id` names (bytes from new_unique_id()).
   // kInvalidArgument for a malformed id, kUnsupported without a usable GPU,
