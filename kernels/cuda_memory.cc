@@ -198,9 +198,13 @@ Status DeviceBuffer::reserve(size_t bytes, void* stream) {
 }
 
 void DeviceBuffer::reset() {
-  if (data_ && cudaFreeAsync(data_, as_stream(stream_)) != cudaSuccess) (void)cudaGetLastError();
+  if (data_ && cudaFreeAsync(data_, as_stream(stream_)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFree(data_);  // the stream is unusable: the plain free (which may wait for the GPU)
+  }
   data_ = nullptr;
   capacity_ = 0;
+  stream_ = nullptr;
 }
 
 }  // namespace rcoll::kernels::cuda

@@ -90,6 +90,11 @@ class CommunicatorImpl : public ProgressGuard {
   void execute(Op& op, bool closing_barrier);
   void idle_checks();
   void recover_if_peer_failed();
+  // Shrink mode: a peer died while this rank runs no op; true if the group shrank.
+  bool shrink_if_peer_died();
+  // The device op this rank is waiting to start (its caller's stream), if
+  // any: a recovery meanwhile knows whether the failure was on NCCL.
+  const Op* waiting_device_op_ = nullptr;
   void release_device_resources();
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);
@@ -119,7 +124,9 @@ class CommunicatorImpl : public ProgressGuard {
   // Waits for `keys` in the store as an op waits for its peers: a dead rank
   // ends it, a live straggler is waited for, a silent or hung one fails it
   // (recoverably); a peer's abort notice ends it at once.
-  Status wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what);
+  // `stall_rule`: judge a rank that is not there after the op's progress
+  // budget by on_stall (else only `until` bounds the wait).
+  Status wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what, bool stall_rule);
   // Puts back the inputs an in-place op on NCCL may have overwritten, before
   // the op runs again another way.
   Status restore_nccl_inputs(const Op& op);
@@ -181,6 +188,7 @@ class CommunicatorImpl : public ProgressGuard {
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
   // Device collectives on NCCL; owned by the thread that holds running_.
+  kernels::cuda::PinnedBuffer nccl_confirm_host_;  // every epoch's confirmations (declared first: outlives them)
   std::unique_ptr<nccl::Comm> nccl_;
   std::unique_ptr<nccl::Comm> nccl_retired_;  // the last epoch's, until a new one follows it
   uint32_t nccl_epoch_ = 0;
@@ -190,7 +198,6 @@ class CommunicatorImpl : public ProgressGuard {
   std::string nccl_cannot_join_;                 // this rank could not (or would not) join an epoch's communicator
   size_t nccl_init_failures_ = 0;                // inits in a row that did not complete
   std::string nccl_last_init_failure_;
-  kernels::cuda::PinnedBuffer nccl_confirm_host_;  // for every epoch's confirmations, freed at close
   std::atomic<uint64_t> nccl_ops_{0};            // ops completed on NCCL
   std::atomic<uint64_t> nccl_fallbacks_{0};
   std::atomic<bool> nccl_dropped_{false};  // for counters(), from any thread

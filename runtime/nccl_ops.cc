@@ -148,7 +148,8 @@ void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
             epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
 }
 
-Status CommunicatorImpl::wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what) {
+Status CommunicatorImpl::wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what,
+                                        bool stall_rule) {
   const Clock::duration budget = progress_budget(op, std::max<size_t>(1, std::min(op.out.bytes(), kNcclSliceBytes)), 1);
   Clock::time_point since = Clock::now();
   for (;;) {
@@ -166,7 +167,7 @@ Status CommunicatorImpl::wait_for_ranks(const std::vector<std::string>& keys, co
     if (until.expired()) {
       return Status(ErrorCode::kTimeout, ctx, std::string(what) + ": rank " + std::to_string(missing) + " did not get there in time");
     }
-    if (Clock::now() - since >= budget) {
+    if (stall_rule && Clock::now() - since >= budget) {
       Status verdict = on_stall(op, missing, Clock::now() - since);
       if (!verdict.ok()) return Status(verdict.code(), verdict.context(), std::string(what) + ": " + verdict.message());
       since = Clock::now();  // a live straggler: wait another budget
@@ -214,7 +215,7 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     if (Status s = store_->set(base + "arrived/" + std::to_string(rank_), Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
     std::vector<std::string> arrived;
     for (int q = 0; q < size_; ++q) arrived.push_back(base + "arrived/" + std::to_string(q));
-    if (Status s = wait_for_ranks(arrived, op, Deadline::never(), "waiting for every rank at NCCL init"); !s.ok()) {
+    if (Status s = wait_for_ranks(arrived, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
       (void)store_->set(base + "gave-up", Bytes{0});  // peers already in init stop waiting for this rank
       return s;
     }
@@ -277,9 +278,11 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   }
 
   // 3. Every rank's outcome, read by every rank: the same decision everywhere.
-  // Whatever way this rank leaves before the decision, its peers must not be
-  // left waiting in NCCL's init for it: it says it gave up, and aborts its own.
+  // A rank whose init failed says so at once, and whatever way this rank
+  // leaves before the decision, its peers must not be left waiting in NCCL's
+  // init for it: it says it gave up, and aborts its own.
   if (size_ > 1) {
+    if (!made.ok()) (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
     bool decided = false;
     struct GiveUp {
       std::function<void()> run;
@@ -295,7 +298,9 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     std::vector<std::string> outcomes;
     for (int q = 0; q < size_; ++q) outcomes.push_back(base + "outcome/" + std::to_string(q));
     const Deadline until = Deadline::at(init_deadline.time() + std::chrono::seconds(5));
-    if (Status s = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init"); !s.ok()) return s;
+    // Peers still inside NCCL's init are at this op, not hung: no stall rule
+    // here, only the init's own bound (and dead peers, abort notices).
+    if (Status s = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false); !s.ok()) return s;
     std::string failure;
     for (const auto& key : outcomes) {
       auto v = store_->get(key, kStoreWaitSlice * 20);
@@ -423,13 +428,16 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
       }
     }
   }
-  // (A re-run always finds the first run's backups: a run without them fails
-  // for good instead of recovering, below.)
-  auto unrecoverable = [&](const Status& why) {
-    return Status(ErrorCode::kUnsupported, why.context(),
-                  why.message() + "; an in-place all-reduce of " + std::to_string(op.in.bytes()) +
-                      " bytes is larger than the backup budget (Options::backup_bytes = " +
-                      std::to_string(options_.backup_bytes) + "), so its overwritten input cannot be run again");
+  // Without a backup, an in-place op that fails after its first slice was
+  // issued cannot run again: every failure from here on is for good.
+  const bool unbacked = in_place_backup && !backup;
+  auto fail = [&](const Status& why) {
+    Status s = failed(why);
+    if (!unbacked) return s;
+    return Status(ErrorCode::kUnsupported, s.context(),
+                  s.message() + "; this in-place all-reduce of " + std::to_string(op.in.bytes()) +
+                      " bytes runs without a backup of its input (over Options::backup_bytes = " +
+                      std::to_string(options_.backup_bytes) + ", or no device memory for one), so it cannot run again");
   };
 
   // (ticket, slice) in issue order.
@@ -443,11 +451,11 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
       const size_t bytes = (r.end - r.begin) * es;
       const bool have = r.end * es <= nccl_backed_up_;
       auto copied = have ? comm.issue_copy(user, kept, bytes) : comm.issue_copy(kept, user, bytes);
-      if (!copied.ok()) return failed(copied.status());
+      if (!copied.ok()) return fail(copied.status());
       if (!have) nccl_backed_up_ = r.end * es;
     }
     auto t = comm.issue(slice_calls(op, size_, k, rec.total), keep_waiting);
-    if (!t.ok()) return in_place_backup && !backup ? unrecoverable(failed(t.status())) : failed(t.status());
+    if (!t.ok()) return fail(t.status());
     tickets.push_back({t.value(), k});
   }
 
@@ -455,20 +463,18 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // sleeping between polls so a long op does not hold a core.
   for (size_t next = 0; next < tickets.size();) {
     auto done = comm.poll(tickets[next].first);
-    if (!done.ok()) return in_place_backup && !backup ? unrecoverable(failed(done.status())) : failed(done.status());
+    if (!done.ok()) return fail(done.status());
     if (done.value()) {
       rec.done = tickets[next].second + 1;
       ++next;
       last_progress = Clock::now();
       if (abort_after_first && next == 1) {
         ++injected_;
-        return failed(Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)"));
+        return fail(Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)"));
       }
       continue;
     }
-    if (Status s = keep_waiting(); !s.ok()) {
-      return in_place_backup && !backup ? unrecoverable(failed(s)) : failed(s);
-    }
+    if (Status s = keep_waiting(); !s.ok()) return fail(s);
     if (Clock::now() - last_progress < spin()) {
       std::this_thread::yield();
     } else {
@@ -480,12 +486,12 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // The confirmation: only now that every slice is seen done here.
   if (size_ > 1 && options_.recovery) {
     auto t = comm.issue_confirmation(fingerprint(op), keep_waiting);
-    if (!t.ok()) return failed(t.status());
+    if (!t.ok()) return fail(t.status());
     for (;;) {
       auto done = comm.poll(t.value());
-      if (!done.ok()) return failed(done.status());
+      if (!done.ok()) return fail(done.status());
       if (done.value()) break;
-      if (Status s = keep_waiting(); !s.ok()) return failed(s);
+      if (Status s = keep_waiting(); !s.ok()) return fail(s);
       std::this_thread::yield();
     }
     if (!comm.fingerprints_agree()) {

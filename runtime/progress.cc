@@ -83,14 +83,17 @@ void CommunicatorImpl::idle_checks() {
                 static_cast<long long>(std::chrono::duration_cast<Millis>(kIdleTrimAfter).count()), freed);
     }
   }
-  if (fatal_.ok() && options_.shrink_on_death && size_ > 1 && first_dead_peer() >= 0) {
-    const int dead = first_dead_peer();
-    Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},
-               "rank " + std::to_string(dead) + " died (its process is gone)");
-    shrink_idle(why);
-    return;
-  }
+  if (shrink_if_peer_died()) return;
   recover_if_peer_failed();
+}
+
+bool CommunicatorImpl::shrink_if_peer_died() {
+  if (!fatal_.ok() || !options_.shrink_on_death || size_ <= 1 || first_dead_peer() < 0) return false;
+  const int dead = first_dead_peer();
+  Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},
+             "rank " + std::to_string(dead) + " died (its process is gone)");
+  shrink_idle(why);
+  return true;
 }
 
 // A peer failed the epoch while this rank runs no op: take part in the
@@ -168,19 +171,28 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   if (op.stream_ready) {
     const Deadline until = Deadline::after(options_.straggler_timeout);
     const int generation = shrink_generation_;
+    waiting_device_op_ = &op;
+    Status s;
     for (;;) {
-      Status s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(std::chrono::milliseconds(20)),
-                                           "waiting for the caller's CUDA stream to reach the op");
-      if (s.ok()) break;
-      if (s.code() != ErrorCode::kTimeout || until.expired()) return local_failure(s, "the caller's stream");
-      recover_if_peer_failed();
-      if (!fatal_.ok()) return run_op(op);  // names the failure
-      if (shrink_generation_ != generation) {
-        recorder_.finished(op.seq, false);
-        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-                      op.describe() + " was issued for the group before a rank died and it shrank; not run");
-      }
+      s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(std::chrono::milliseconds(20)),
+                                    "waiting for the caller's CUDA stream to reach the op");
+      if (s.ok() || s.code() != ErrorCode::kTimeout || until.expired()) break;
+      if (!shrink_if_peer_died()) recover_if_peer_failed();
+      if (!fatal_.ok() || shrink_generation_ != generation) break;
     }
+    waiting_device_op_ = nullptr;
+    if (!fatal_.ok()) return run_op(op);  // names the failure
+    if (shrink_generation_ != generation) {
+      // This op tells the caller of the shrink; the next one must not again.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        shrink_unreported_ = Status();
+      }
+      recorder_.finished(op.seq, false);
+      return Status(ErrorCode::kPeerDead, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+                    op.describe() + " was issued for the group before a rank died and it shrank; not run");
+    }
+    if (!s.ok()) return local_failure(s, "the caller's stream");
   }
   if (runs_on_nccl(op)) {
     Status s = run_op(op);

@@ -82,7 +82,8 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   const bool chain = chain_.order().size() > 1;
   const bool nccl_votes = chain_.nccl() && nccl_off_.empty();
   if (chain || nccl_votes) {
-    const bool nccl_failed = current_ != nullptr && current_->nccl;
+    const bool nccl_failed = (current_ != nullptr && current_->nccl) ||
+                             (current_ == nullptr && waiting_device_op_ != nullptr && runs_on_nccl(*waiting_device_op_));
     const size_t vote = chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
     const std::string drop = nccl_votes ? nccl_vote() : std::string();
     Bytes ballot{static_cast<uint8_t>(vote), static_cast<uint8_t>(drop.empty() ? 0 : 1)};

@@ -64,9 +64,20 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   retire_transport();
   transport_.reset();
   liveness_.reset();
-  if (nccl_) nccl_->abort(why);  // the old group's, dead rank included
-  nccl_.reset();
-  nccl_retired_.reset();
+  // The old group's NCCL communicator (dead rank included) is aborted and
+  // retired: the next one follows its stream.
+  if (nccl_) {
+    int device = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      device = device_;
+    }
+    kernels::cuda::ScopedDevice on;
+    if (device >= 0) (void)on.enter(device);
+    nccl_->abort(why);
+    nccl_retired_ = std::move(nccl_);
+  }
+  nccl_init_failures_ = 0;
   std::deque<Op> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -86,9 +86,10 @@ if(RCOLL_HAVE_NCCL)
     list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np${np})
   endforeach()
   # Ops 2, 3 and 17: an out-of-place and an in-place allreduce, an allgather
-  # (op 1 is the stream-order check).
+  # (op 1 is the stream-order check); three failures would drop NCCL at the
+  # default limit (3), so the limit is raised.
   add_test(NAME recovery_cuda_nccl_close_link
-           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
                    --inject "close-link:rank=1,op=2;close-link:rank=2,op=3;close-link:rank=0,op=17" --
                    ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 3
                    --expect-device-transport nccl)
