@@ -1,6 +1,9 @@
 #include "bench/baseline_args.h"
 
 #include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <cerrno>
 
 namespace rcoll::bench {
 
@@ -81,6 +84,17 @@ std::string baseline_usage(const std::vector<std::string>& ops) {
          "  --json FILE    rank 0 writes the rows as JSON (rcoll-bench's format)\n"
          "  --root R       broadcast root  [0]\n"
          "  --help         this text\n";
+}
+
+bool json_file_writable(const std::string& path, const char* program) {
+  if (path.empty()) return true;
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    std::fprintf(stderr, "%s: cannot write --json file '%s': %s\n", program, path.c_str(), std::strerror(errno));
+    return false;
+  }
+  std::fclose(f);
+  return true;
 }
 
 }  // namespace rcoll::bench

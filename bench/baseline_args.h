@@ -32,4 +32,9 @@ BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std:
 // The usage lines of those flags.
 std::string baseline_usage(const std::vector<std::string>& ops);
 
+// An unwritable --json file is a bad argument, to be found before measuring:
+// true when `path` is empty or opens for appending; otherwise says why on
+// stderr, naming `program`, and returns false.
+bool json_file_writable(const std::string& path, const char* program);
+
 }  // namespace rcoll::bench

@@ -417,16 +417,7 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
   const bool leader = rank == 0;
   GlooBench bench(connect, cfg, algos);
   // An unwritable --json file is a bad argument: find out before measuring, on every rank.
-  double json_bad = 0;
-  if (leader && !cfg.json.empty()) {
-    FILE* f = std::fopen(cfg.json.c_str(), "a");
-    if (f == nullptr) {
-      std::fprintf(stderr, "rcoll-gloo-bench: cannot write --json file '%s': %s\n", cfg.json.c_str(), std::strerror(errno));
-      json_bad = 1;
-    } else {
-      std::fclose(f);
-    }
-  }
+  const double json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-gloo-bench") ? 1 : 0;
   if (bench.reduce_scalar(json_bad, true) > 0) return 2;
 
   rcoll::bench::Report report(true, cfg.check);

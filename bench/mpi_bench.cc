@@ -202,16 +202,7 @@ int run_bench(const BaselineConfig& cfg) {
                          "time: median of per-iteration times per rank, max over ranks; busbw as in nccl-tests"});
   }
   // An unwritable --json file is a bad argument: find out before measuring, on every rank.
-  int json_bad = 0, any_bad = 0;
-  if (leader && !cfg.json.empty()) {
-    FILE* f = std::fopen(cfg.json.c_str(), "a");
-    if (f == nullptr) {
-      std::fprintf(stderr, "rcoll-mpi-bench: cannot write --json file '%s': %s\n", cfg.json.c_str(), std::strerror(errno));
-      json_bad = 1;
-    } else {
-      std::fclose(f);
-    }
-  }
+  int json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-mpi-bench") ? 1 : 0, any_bad = 0;
   mpi_check(MPI_Allreduce(&json_bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   if (any_bad) return 2;
 

@@ -230,16 +230,7 @@ int run_bench(const BaselineConfig& cfg) {
   int rc = 0;
   {
     NcclBench bench(cfg, rank, size, comm, stream);
-    double json_bad = 0;
-    if (leader && !cfg.json.empty()) {
-      FILE* f = std::fopen(cfg.json.c_str(), "a");
-      if (f == nullptr) {
-        std::fprintf(stderr, "rcoll-nccl-bench: cannot write --json file '%s': %s\n", cfg.json.c_str(), std::strerror(errno));
-        json_bad = 1;
-      } else {
-        std::fclose(f);
-      }
-    }
+    const double json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-nccl-bench") ? 1 : 0;
     if (bench.reduce_scalar(json_bad, true) > 0) return 2;
     rcoll::bench::Report report(false, cfg.check);
     if (leader) {
