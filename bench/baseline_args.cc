@@ -86,6 +86,23 @@ std::string baseline_usage(const std::vector<std::string>& ops) {
          "  --help         this text\n";
 }
 
+Row baseline_row(const std::string& op, uint64_t elements, uint64_t count, int root, double time_us, uint64_t wrong,
+                 const std::string& transport, const std::string& library, int nranks) {
+  Row row;
+  row.op = op;
+  row.size = elements * sizeof(float);
+  row.count = count;
+  row.dtype = "float32";
+  row.redop = op == "allreduce" || op == "reduce_scatter" ? "sum" : "none";
+  row.root = op == "broadcast" ? root : -1;
+  row.time_us = time_us;
+  row.wrong = wrong;
+  row.transport = transport;
+  row.library = library;
+  set_bandwidth(row, nranks);
+  return row;
+}
+
 bool json_file_writable(const std::string& path, const char* program) {
   if (path.empty()) return true;
   FILE* f = std::fopen(path.c_str(), "a");

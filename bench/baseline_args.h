@@ -32,6 +32,12 @@ BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std:
 // The usage lines of those flags.
 std::string baseline_usage(const std::vector<std::string>& ops);
 
+// A row of a baseline's table (float32; allreduce and reduce_scatter sum):
+// `elements` in the op's main buffer, `count` per rank as nccl-tests prints
+// it, bandwidths filled from the time.
+Row baseline_row(const std::string& op, uint64_t elements, uint64_t count, int root, double time_us, uint64_t wrong,
+                 const std::string& transport, const std::string& library, int nranks);
+
 // An unwritable --json file is a bad argument, to be found before measuring:
 // true when `path` is empty or opens for appending; otherwise says why on
 // stderr, naming `program`, and returns false.

@@ -379,19 +379,8 @@ std::optional<Row> GlooBench::run(const std::string& op, uint64_t size) {
   if (cfg_.check) wrong = static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op, cands[best])), false));
   algorithms_.clear();
 
-  Row row;
-  row.op = op;
-  row.size = total * sizeof(float);
-  row.count = count_;
-  row.dtype = "float32";
-  row.redop = op == "allreduce" || op == "reduce_scatter" ? "sum" : "none";
-  row.root = op == "broadcast" ? cfg_.root : -1;
-  row.time_us = best_us;
-  row.wrong = wrong;
-  row.transport = "gloo/tcp";
+  Row row = rcoll::bench::baseline_row(op, total, count_, cfg_.root, best_us, wrong, "gloo/tcp", "gloo", n_);
   row.algo = cands[best].name;
-  row.library = "gloo";
-  rcoll::bench::set_bandwidth(row, n_);
   return row;
 }
 

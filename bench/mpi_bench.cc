@@ -159,19 +159,7 @@ Row MpiBench::run(const std::string& op, uint64_t size, const std::string& trans
     mpi_check(MPI_Allreduce(&local, &wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
 
-  Row row;
-  row.op = op;
-  row.size = total * sizeof(float);
-  row.count = count_;
-  row.dtype = "float32";
-  row.redop = op == "allreduce" || op == "reduce_scatter" ? "sum" : "none";
-  row.root = op == "broadcast" ? cfg_.root : -1;
-  row.time_us = time_us;
-  row.wrong = wrong;
-  row.transport = transport;
-  row.library = "mpi";
-  rcoll::bench::set_bandwidth(row, n_);
-  return row;
+  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, transport, "mpi", n_);
 }
 
 int run_bench(const BaselineConfig& cfg) {

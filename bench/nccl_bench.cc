@@ -169,19 +169,7 @@ Row NcclBench::run(const std::string& op, uint64_t size) {
   const double time_us = reduce_scalar(rcoll::bench::median(us), true);
   const auto wrong = cfg_.check ? static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op)), false)) : 0;
 
-  Row row;
-  row.op = op;
-  row.size = total * sizeof(float);
-  row.count = count_;
-  row.dtype = "float32";
-  row.redop = op == "allreduce" || op == "reduce_scatter" ? "sum" : "none";
-  row.root = op == "broadcast" ? cfg_.root : -1;
-  row.time_us = time_us;
-  row.wrong = wrong;
-  row.transport = "nccl";
-  row.library = "nccl";
-  rcoll::bench::set_bandwidth(row, n_);
-  return row;
+  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, "nccl", "nccl", n_);
 }
 
 std::shared_ptr<rcoll::Store> connect_store() {

@@ -123,51 +123,31 @@ class DeviceBuffer {
   void* stream_ = nullptr;  // where it was last allocated; must outlive the buffer
 };
 
-// RAII owners of a stream and an event.
-class Stream {
+// RAII owner of a stream or an event, made on first create().
+template <Result<void*> (*Make)(), void (*Destroy)(void*)>
+class Owned {
  public:
-  Stream() = default;
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() { reset(); }
-  void reset() {
-    stream_destroy(s_);
-    s_ = nullptr;
-  }
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() { reset(); }
   Status create() {
-    if (s_) return Status();
-    auto r = stream_create();
+    if (h_) return Status();
+    auto r = Make();
     if (!r.ok()) return r.status();
-    s_ = r.value();
+    h_ = r.value();
     return Status();
   }
-  void* get() const { return s_; }
-
- private:
-  void* s_ = nullptr;
-};
-
-class Event {
- public:
-  Event() = default;
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  ~Event() { reset(); }
   void reset() {
-    event_destroy(e_);
-    e_ = nullptr;
+    Destroy(h_);
+    h_ = nullptr;
   }
-  Status create() {
-    if (e_) return Status();
-    auto r = event_create();
-    if (!r.ok()) return r.status();
-    e_ = r.value();
-    return Status();
-  }
-  void* get() const { return e_; }
+  void* get() const { return h_; }
 
  private:
-  void* e_ = nullptr;
+  void* h_ = nullptr;
 };
+using Stream = Owned<stream_create, stream_destroy>;
+using Event = Owned<event_create, event_destroy>;
 
 }  // namespace rcoll::kernels::cuda

@@ -40,17 +40,11 @@ bool DeviceStaging::writes_output(const Op& op, int rank) {
   }
 }
 
-// The stream and event live on the communicator's device, made on first use.
-Status DeviceStaging::prepare(int device) {
-  if (device_ == device) return Status();
-  if (device_ >= 0) {
-    return Status(ErrorCode::kInvalidArgument, "this communicator's device buffers are on CUDA device " +
-                                                   std::to_string(device_) + ", not " + std::to_string(device));
-  }
+// The stream and event live on the communicator's one device (issue
+// enforces it), made on first use.
+Status DeviceStaging::prepare() {
   if (Status s = stream_.create(); !s.ok()) return s;
-  if (Status s = done_.create(); !s.ok()) return s;
-  device_ = device;
-  return Status();
+  return done_.create();
 }
 
 Result<Op> DeviceStaging::stage_in(const Op& op, int rank, const Limits& limits) {
@@ -60,7 +54,7 @@ Result<Op> DeviceStaging::stage_in(const Op& op, int rank, const Limits& limits)
   if (op.device < 0) return host;  // empty buffers: nothing on a device to move
   cuda::ScopedDevice on;
   if (Status s = on.enter(op.device); !s.ok()) return step(op, s, "making it the current device");
-  if (Status s = prepare(op.device); !s.ok()) return step(op, s, "creating rcoll's stream");
+  if (Status s = prepare(); !s.ok()) return step(op, s, "creating rcoll's stream");
 
   // The output region first; an input that lies inside it (in place, or an
   // allgather's own slot) keeps its offset there, any other follows it.

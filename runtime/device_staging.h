@@ -53,15 +53,13 @@ class DeviceStaging {
     pinned_.release();
     done_.reset();
     stream_.reset();
-    device_ = -1;
   }
 
  private:
-  Status prepare(int device);
+  Status prepare();
   kernels::cuda::PinnedBuffer pinned_;
   kernels::cuda::Stream stream_;
   kernels::cuda::Event done_;
-  int device_ = -1;
 };
 
 }  // namespace rcoll

@@ -99,6 +99,13 @@ class DeviceFloats {
   size_t n_;
 };
 
+// A one-rank communicator from a fresh unique id.
+Result<std::unique_ptr<Comm>> make_one_rank() {
+  auto id = new_unique_id();
+  if (!id.ok()) return id.status();
+  return Comm::create(id.value(), one_rank());
+}
+
 bool wait(Comm& c, uint64_t ticket) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < until) {
@@ -112,9 +119,7 @@ bool wait(Comm& c, uint64_t ticket) {
 
 TEST(NcclComm, OneRankCallsCompleteInOrder) {
   RCOLL_REQUIRE_GPU();
-  auto id = new_unique_id();
-  ASSERT_TRUE(id.ok());
-  auto c = Comm::create(id.value(), one_rank());
+  auto c = make_one_rank();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   Comm& comm = *c.value();
   const size_t n = 1 << 20;
@@ -140,9 +145,7 @@ TEST(NcclComm, OneRankCallsCompleteInOrder) {
 // and pending ones fail with kAborted, and the reason is kept.
 TEST(NcclComm, AbortFailsWhatComesAfter) {
   RCOLL_REQUIRE_GPU();
-  auto id = new_unique_id();
-  ASSERT_TRUE(id.ok());
-  auto c = Comm::create(id.value(), one_rank());
+  auto c = make_one_rank();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   Comm& comm = *c.value();
   DeviceFloats a(1024);

@@ -121,10 +121,6 @@ class Comm {
   // draining, and copies queued behind them still run).
   Status follow(Comm& previous);
 
-  int rank() const { return config_.rank; }
-  int size() const { return config_.size; }
-  uint32_t epoch() const { return config_.epoch; }
-
  private:
   struct Impl;
   explicit Comm(const Config& config);
