@@ -1,12 +1,15 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <boost/asio.hpp>
+#include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,14 +25,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
-// Asio's transfer_all moves at most 64 KiB per read/write call, each a trip
-// through the reactor: a 128 KiB frame took 2+ wake-ups per side and capped a
-// loopback stream near 2 GB/s. This lets one call move everything the socket
-// buffer holds.
-struct TransferAll {
-  size_t operator()(const error_code& ec, size_t) const { return ec ? 0 : size_t{1} << 30; }
-};
-
 std::string endpoint_string(const tcp::socket& s) {
   error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -37,10 +32,16 @@ std::string endpoint_string(const tcp::socket& s) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
+// Asio builds the mesh (transports/tcp/mesh.h); the data path then moves bytes
+// with non-blocking sendmsg/recv on the connected sockets, driven by
+// progress() on the one thread that owns the transport, and sleeps in ppoll
+// only once polling found nothing for a while. Measured against the Asio
+// reactor path it replaced (async_read/async_write, one epoll_wait per poll,
+// header and payload read separately): see bench/RESULTS.md.
 class TcpTransport final : public Transport {
  public:
   TcpTransport(int rank, int size, uint32_t epoch, std::chrono::microseconds spin)
-      : rank_(rank), size_(size), epoch_(epoch), spin_(spin), work_(asio::make_work_guard(io_)), peers_(size) {}
+      : rank_(rank), size_(size), epoch_(epoch), spin_(spin), peers_(size) {}
 
   ~TcpTransport() override { shutdown(Status(ErrorCode::kClosed, "transport destroyed"), false); }
 
@@ -57,41 +58,37 @@ class TcpTransport final : public Transport {
     req->state = Request::State::kPending;
     if (Status s = check_peer(peer); !s.ok()) return fail_request(req, std::move(s));
     Peer& pr = peers_[peer];
-    pr.sendq.push_back(SendItem{encode(header), data, header.payload_bytes, req});
-    if (!pr.writing) start_write(peer);
+    pr.sendq.push_back(SendItem{encode(header), static_cast<const char*>(data), header.payload_bytes, req});
+    // The frame leaves now if the socket has room: no wait for the next poll.
+    if (pr.sendq.size() == 1) send_some(peer);
   }
 
   void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) override {
     req->state = Request::State::kPending;
     if (Status s = check_peer(peer); !s.ok()) return fail_request(req, std::move(s));
-    Peer& pr = peers_[peer];
-    pr.recvq.push_back(RecvItem{expected, dst, req});
-    if (!pr.reading) start_read(peer);
+    peers_[peer].recvq.push_back(RecvItem{expected, static_cast<char*>(dst), req});
   }
 
   void progress(Deadline until) override {
     const uint64_t before = completions_;
-    if (io_.stopped()) io_.restart();
-    // Run everything that is ready without blocking, then block for more only
-    // while nothing has completed.
-    io_.poll();
-    if (completions_ == before && spin_.count() > 0) {
-      // Poll a little first: waking from epoll costs more than a short frame
-      // takes to arrive. Yield between polls: on an oversubscribed host the
-      // peer we wait for needs this core.
-      const auto spin_until = std::chrono::steady_clock::now() + spin_;
-      while (completions_ == before && std::chrono::steady_clock::now() < spin_until) {
+    // Poll a little before sleeping: waking from ppoll costs more than a short
+    // frame takes to arrive. Yield between polls: on an oversubscribed host
+    // the peer we wait for needs this core.
+    Clock::time_point spin_until = Clock::now() + spin_;
+    for (;;) {
+      const bool moved = move_bytes();
+      if (completions_ != before) return;
+      const Clock::time_point now = Clock::now();
+      if (moved) {
+        spin_until = now + spin_;
+        continue;
+      }
+      if (!until.is_never() && now >= until.time()) return;
+      if (now < spin_until) {
         sched_yield();
-        io_.poll();
+        continue;
       }
-    }
-    while (completions_ == before && !until.expired()) {
-      if (io_.stopped()) io_.restart();
-      if (until.is_never()) {
-        io_.run_one();
-      } else {
-        io_.run_one_until(until.time());
-      }
+      sleep_until_ready(until);
     }
   }
 
@@ -104,26 +101,38 @@ class TcpTransport final : public Transport {
   }
 
  private:
+  // Frames whose payload is at most this are read together with their header
+  // (and whatever follows) into the peer's inbox in one call, then copied out;
+  // larger payloads go straight from the socket into the caller's buffer.
+  static constexpr size_t kInlinePayload = 8u << 10;
+  static constexpr size_t kInboxBytes = 32u << 10;
+  // Frames gathered into one sendmsg.
+  static constexpr size_t kMaxSendFrames = 16;
+
   struct SendItem {
     FrameBytes header;
-    const void* data;
+    const char* data;
     size_t bytes;
     Request* req;
   };
   struct RecvItem {
     FrameHeader expected;
-    void* dst;
+    char* dst;
     Request* req;
   };
   struct Peer {
     std::unique_ptr<tcp::socket> socket;
+    int fd = -1;
     std::string address;
     std::deque<SendItem> sendq;
+    size_t sent = 0;  // bytes of the front frame (header included) already written
     std::deque<RecvItem> recvq;
-    bool writing = false;
-    bool reading = false;
-    FrameBytes rx{};
-    FrameHeader rx_header;
+    // Bytes read but not yet consumed: [inbox_begin, inbox_end).
+    std::vector<char> inbox;
+    size_t inbox_begin = 0;
+    size_t inbox_end = 0;
+    bool in_payload = false;  // the front receive's header is in; its payload is arriving
+    size_t payload_got = 0;
     Status error;  // set once: every later request on this peer fails with it
   };
 
@@ -150,71 +159,180 @@ class TcpTransport final : public Transport {
     ++completions_;
   }
 
-  void start_write(int peer) {
-    Peer& pr = peers_[peer];
-    pr.writing = true;
-    SendItem& item = pr.sendq.front();
-    std::array<asio::const_buffer, 2> bufs{asio::buffer(item.header),
-                                           asio::buffer(item.data, item.bytes)};
-    asio::async_write(*pr.socket, bufs, TransferAll{}, [this, peer](const error_code& ec, size_t n) {
-      Peer& pr = peers_[peer];
-      if (!pr.error.ok()) return;  // failed meanwhile; queues already drained
-      if (ec) return fail_peer(peer, io_status(peer, ec, "sending to"));
-      bytes_sent_ += n;
-      complete_request(pr.sendq.front().req);
-      pr.sendq.pop_front();
-      pr.writing = false;
-      if (!pr.sendq.empty()) start_write(peer);
-    });
-  }
-
-  void start_read(int peer) {
-    Peer& pr = peers_[peer];
-    pr.reading = true;
-    asio::async_read(*pr.socket, asio::buffer(pr.rx), TransferAll{}, [this, peer](const error_code& ec, size_t) {
-      Peer& pr = peers_[peer];
-      if (!pr.error.ok()) return;
-      if (ec) return fail_peer(peer, io_status(peer, ec, "receiving from"));
-      on_header(peer);
-    });
-  }
-
-  void on_header(int peer) {
-    Peer& pr = peers_[peer];
-    auto decoded = decode_frame_header(pr.rx.data(), pr.rx.size());
-    if (!decoded.ok()) {
-      return fail_peer(peer, Status(ErrorCode::kTransport, context(peer),
-                                    "corrupt frame from rank " + std::to_string(peer) + " (" +
-                                        pr.address + "): " + decoded.status().message() +
-                                        "; closing the connection"));
+  // One pass over every peer with work queued; true if any bytes moved.
+  bool move_bytes() {
+    bool moved = false;
+    for (int p = 0; p < size_; ++p) {
+      Peer& pr = peers_[p];
+      if (!pr.sendq.empty()) moved |= send_some(p);
+      if (!pr.recvq.empty()) moved |= recv_some(p);
     }
+    return moved;
+  }
+
+  // Writes as much of the queued frames as the socket takes, several frames
+  // per call; true if any bytes moved.
+  bool send_some(int peer) {
+    Peer& pr = peers_[peer];
+    bool moved = false;
+    while (!pr.sendq.empty()) {
+      iovec iov[2 * kMaxSendFrames];
+      size_t n = 0;
+      size_t skip = pr.sent;
+      for (const SendItem& item : pr.sendq) {
+        if (n + 2 > std::size(iov)) break;
+        auto add = [&](const void* p, size_t len) {
+          if (skip >= len) {
+            skip -= len;
+            return;
+          }
+          iov[n++] = iovec{const_cast<char*>(static_cast<const char*>(p)) + skip, len - skip};
+          skip = 0;
+        };
+        add(item.header.data(), item.header.size());
+        if (item.bytes > 0) add(item.data, item.bytes);
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      const ssize_t k = ::sendmsg(pr.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        fail_peer(peer, io_status(peer, errno, "sending to"));
+        return true;
+      }
+      moved = true;
+      bytes_sent_ += static_cast<uint64_t>(k);
+      size_t written = pr.sent + static_cast<size_t>(k);
+      while (!pr.sendq.empty()) {
+        const size_t frame = kFrameHeaderBytes + pr.sendq.front().bytes;
+        if (written < frame) break;
+        written -= frame;
+        Request* done = pr.sendq.front().req;
+        pr.sendq.pop_front();
+        complete_request(done);
+      }
+      pr.sent = written;
+    }
+    return moved;
+  }
+
+  // Reads for the queued receives, in order, as far as the socket has bytes;
+  // true if any bytes moved.
+  bool recv_some(int peer) {
+    Peer& pr = peers_[peer];
+    bool moved = false;
+    while (!pr.recvq.empty()) {
+      RecvItem& item = pr.recvq.front();
+      if (pr.in_payload) {
+        const size_t want = item.expected.payload_bytes - pr.payload_got;
+        const ssize_t k = ::recv(pr.fd, item.dst + pr.payload_got, want, MSG_DONTWAIT);
+        if (const Read r = judge_read(peer, k); r != Read::kBytes) return moved || r == Read::kFailed;
+        moved = true;
+        pr.payload_got += static_cast<size_t>(k);
+        if (pr.payload_got == item.expected.payload_bytes) finish_recv(peer);
+        continue;
+      }
+      if (pr.inbox_end - pr.inbox_begin >= kFrameHeaderBytes) {
+        if (!take_header(peer)) return true;
+        continue;
+      }
+      // Not a whole header yet. A small frame is read with its header (and
+      // whatever is behind it) in one call; for a large one, just the header.
+      if (pr.inbox_begin > 0) {
+        std::memmove(pr.inbox.data(), pr.inbox.data() + pr.inbox_begin, pr.inbox_end - pr.inbox_begin);
+        pr.inbox_end -= pr.inbox_begin;
+        pr.inbox_begin = 0;
+      }
+      const size_t room = item.expected.payload_bytes <= kInlinePayload ? pr.inbox.size() - pr.inbox_end
+                                                                         : kFrameHeaderBytes - pr.inbox_end;
+      const ssize_t k = ::recv(pr.fd, pr.inbox.data() + pr.inbox_end, room, MSG_DONTWAIT);
+      if (const Read r = judge_read(peer, k); r != Read::kBytes) return moved || r == Read::kFailed;
+      moved = true;
+      pr.inbox_end += static_cast<size_t>(k);
+    }
+    return moved;
+  }
+
+  // What one recv did. kFailed: EOF or an error, and the peer is failed.
+  enum class Read { kBytes, kNothing, kFailed };
+  Read judge_read(int peer, ssize_t k) {
+    if (k > 0) {
+      bytes_received_ += static_cast<uint64_t>(k);
+      return Read::kBytes;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Read::kNothing;
+    fail_peer(peer, io_status(peer, k == 0 ? 0 : errno, "receiving from"));
+    return Read::kFailed;
+  }
+
+  // Decodes the header at the front of the inbox for the front receive; false
+  // if that failed the peer.
+  bool take_header(int peer) {
+    Peer& pr = peers_[peer];
+    auto decoded = decode_frame_header(reinterpret_cast<const uint8_t*>(pr.inbox.data() + pr.inbox_begin),
+                                       kFrameHeaderBytes);
+    if (!decoded.ok()) {
+      fail_peer(peer, Status(ErrorCode::kTransport, context(peer),
+                             "corrupt frame from rank " + std::to_string(peer) + " (" + pr.address +
+                                 "): " + decoded.status().message() + "; closing the connection"));
+      return false;
+    }
+    pr.inbox_begin += kFrameHeaderBytes;
     const FrameHeader& h = decoded.value();
     RecvItem& item = pr.recvq.front();
     if (h.type == FrameType::kAbort) {
-      return fail_peer(peer, Status(ErrorCode::kAborted, context(peer),
-                                    "rank " + std::to_string(peer) + " aborted epoch " +
-                                        std::to_string(h.epoch)));
+      fail_peer(peer, Status(ErrorCode::kAborted, context(peer),
+                             "rank " + std::to_string(peer) + " aborted epoch " + std::to_string(h.epoch)));
+      return false;
     }
-    if (Status s = match(peer, item.expected, h); !s.ok()) return fail_peer(peer, std::move(s));
-    pr.rx_header = h;
-    if (h.payload_bytes == 0) return finish_recv(peer);
-    asio::async_read(*pr.socket, asio::buffer(item.dst, h.payload_bytes), TransferAll{},
-                     [this, peer](const error_code& ec, size_t n) {
-                       Peer& pr = peers_[peer];
-                       if (!pr.error.ok()) return;
-                       if (ec) return fail_peer(peer, io_status(peer, ec, "receiving from"));
-                       bytes_received_ += n;
-                       finish_recv(peer);
-                     });
+    if (Status s = match(peer, item.expected, h); !s.ok()) {
+      fail_peer(peer, std::move(s));
+      return false;
+    }
+    // Whatever of the payload came in with the header.
+    const size_t have = std::min<size_t>(pr.inbox_end - pr.inbox_begin, h.payload_bytes);
+    if (have > 0) std::memcpy(item.dst, pr.inbox.data() + pr.inbox_begin, have);
+    pr.inbox_begin += have;
+    if (pr.inbox_begin == pr.inbox_end) pr.inbox_begin = pr.inbox_end = 0;
+    if (have == h.payload_bytes) {
+      finish_recv(peer);
+    } else {
+      pr.in_payload = true;
+      pr.payload_got = have;
+    }
+    return true;
   }
 
   void finish_recv(int peer) {
     Peer& pr = peers_[peer];
-    bytes_received_ += kFrameHeaderBytes;
-    complete_request(pr.recvq.front().req);
+    pr.in_payload = false;
+    pr.payload_got = 0;
+    Request* done = pr.recvq.front().req;
     pr.recvq.pop_front();
-    pr.reading = false;
-    if (!pr.recvq.empty()) start_read(peer);
+    complete_request(done);
+  }
+
+  // Sleeps until a socket with work queued is ready, or `until`.
+  void sleep_until_ready(Deadline until) {
+    pollfds_.clear();
+    for (const Peer& pr : peers_) {
+      if (!pr.error.ok() || pr.fd < 0) continue;
+      short events = 0;
+      if (!pr.sendq.empty()) events |= POLLOUT;
+      if (!pr.recvq.empty()) events |= POLLIN;
+      if (events != 0) pollfds_.push_back(pollfd{pr.fd, events, 0});
+    }
+    timespec ts{};
+    timespec* timeout = nullptr;
+    if (!until.is_never()) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until.remaining()).count();
+      ts.tv_sec = static_cast<time_t>(left / 1000000000);
+      ts.tv_nsec = static_cast<long>(left % 1000000000);
+      timeout = &ts;
+    }
+    ::ppoll(pollfds_.data(), pollfds_.size(), timeout, nullptr);
   }
 
   // Does the arriving frame belong where the receiver expects it?
@@ -224,29 +342,28 @@ class TcpTransport final : public Transport {
     return match_frame(want, got, ctx);
   }
 
-  Status io_status(int peer, const error_code& ec, const char* what) const {
+  // `err` 0: the peer closed the connection (EOF).
+  Status io_status(int peer, int err, const char* what) const {
     // A closed connection is not proof of a dead process (the peer may have
     // aborted, or the link failed): the liveness channel tells which.
-    const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
-    const ErrorCode code = ec == asio::error::operation_aborted ? ErrorCode::kAborted : ErrorCode::kTransport;
-    return Status(code, context(peer),
+    const bool closed = err == 0 || err == ECONNRESET || err == EPIPE;
+    const std::string reason = err == 0 ? "end of stream" : std::strerror(err);
+    return Status(ErrorCode::kTransport, context(peer),
                   std::string(what) + " rank " + std::to_string(peer) + " (" + peers_[peer].address +
-                      ") failed: " + ec.message() + (closed ? "; the connection was closed by the peer or the network" : ""));
+                      ") failed: " + reason + (closed ? "; the connection was closed by the peer or the network" : ""));
   }
 
   // A failure this side detected (not an I/O error from the peer) is announced
   // with an abort frame first, so the peer reports "rank X aborted" rather than
   // a dead process. Best effort and non-blocking; skipped mid-frame.
   void send_abort_notice(Peer& pr) {
-    if (!pr.socket || pr.writing) return;
+    if (pr.fd < 0 || pr.sent > 0) return;
     FrameHeader notice;
     notice.type = FrameType::kAbort;
     notice.epoch = epoch_;
     notice.root = rank_;
     const FrameBytes bytes = encode(notice);
-    error_code ignored;
-    pr.socket->non_blocking(true, ignored);
-    pr.socket->write_some(asio::buffer(bytes), ignored);
+    [[maybe_unused]] ssize_t ignored = ::send(pr.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 
   void fail_peer(int peer, Status why) {
@@ -263,11 +380,18 @@ class TcpTransport final : public Transport {
       pr.socket->shutdown(tcp::socket::shutdown_both, ignored);
       pr.socket->close(ignored);
     }
-    for (auto& s : pr.sendq) fail_request(s.req, why);
-    for (auto& r : pr.recvq) fail_request(r.req, why);
-    pr.sendq.clear();
-    pr.recvq.clear();
-    pr.writing = pr.reading = false;
+    pr.fd = -1;
+    // Requests are completed after the queues are emptied: a completion may
+    // let the caller post again.
+    std::deque<SendItem> sends;
+    std::deque<RecvItem> recvs;
+    sends.swap(pr.sendq);
+    recvs.swap(pr.recvq);
+    pr.sent = 0;
+    pr.in_payload = false;
+    pr.inbox_begin = pr.inbox_end = 0;
+    for (auto& s : sends) fail_request(s.req, why);
+    for (auto& r : recvs) fail_request(r.req, why);
   }
 
   void shutdown(const Status& why, bool log) {
@@ -278,24 +402,20 @@ class TcpTransport final : public Transport {
     for (int p = 0; p < size_; ++p) {
       if (peers_[p].socket) fail_peer(p, why);
     }
-    // Let the cancelled handlers run; they find the peers failed and do nothing.
-    io_.restart();
-    io_.poll();
   }
 
   int rank_;
   int size_;
   uint32_t epoch_;
   std::chrono::microseconds spin_;
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  asio::io_context io_;  // builds the mesh; the data path does not use it
   std::vector<Peer> peers_;
+  std::vector<pollfd> pollfds_;
   uint64_t completions_ = 0;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
   bool closed_ = false;
   bool aborting_ = false;
-
 };
 
 }  // namespace
@@ -332,8 +452,17 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   for (int peer = 0; peer < size_; ++peer) {
     auto& sock = socks.value()[peer];
     if (!sock) continue;
-    peers_[peer].address = endpoint_string(*sock);
-    peers_[peer].socket = std::move(sock);
+    error_code ec;
+    sock->non_blocking(true, ec);
+    if (ec) {
+      return Status(ErrorCode::kTransport, context(peer),
+                    "cannot make the socket to rank " + std::to_string(peer) + " non-blocking: " + ec.message());
+    }
+    Peer& pr = peers_[peer];
+    pr.address = endpoint_string(*sock);
+    pr.fd = sock->native_handle();
+    pr.inbox.resize(kInboxBytes);
+    pr.socket = std::move(sock);
   }
   return Status();
 }
