@@ -125,17 +125,34 @@ void OpRecord::map_inputs(RangeMap* in) const {
 }
 
 void ReplayLog::push(OpRecord record) {
+  const bool synchronizing = record.op.kind != OpKind::kSendRecv && !broadcast_is_eager(record.op);
+  const uint64_t seq = record.op.match_seq;
   records_.push_back(std::move(record));
-  // A peer is never more than one collective behind (every slice of a ring
-  // needs every rank), so two collectives suffice. A send can be ahead of its
-  // receiver by what the sockets hold: keep sends until later sends to the
-  // same peer have pushed more than that through.
+  if (synchronizing) note_synchronized(seq);
+  evict();
+}
+
+void ReplayLog::synchronized(uint64_t match_seq) {
+  note_synchronized(match_seq);
+  evict();
+}
+
+void ReplayLog::note_synchronized(uint64_t match_seq) {
+  if (match_seq <= synced_[0]) return;
+  synced_[1] = synced_[0];
+  synced_[0] = match_seq;
+}
+
+void ReplayLog::evict() {
+  // A collective that needs every rank can only finish here once every rank
+  // has started it, and so finished every op before it: a peer is never more
+  // than one such collective behind, and an op followed by two of them is
+  // done everywhere. (An eager broadcast is not one: its root can be up to
+  // kEagerBroadcastRun broadcasts ahead.) A send can be ahead of its receiver
+  // by what the sockets hold: keep sends until later sends to the same peer
+  // have pushed more than that through.
   auto evictable = [this](std::deque<OpRecord>::iterator it) {
-    if (it->op.kind != OpKind::kSendRecv) {
-      size_t later = 0;
-      for (auto jt = it + 1; jt != records_.end(); ++jt) later += jt->op.kind != OpKind::kSendRecv;
-      return later >= 2;
-    }
+    if (it->op.kind != OpKind::kSendRecv) return synced_[1] > it->op.match_seq;
     size_t later_bytes = 0;
     for (auto jt = it + 1; jt != records_.end(); ++jt)
       if (jt->op.kind == OpKind::kSendRecv && jt->op.peer == it->op.peer) later_bytes += jt->op.in.bytes();
@@ -173,9 +190,12 @@ OpKey key_of(const Op& op) {
 }
 
 // Ops that one rank can only have finished once every rank has the whole
-// result: a broadcast (it completes down an acknowledgement chain) and an op on
-// NCCL (it ends with a confirmation all-reduce). Nobody re-runs them for a peer.
-bool completes_everywhere(const OpRecord& r) { return r.op.kind == OpKind::kBroadcast || r.nccl; }
+// result: an acknowledged broadcast (it completes down an acknowledgement
+// chain) and an op on NCCL (it ends with a confirmation all-reduce). Nobody
+// re-runs them for a peer.
+bool completes_everywhere(const OpRecord& r) {
+  return (r.op.kind == OpKind::kBroadcast && !broadcast_is_eager(r.op)) || r.nccl;
+}
 
 void write_record(std::ostringstream& out, const OpRecord& r) {
   auto [kind, peer, seq] = key_of(r.op);

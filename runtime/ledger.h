@@ -108,11 +108,15 @@ class ReplayLog {
   // Forgets every record and sequence (a new group after a shrink).
   void reset(int size) {
     records_.clear();
+    synced_[0] = synced_[1] = 0;
     collective_through = 0;
     send_through.assign(static_cast<size_t>(size), 0);
     recv_through.assign(static_cast<size_t>(size), 0);
   }
   void push(OpRecord record);
+  // A collective that needs every rank (any but an eager broadcast) completed
+  // on this rank, logged or not: older collectives may leave the log.
+  void synchronized(uint64_t match_seq);
   std::deque<OpRecord>& records() { return records_; }
   size_t bytes() const;
   // Highest collective seq / per-peer p2p seqs ever completed, evicted or not.
@@ -125,6 +129,9 @@ class ReplayLog {
   size_t budget_;
   size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
   std::deque<OpRecord> records_;
+  uint64_t synced_[2] = {0, 0};  // match seqs of the last two synchronizing collectives, newest first
+  void note_synchronized(uint64_t match_seq);
+  void evict();
 };
 
 // How far the ranks agree each op got: the first slice to run again.

@@ -339,9 +339,9 @@ int CommunicatorImpl::first_dead_peer() const {
 // its last slices. Its tail inputs are copied now, because the caller owns its
 // buffers from here on. In a ring every slice needs every rank, so no rank is
 // more than a window ahead of the slowest: two windows of tail suffice. A send
-// can be ahead of its receiver by what the socket buffers hold. Receives and
-// broadcasts (which complete only when everyone downstream acknowledged) are
-// never re-run for a peer.
+// or an eager broadcast can be ahead of its receiver by what the socket
+// buffers hold. Receives and acknowledged broadcasts (which complete only when
+// everyone downstream acknowledged) are never re-run for a peer.
 void CommunicatorImpl::record_completion(OpRecord rec) {
   const Op& op = rec.op;
   if (op.kind == OpKind::kSendRecv) {
@@ -350,9 +350,11 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     if (!op.is_send) return;
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
+    const bool eager = broadcast_is_eager(op);
+    if (!eager) log_.synchronized(op.match_seq);
     // Ops on NCCL complete everywhere once one rank has them (ledger.cc),
     // even those whose confirmation this rank did not see.
-    if (op.kind == OpKind::kBroadcast || rec.confirmed || rec.nccl) return;
+    if ((op.kind == OpKind::kBroadcast && !eager) || rec.confirmed || rec.nccl) return;
     // An empty collective moves nothing on any rank: nothing to re-run.
     if (op.kind != OpKind::kBarrier && op.out.count == 0) return;
   }
@@ -368,6 +370,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     const size_t slices = window * 2 + in_flight_capacity() / std::max<size_t>(1, rec.tuning.piece_bytes);
     tail_first = rec.total > slices ? rec.total - slices : 0;
   }
+  if (broadcast_is_eager(op)) tail_first = 0;  // small: all of it
   // An in-place allreduce has overwritten its inputs: the backups its window
   // hook took before each window are all there is (and all a peer can need).
   if (!overwrites_input(op)) rec.back_up(rank_, size_, tail_first, rec.total);
@@ -607,7 +610,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         // without noticing (the next op would, and two such faults would
         // share one recovery): there the link closes before the op starts.
         const bool one_window = slices <= static_cast<size_t>(std::max(1, ctx.tuning().window));
-        const bool talks_after_data = op.kind == OpKind::kBroadcast || confirms_completion(op);
+        const bool talks_after_data = (op.kind == OpKind::kBroadcast && !broadcast_is_eager(op)) || confirms_completion(op);
         RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d %s %s", peer,
                   one_window && !talks_after_data ? "at the start of" : "during", op.describe().c_str());
         if (one_window && !talks_after_data) {

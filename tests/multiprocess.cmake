@@ -203,6 +203,19 @@ foreach(op allreduce allgather reduce_scatter broadcast sendrecv alltoall)
     rcoll_transport_props(recovery_close_link_${op} ${t} 320 "faults;recovery")
   endforeach()
 endforeach()
+# Small broadcasts are eager (no acknowledgement): a root runs ahead of its
+# receivers. Rank 2 sleeps before the 3rd broadcast of a burst of 40 from root
+# 1, while the root sends on until the acknowledged broadcast (every 16th
+# collective) stops it; then rank 2 closes its link at the 8th. The root must
+# re-run the broadcasts it finished but rank 2 never got, from its replay
+# log, and every broadcast is checked against the reference.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_eager_broadcast_root_ahead_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
+                 env RCOLL_DEBUG=info ${RCOLL_RUN} -n 3 --timeout 80 --inject "stall:rank=2,op=3,ms=300;close-link:rank=2,op=8" --
+                 ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
+  rcoll_transport_props(recovery_eager_broadcast_root_ahead ${t} 100 "faults;recovery")
+endforeach()
 # The same for in-place allreduce (op 2 of the worker): inputs come from window backups.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_close_link_allreduce_in_place_${t}

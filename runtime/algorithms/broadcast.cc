@@ -10,7 +10,9 @@
 // size, where the chain takes 2(p-1).
 //
 // Either way a rank finishes only once every rank has the whole buffer, so a
-// finished broadcast never has to be re-run for a peer (the ledger relies on it).
+// finished broadcast never has to be re-run for a peer (the ledger relies on
+// it); except an eager broadcast (broadcast_is_eager), which skips the
+// acknowledgements and is kept in the root's replay log instead.
 #include <algorithm>
 #include <vector>
 
@@ -38,6 +40,7 @@ Status direct_broadcast(AlgoContext& ctx) {
     }
     ctx.slices_done(1);
   }
+  if (broadcast_is_eager(op)) return Status();
   constexpr uint16_t kAck = 1, kAllHaveIt = 2;
   if (r == root) {
     size_t k = 0;
@@ -55,6 +58,11 @@ Status direct_broadcast(AlgoContext& ctx) {
 }
 
 }  // namespace
+
+bool broadcast_is_eager(const Op& op) {
+  return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= kEagerBroadcastBytes &&
+         op.match_seq % kEagerBroadcastRun != 0;
+}
 
 bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning) {
   const size_t piece = std::max<size_t>(1, tuning.piece_bytes / op.element_size());
@@ -97,6 +105,7 @@ Status run_broadcast(AlgoContext& ctx) {
     }
     ctx.slices_done(start + w);
   }
+  if (broadcast_is_eager(op)) return Status();
   // Completion travels back up the chain: a rank finishes only once every rank
   // after it has the whole buffer, so a finished broadcast never has to be
   // re-run for a peer (and the caller may reuse the buffer at once).

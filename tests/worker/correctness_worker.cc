@@ -424,6 +424,30 @@ void test_broadcast(rcoll::Communicator& comm, const Case& c, int root) {
         tile(c.dtype, input_table(c, root), c.count), c.count);
 }
 
+// A burst of small broadcasts from one root, issued back to back and then
+// waited for: small broadcasts are eager (no acknowledgement), so the root runs
+// ahead of its receivers, and a fault meanwhile makes it re-run them from its
+// replay log. Each broadcast has its own contents; every one is checked.
+void test_broadcast_burst(rcoll::Communicator& comm, const Case& c, int root, int n) {
+  const int p = comm.size(), r = comm.rank();
+  std::vector<std::vector<char>> bufs;
+  std::vector<rcoll::Work> works;
+  for (int k = 0; k < n; ++k) {
+    Case ck = c;
+    ck.salt = c.salt + k;
+    bufs.push_back(tile(c.dtype, input_table(ck, r), c.count));
+  }
+  for (int k = 0; k < n; ++k) works.push_back(comm.broadcast_async(Buffer{bufs[k].data(), c.count, c.dtype}, root));
+  for (auto& w : works) rcoll::throw_if_error(w.wait());
+  for (int k = 0; k < n; ++k) {
+    Case ck = c;
+    ck.salt = c.salt + k;
+    check(describe(("broadcast " + std::to_string(k + 1) + " of a burst of " + std::to_string(n) + " from root " +
+                    std::to_string(root)).c_str(), ck, p),
+          r, ck, bufs[k].data(), tile(c.dtype, input_table(ck, root), c.count), c.count);
+  }
+}
+
 // Ring send/recv: every rank sends to r+1 and receives from r-1. Even ranks
 // send first, odd ranks receive first, so blocking calls cannot deadlock.
 void test_send_recv(rcoll::Communicator& comm, const Case& c) {
@@ -561,7 +585,7 @@ int main(int argc, char** argv) {
     return 77;
 #endif
   }
-  if (ops == "all") ops = "allreduce,allgather,reduce_scatter,broadcast,sendrecv,barrier,alltoall";
+  if (ops == "all") ops = "allreduce,allgather,reduce_scatter,broadcast,broadcast_burst,sendrecv,barrier,alltoall";
   auto has = [](const std::string& list, const std::string& item) {
     for (const auto& x : split(list))
       if (x == item) return true;
@@ -616,6 +640,9 @@ int main(int argc, char** argv) {
           test_allgather(comm, c, true);
         }
         if (has(ops, "broadcast")) test_broadcast(comm, c, salt % p);
+        // Eager broadcasts are the small ones (up to 8 KiB, runtime/algorithms/context.h).
+        if (has(ops, "broadcast_burst") && !g_device && count * rcoll::size_of(d) <= (8u << 10))
+          test_broadcast_burst(comm, c, salt % p, 40);
         if (has(ops, "sendrecv")) test_send_recv(comm, c);
         if (has(ops, "alltoall")) test_alltoall(comm, c);
         if (has(ops, "barrier")) comm.barrier();
