@@ -178,6 +178,7 @@ Tuning tune_for_link(const LinkSample& link, const Tuning& base, TuningPins pins
     if (link.deadline_ms > 0) cap = std::min(cap, link.bandwidth * (static_cast<double>(link.deadline_ms) / 1000.0) * kDeadlineShare);
     const size_t cap_bytes = cap >= static_cast<double>(kMaxPiece) ? kMaxPiece : static_cast<size_t>(cap) / 4096 * 4096;
     t.piece_bytes = std::max(kMinPiece, std::min(piece, cap_bytes));  // whole pages: every dtype divides it
+    t.stream_piece_bytes = std::max(t.piece_bytes, cap_bytes);
   }
   if (!pins.window) {
     const double frames = std::ceil(need / static_cast<double>(t.piece_bytes));

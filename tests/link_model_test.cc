@@ -62,6 +62,29 @@ TEST(LinkModel, SlowLinkOrShortDeadlineBoundsTheFrame) {
   EXPECT_EQ(tune_for_link(link(100, 0.0001), base, {}).piece_bytes, 16u << 10);
 }
 
+// A transfer with nothing to pipeline behind it (a 2-rank broadcast) takes
+// frames as large as the link allows: 1 MiB on loopback, 5 ms of a slow link,
+// 1/16 of a short op deadline; never below the ordinary frame.
+TEST(LinkModel, StreamFramesAreAsLargeAsTheLinkAllows) {
+  const Tuning base;
+  const Tuning loopback = tune_for_link(link(11.4, 3.05), base, {});
+  EXPECT_EQ(loopback.piece_bytes, base.piece_bytes);
+  EXPECT_EQ(loopback.stream_piece_bytes, 1u << 20);
+  EXPECT_EQ(broadcast_piece_bytes(2, loopback), 1u << 20);
+  EXPECT_EQ(broadcast_piece_bytes(3, loopback), base.piece_bytes);  // a chain forwards: pipeline it
+  const Tuning slow = tune_for_link(link(100, 0.05), base, {});     // 50 MB/s: 5 ms = 250 KB
+  EXPECT_LE(slow.stream_piece_bytes, 250000u);
+  EXPECT_GT(slow.stream_piece_bytes, base.piece_bytes);
+  const Tuning tight = tune_for_link(link(100, 0.2, 10), base, {});  // 1/16 of 10 ms at 200 MB/s
+  EXPECT_LE(tight.stream_piece_bytes, 125000u);
+  EXPECT_GE(tight.stream_piece_bytes, tight.piece_bytes);
+  // Unmeasured or pinned frames: broadcasts use the ordinary frame.
+  EXPECT_EQ(broadcast_piece_bytes(2, tune_for_link(LinkSample{}, base, {})), base.piece_bytes);
+  Tuning pinned = base;
+  pinned.piece_bytes = 64 * 1024;
+  EXPECT_EQ(broadcast_piece_bytes(2, tune_for_link(link(11.4, 3.05), pinned, {true, false})), 64u * 1024);
+}
+
 TEST(LinkModel, PinnedValuesAreNeverAdapted) {
   Tuning base;
   base.piece_bytes = 64 * 1024;

@@ -203,6 +203,15 @@ foreach(op allreduce allgather reduce_scatter broadcast sendrecv alltoall)
     rcoll_transport_props(recovery_close_link_${op} ${t} 320 "faults;recovery")
   endforeach()
 endforeach()
+# A 2-rank broadcast cuts its data into the largest frames the link allows
+# (Tuning::stream_piece_bytes, 1 MiB on loopback): a link closed mid-op resumes
+# from the last of those both ranks had.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_close_link_broadcast_np2_${t}
+           COMMAND ${RCOLL_RUN} -n 2 --timeout 120 --inject close-link:rank=1,op=1 --
+                 ${RCOLL_FAULT_RUN} --sizes 64M --ops broadcast --expect-recoveries 1)
+  rcoll_transport_props(recovery_close_link_broadcast_np2 ${t} 140 "faults;recovery")
+endforeach()
 # Small broadcasts are eager (no acknowledgement): a root runs ahead of its
 # receivers. Rank 2 sleeps before the 3rd broadcast of a burst of 40 from root
 # 1, while the root sends on until the acknowledged broadcast (every 16th

@@ -64,6 +64,10 @@ bool broadcast_is_eager(const Op& op) {
          op.match_seq % kEagerBroadcastRun != 0;
 }
 
+size_t broadcast_piece_bytes(int size, const Tuning& tuning) {
+  return size == 2 ? std::max(tuning.piece_bytes, tuning.stream_piece_bytes) : tuning.piece_bytes;
+}
+
 bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning) {
   const size_t piece = std::max<size_t>(1, tuning.piece_bytes / op.element_size());
   return size > 2 && op.out.count > 0 && op.out.count <= piece;
@@ -73,7 +77,7 @@ Status run_broadcast(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
   const size_t es = op.element_size(), n = op.out.count;
-  const size_t piece = ctx.piece_elements();
+  const size_t piece = std::max<size_t>(1, broadcast_piece_bytes(p, ctx.tuning()) / es);
   const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
   if (p == 1 || n == 0) {
     ctx.slices_done(pieces);

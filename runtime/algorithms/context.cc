@@ -167,11 +167,14 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
     case OpKind::kBroadcast:
     case OpKind::kSendRecv: {
       const size_t n = op.out.count;
-      plan.slices = std::max<size_t>(1, ceil_div(n, piece));
+      const size_t unit = op.kind == OpKind::kBroadcast
+                              ? std::max<size_t>(1, broadcast_piece_bytes(size, tuning) / op.element_size())
+                              : piece;
+      plan.slices = std::max<size_t>(1, ceil_div(n, unit));
       const bool reads = op.kind == OpKind::kBroadcast ? op.root == rank : op.is_send;
       const bool writes = op.kind == OpKind::kBroadcast ? op.root != rank : !op.is_send;
-      if (reads) plan.inputs.push_back(range(piece, n, 0));
-      if (writes) plan.outputs.push_back(range(piece, n, 0));
+      if (reads) plan.inputs.push_back(range(unit, n, 0));
+      if (writes) plan.outputs.push_back(range(unit, n, 0));
       break;
     }
     case OpKind::kAlltoall: {

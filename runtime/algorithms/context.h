@@ -24,6 +24,11 @@ namespace rcoll {
 struct Tuning {
   size_t piece_bytes = 128 * 1024;  // most payload bytes of one frame (measured: beats 256K/512K on loopback)
   int window = 4;                   // slices in flight at once
+  // The largest frame the measured link allows (5 ms of it, a share of the op
+  // timeout, at most 1 MiB; 0 = not measured, or frames pinned): for a
+  // transfer with no forwarding to pipeline behind it, a broadcast between 2
+  // ranks, where every frame boundary only costs.
+  size_t stream_piece_bytes = 0;
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
   size_t small_allreduce_bytes = 64 * 1024;
   // Allgather / reduce-scatter by recursive doubling / halving where allowed
@@ -221,6 +226,9 @@ bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
 inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
 inline constexpr uint64_t kEagerBroadcastRun = 16;
 bool broadcast_is_eager(const Op& op);
+// Bytes per slice of a broadcast: a 2-rank chain forwards nothing, so its
+// frames are as large as the link allows (Tuning::stream_piece_bytes).
+size_t broadcast_piece_bytes(int size, const Tuning& tuning);
 // The allreduce algorithm an op runs (kAuto resolved): a function of the op,
 // the group size and the tuning only, so every rank picks the same one.
 AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning);
