@@ -166,7 +166,9 @@ void ReplayLog::evict() {
   size_t total = bytes();
   for (auto& r : records_) {
     if (total <= budget_) break;
-    total -= r.backup_bytes();
+    const size_t held = r.backup_bytes();
+    if (held == 0) continue;  // a receiver's record: dropping it frees nothing
+    total -= held;
     r.backups.clear();
     r.replayable = false;
   }

@@ -350,8 +350,11 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     if (!op.is_send) return;
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
-    const bool eager = broadcast_is_eager(op);
-    if (!eager) log_.synchronized(op.match_seq);
+    // An op that talked to every rank shows that all of them started it (an
+    // empty op talks to no one; an eager broadcast only outward).
+    const bool eager = !rec.nccl && broadcast_is_eager(op);
+    const bool talked = size_ > 1 && (op.kind == OpKind::kBarrier || op.out.count > 0);
+    if (!eager && talked) log_.synchronized(op.match_seq);
     // Ops on NCCL complete everywhere once one rank has them (ledger.cc),
     // even those whose confirmation this rank did not see.
     if ((op.kind == OpKind::kBroadcast && !eager) || rec.confirmed || rec.nccl) return;

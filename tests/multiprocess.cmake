@@ -213,11 +213,12 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(recovery_close_link_broadcast_np2 ${t} 140 "faults;recovery")
 endforeach()
 # Small broadcasts are eager (no acknowledgement): a root runs ahead of its
-# receivers. Rank 2 sleeps before the 3rd broadcast of a burst of 40 from root
-# 1, while the root sends on until the acknowledged broadcast (every 16th
-# collective) stops it; then rank 2 closes its link at the 8th. The root must
-# re-run the broadcasts it finished but rank 2 never got, from its replay
-# log, and every broadcast is checked against the reference.
+# receivers. Rank 2 sleeps before op 3 of a burst of 40 broadcasts from root 1
+# (with an empty all-reduce after every 4th), while the root sends on until
+# the acknowledged broadcast (every 16th collective) stops it; then rank 2
+# closes its link at op 8. The root must re-run the broadcasts it finished but
+# rank 2 never got (ops 8-15, empty all-reduces at 10 and 15 between them),
+# from its replay log, and every broadcast is checked against the reference.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_eager_broadcast_root_ahead_${t}
            COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --

@@ -428,6 +428,8 @@ void test_broadcast(rcoll::Communicator& comm, const Case& c, int root) {
 // waited for: small broadcasts are eager (no acknowledgement), so the root runs
 // ahead of its receivers, and a fault meanwhile makes it re-run them from its
 // replay log. Each broadcast has its own contents; every one is checked.
+// After every 4th an empty all-reduce: it talks to no one, so it must not
+// count as proof that the receivers caught up.
 void test_broadcast_burst(rcoll::Communicator& comm, const Case& c, int root, int n) {
   const int p = comm.size(), r = comm.rank();
   std::vector<std::vector<char>> bufs;
@@ -437,7 +439,12 @@ void test_broadcast_burst(rcoll::Communicator& comm, const Case& c, int root, in
     ck.salt = c.salt + k;
     bufs.push_back(tile(c.dtype, input_table(ck, r), c.count));
   }
-  for (int k = 0; k < n; ++k) works.push_back(comm.broadcast_async(Buffer{bufs[k].data(), c.count, c.dtype}, root));
+  char none = 0;
+  const Buffer empty{&none, 0, c.dtype};
+  for (int k = 0; k < n; ++k) {
+    works.push_back(comm.broadcast_async(Buffer{bufs[k].data(), c.count, c.dtype}, root));
+    if (k % 4 == 3) works.push_back(comm.allreduce_async(empty, empty, ReduceOp::kSum));
+  }
   for (auto& w : works) rcoll::throw_if_error(w.wait());
   for (int k = 0; k < n; ++k) {
     Case ck = c;

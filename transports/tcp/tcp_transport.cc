@@ -79,11 +79,11 @@ class TcpTransport final : public Transport {
       const bool moved = move_bytes();
       if (completions_ != before) return;
       const Clock::time_point now = Clock::now();
+      if (!until.is_never() && now >= until.time()) return;
       if (moved) {
         spin_until = now + spin_;
         continue;
       }
-      if (!until.is_never() && now >= until.time()) return;
       if (now < spin_until) {
         sched_yield();
         continue;
