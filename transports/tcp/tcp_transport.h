@@ -1,4 +1,5 @@
-// The TCP transport on Boost.Asio: one connection per peer pair, framed
+// The TCP transport: one connection per peer pair (the mesh built with
+// Boost.Asio, the data moved with non-blocking sendmsg/recv), framed
 // messages (transports/frame.h), single-threaded. The runtime's progress
 // thread drives all I/O through progress(), so a completed receive is handed to
 // the algorithm without a thread hop.
@@ -28,7 +29,7 @@ struct TcpConnectParams {
   std::string congestion = "auto";
   Deadline deadline = Deadline::never();
   // How long a wait polls the sockets (yielding between polls) before it
-  // sleeps in epoll.
+  // sleeps in ppoll.
   std::chrono::microseconds spin{50};
 };
 
