@@ -73,6 +73,22 @@ BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std:
   return c;
 }
 
+std::optional<int> parse_baseline_or_exit(int argc, char** argv, const std::vector<std::string>& ops,
+                                          const std::function<bool(ArgReader&)>& extra, const char* program,
+                                          const std::string& usage, bool first, BaselineConfig* cfg) {
+  try {
+    *cfg = parse_baseline_args(argc, argv, ops, extra);
+  } catch (const UsageError& e) {
+    if (first) std::fprintf(stderr, "%s: %s\n%s", program, e.what(), usage.c_str());
+    return 2;
+  }
+  if (cfg->help) {
+    if (first) std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  return std::nullopt;
+}
+
 std::string baseline_usage(const std::vector<std::string>& ops) {
   return "  --op OP        " + join(ops) + "|all  [" + ops.front() + "]\n" +
          "  --sizes LIST   MIN:MAX (doubling) or a comma list; suffixes K, M, G (x1024)  [8:64M]\n"

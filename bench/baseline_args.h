@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,14 @@ struct BaselineConfig {
 // `extra`, which returns false if it does not know it. Throws UsageError.
 BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std::string>& ops,
                                    const std::function<bool(ArgReader&)>& extra);
+
+// parse_baseline_args for `program` (its `usage` text): on a bad argument the
+// complaint and the usage go to stderr, from the `first` rank only, and the
+// result is exit code 2; --help prints the usage (first rank) and gives 0;
+// otherwise fills *cfg and gives nullopt: go on.
+std::optional<int> parse_baseline_or_exit(int argc, char** argv, const std::vector<std::string>& ops,
+                                          const std::function<bool(ArgReader&)>& extra, const char* program,
+                                          const std::string& usage, bool first, BaselineConfig* cfg);
 
 // The usage lines of those flags.
 std::string baseline_usage(const std::vector<std::string>& ops);

@@ -449,47 +449,41 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every rank finds the same fault in its arguments; one says so.
+  const char* rank = std::getenv("RCOLL_RANK");
+  const bool first = rank == nullptr || std::string(rank) == "0";
   BaselineConfig cfg;
   std::vector<std::string> algos = kAlgos;
   std::string store_dir;
-  try {
-    cfg = rcoll::bench::parse_baseline_args(argc, argv, kOps, [&](rcoll::bench::ArgReader& a) {
-      if (a.flag() == "--store-dir") {
-        store_dir = a.value();
-        return true;
-      }
-      if (a.flag() == "--algo") {
-        std::string v = a.value();
-        if (v == "all") return true;
-        algos.clear();
-        size_t start = 0;
-        while (start <= v.size()) {
-          size_t comma = std::min(v.find(',', start), v.size());
-          std::string name = v.substr(start, comma - start);
-          if (std::find(kAlgos.begin(), kAlgos.end(), name) == kAlgos.end()) {
-            throw UsageError("--algo: unknown Gloo algorithm '" + name + "'");
-          }
-          algos.push_back(name);
-          start = comma + 1;
+  const auto gloo_flags = [&](rcoll::bench::ArgReader& a) {
+    if (a.flag() == "--store-dir") {
+      store_dir = a.value();
+      return true;
+    }
+    if (a.flag() == "--algo") {
+      std::string v = a.value();
+      if (v == "all") return true;
+      algos.clear();
+      size_t start = 0;
+      while (start <= v.size()) {
+        size_t comma = std::min(v.find(',', start), v.size());
+        std::string name = v.substr(start, comma - start);
+        if (std::find(kAlgos.begin(), kAlgos.end(), name) == kAlgos.end()) {
+          throw UsageError("--algo: unknown Gloo algorithm '" + name + "'");
         }
-        return true;
+        algos.push_back(name);
+        start = comma + 1;
       }
-      return false;
-    });
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "rcoll-gloo-bench: %s\n%s", e.what(), usage().c_str());
-    return 2;
-  }
-  if (cfg.help) {
-    std::fputs(usage().c_str(), stdout);
-    return 0;
-  }
+      return true;
+    }
+    return false;
+  };
+  if (auto code = rcoll::bench::parse_baseline_or_exit(argc, argv, kOps, gloo_flags, "rcoll-gloo-bench", usage(), first, &cfg))
+    return *code;
   try {
     return run_bench(cfg, algos, store_dir);
   } catch (const UsageError& e) {
-    // Every rank finds the same fault; one says so.
-    const char* rank = std::getenv("RCOLL_RANK");
-    if (rank == nullptr || std::string(rank) == "0") std::fprintf(stderr, "rcoll-gloo-bench: %s\n", e.what());
+    if (first) std::fprintf(stderr, "rcoll-gloo-bench: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     // gloo::Exception, rcoll::Error from the store, an unwritable --json file.

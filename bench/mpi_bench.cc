@@ -219,16 +219,9 @@ int main(int argc, char** argv) {
   const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
   const bool first = world_rank == nullptr || std::string(world_rank) == "0";
   BaselineConfig cfg;
-  try {
-    cfg = rcoll::bench::parse_baseline_args(argc, argv, kOps, [](rcoll::bench::ArgReader&) { return false; });
-  } catch (const UsageError& e) {
-    if (first) std::fprintf(stderr, "rcoll-mpi-bench: %s\n%s", e.what(), usage().c_str());
-    return 2;
-  }
-  if (cfg.help) {
-    if (first) std::fputs(usage().c_str(), stdout);
-    return 0;
-  }
+  const auto no_extra = [](rcoll::bench::ArgReader&) { return false; };
+  if (auto code = rcoll::bench::parse_baseline_or_exit(argc, argv, kOps, no_extra, "rcoll-mpi-bench", usage(), first, &cfg))
+    return *code;
   MPI_Init(&argc, &argv);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rc = 0;

@@ -257,16 +257,9 @@ int run_bench(const BaselineConfig& cfg) {
 int main(int argc, char** argv) {
   const bool first = env_int("RCOLL_RANK", 0) == 0;
   BaselineConfig cfg;
-  try {
-    cfg = rcoll::bench::parse_baseline_args(argc, argv, kOps, [](rcoll::bench::ArgReader&) { return false; });
-  } catch (const UsageError& e) {
-    if (first) std::fprintf(stderr, "rcoll-nccl-bench: %s\n%s", e.what(), usage().c_str());
-    return 2;
-  }
-  if (cfg.help) {
-    if (first) std::fputs(usage().c_str(), stdout);
-    return 0;
-  }
+  const auto no_extra = [](rcoll::bench::ArgReader&) { return false; };
+  if (auto code = rcoll::bench::parse_baseline_or_exit(argc, argv, kOps, no_extra, "rcoll-nccl-bench", usage(), first, &cfg))
+    return *code;
   try {
     return run_bench(cfg);
   } catch (const UsageError& e) {
