@@ -68,7 +68,7 @@ constexpr const char* kUsage =
     "                 chain (RCOLL_TRANSPORTS=nccl,tcp), else staged  [host]\n"
     "  --chunk BYTES  Options.chunk_bytes  [chosen by rcoll]\n"
     "  --window N     Options.pipeline_depth, chunks in flight  [chosen by rcoll]\n"
-    "  --algo A       auto|ring|direct|hd: Options.allreduce_algorithm  [auto]\n"
+    "  --algo A       auto|ring|direct|hd|rd: Options.allreduce_algorithm  [auto]\n"
     "  --transport T  auto|tcp|ucx, a comma list, or all (every transport built in): with more\n"
     "                 than one, the same sizes run on each in turn and a side-by-side table\n"
     "                 (busbw, time, ratio to the first) follows  [auto: the fallback chain]\n"
@@ -231,7 +231,8 @@ Config parse_args(int argc, char** argv) {
       else if (v == "ring") c.algo = AllreduceAlgorithm::kRing;
       else if (v == "direct") c.algo = AllreduceAlgorithm::kDirect;
       else if (v == "hd") c.algo = AllreduceAlgorithm::kHalvingDoubling;
-      else throw UsageError("--algo: unknown algorithm '" + v + "' (auto|ring|direct|hd)");
+      else if (v == "rd") c.algo = AllreduceAlgorithm::kRecursiveDoubling;
+      else throw UsageError("--algo: unknown algorithm '" + v + "' (auto|ring|direct|hd|rd)");
     } else if (f == "--transport") {
       std::string v = args.value();
       c.transports.clear();
@@ -803,7 +804,7 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
             "  check: " + (cfg.check ? "on" : "off") + "  " + (cfg.inplace ? "in-place" : "out-of-place"),
         "options: chunk_bytes " + auto_or(cfg.chunk) + "  pipeline_depth " + auto_or(static_cast<uint64_t>(cfg.window)) +
             "  allreduce_algorithm " +
-            (cfg.algo == AllreduceAlgorithm::kRing ? "ring" : cfg.algo == AllreduceAlgorithm::kDirect ? "direct" : cfg.algo == AllreduceAlgorithm::kHalvingDoubling ? "hd" : "auto"),
+            (cfg.algo == AllreduceAlgorithm::kRing ? "ring" : cfg.algo == AllreduceAlgorithm::kDirect ? "direct" : cfg.algo == AllreduceAlgorithm::kHalvingDoubling ? "hd" : cfg.algo == AllreduceAlgorithm::kRecursiveDoubling ? "rd" : "auto"),
         "time: median of per-iteration times per rank, max over ranks; busbw as in nccl-tests"};
     for (const auto& note : notes) pre.push_back("note: " + note);
     report.print_header(pre);

@@ -198,8 +198,9 @@ Status apply_env_overrides(Options* o) {
     if (*algo == "ring") o->allreduce_algorithm = AllreduceAlgorithm::kRing;
     else if (*algo == "direct") o->allreduce_algorithm = AllreduceAlgorithm::kDirect;
     else if (*algo == "hd") o->allreduce_algorithm = AllreduceAlgorithm::kHalvingDoubling;
+    else if (*algo == "rd") o->allreduce_algorithm = AllreduceAlgorithm::kRecursiveDoubling;
     else if (*algo != "auto") {
-      return Status(ErrorCode::kInvalidArgument, "RCOLL_ALLREDUCE_ALGO='" + *algo + "' is not auto, ring, direct or hd");
+      return Status(ErrorCode::kInvalidArgument, "RCOLL_ALLREDUCE_ALGO='" + *algo + "' is not auto, ring, direct, hd or rd");
     }
   }
   auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);

@@ -563,6 +563,8 @@ int first_peer(const Op& op, int rank, int size, const Tuning& tuning) {
   // Halving-doubling, recursive halving and doubling talk to rank r ^ d first.
   if (op.kind == OpKind::kAllreduce && allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kHalvingDoubling)
     return rank ^ (size / 2);
+  if (op.kind == OpKind::kAllreduce && allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kRecursiveDoubling)
+    return rank ^ 1;
   if (op.kind == OpKind::kReduceScatter && blocks_by_doubling(size, tuning)) return rank ^ (size / 2);
   if (op.kind == OpKind::kAllgather && blocks_by_doubling(size, tuning)) return rank ^ 1;
   return (rank + 1) % size;

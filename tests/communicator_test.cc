@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <latch>
 #include <memory>
@@ -358,6 +359,79 @@ TEST(CommunicatorTest, HalvingDoublingWithSmallChunks) {
         o.pipeline_depth = 2;
         o.allreduce_algorithm = AllreduceAlgorithm::kHalvingDoubling;
       });
+}
+
+// Recursive doubling, chosen by kAuto for small data in power-of-two groups
+// above 2 ranks (and pinned here with tiny frames, so an exchange is several
+// frames): exact integer results in and out of place, avg, and for floats whose
+// sum depends on the order, the same bits on every rank, equal to the pairwise
+// tree ((a0 + a1) + (a2 + a3)) + ... that the algorithm promises.
+float pairwise_tree(const std::vector<float>& v, size_t lo, size_t hi) {
+  if (hi - lo == 1) return v[lo];
+  const size_t mid = lo + (hi - lo) / 2;
+  return pairwise_tree(v, lo, mid) + pairwise_tree(v, mid, hi);
+}
+
+void check_recursive_doubling(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  for (size_t n : {size_t{1}, size_t{3}, size_t{255}, size_t{1001}, size_t{5003}}) {
+    std::vector<int32_t> in(n), out(n, -1);
+    for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>((i % 101) * (r + 1) + r);
+    auto want = [p](size_t i) { return static_cast<int32_t>((i % 101) * p * (p + 1) / 2 + p * (p - 1) / 2); };
+    c.allreduce(Buffer::of(in), Buffer::of(out), ReduceOp::kSum);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += out[i] != want(i);
+    EXPECT_EQ(bad, 0u) << "out of place, n=" << n;
+    std::vector<int32_t> io = in;
+    c.allreduce(Buffer::of(io), ReduceOp::kMax);  // the last rank's values are the largest
+    bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += io[i] != static_cast<int32_t>((i % 101) * p + p - 1);
+    EXPECT_EQ(bad, 0u) << "in place max, n=" << n;
+    std::vector<float> avg(n, static_cast<float>(r + 1));
+    c.allreduce(Buffer::of(avg), ReduceOp::kAvg);
+    bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += std::fabs(avg[i] - (p + 1) / 2.0f) > 1e-6f;
+    EXPECT_EQ(bad, 0u) << "in place avg, n=" << n;
+
+    // Rank 0 adds B, rank 2 -B, rank 3 a small s, the others 0.5 q: in rank
+    // order the s survives (B - B + s); in the tree it is lost in -B + s
+    // (less than half of B's ulp), so any other order gives other bits.
+    auto value = [](int q, size_t i) {
+      const float big = 1e8f * static_cast<float>(1 + i % 3);
+      if (q == 0) return big;
+      if (q == 2) return -big;
+      if (q == 3) return static_cast<float>(1 + i % 3);
+      return 0.5f * static_cast<float>(q);
+    };
+    std::vector<float> f(n), sum(n);
+    for (size_t i = 0; i < n; ++i) f[i] = value(r, i);
+    c.allreduce(Buffer::of(f), Buffer::of(sum), ReduceOp::kSum);
+    bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<float> column(static_cast<size_t>(p));
+      for (int q = 0; q < p; ++q) column[static_cast<size_t>(q)] = value(q, i);
+      const float ref = pairwise_tree(column, 0, column.size());
+      bad += std::memcmp(&sum[i], &ref, sizeof(float)) != 0;
+    }
+    EXPECT_EQ(bad, 0u) << "float sum differs from the pairwise tree, n=" << n;
+    std::vector<float> everyone(n * static_cast<size_t>(p));
+    c.allgather(Buffer::of(sum), Buffer::of(everyone));
+    bad = 0;
+    for (int q = 0; q < p; ++q) bad += std::memcmp(&everyone[q * n], sum.data(), n * sizeof(float)) != 0;
+    EXPECT_EQ(bad, 0u) << "ranks disagree on the bits of the float sum, n=" << n;
+  }
+}
+
+TEST(CommunicatorTest, RecursiveDoublingAtFourRanksWithSmallChunks) {
+  run_ranks(4, check_recursive_doubling, [](int, Options& o) {
+    o.chunk_bytes = 1024;
+    o.pipeline_depth = 2;
+    o.allreduce_algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  });
+}
+
+TEST(CommunicatorTest, RecursiveDoublingIsWhatAutoPicksForSmallDataAtEightRanks) {
+  run_ranks(8, check_recursive_doubling);  // the largest size, 20 KiB, is inside its 32 KiB range
 }
 
 // ---- Async forms ---------------------------------------------------------------

@@ -233,6 +233,17 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce --expect-recoveries 1)
   rcoll_transport_props(recovery_close_link_allreduce_in_place ${t} 320 "faults;recovery")
 endforeach()
+# Small allreduces at 4 ranks run recursive doubling (exchanges with r ^ 1,
+# then r ^ 2): rank 2 closes its link to rank 3 at the in-place op, so ranks 0
+# and 1 may finish their first exchange, or the whole op, before the fault
+# reaches them; the re-run must start again from the inputs (from backups where
+# in place), on every rank.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_close_link_small_allreduce_np4_${t}
+           COMMAND ${RCOLL_RUN} -n 4 --timeout 100 --inject close-link:rank=2,op=2 --
+                 ${RCOLL_FAULT_RUN} --sizes 4K+3 --ops allreduce --expect-recoveries 1)
+  rcoll_transport_props(recovery_close_link_small_allreduce_np4 ${t} 120 "faults;recovery")
+endforeach()
 # Ops of 1 MiB and more end with a confirmation round instead of keeping their
 # last window's inputs. A 1 MiB allreduce at 2 ranks is one window, so the link
 # closes after the data moved and before the ranks confirm. Both ranks then

@@ -19,7 +19,10 @@ class Store;
 // kHalvingDoubling: the ring's slices reduced by recursive halving and gathered
 // by recursive doubling: 2 log2(p) steps instead of 2(p-1), for power-of-two
 // groups (others run the ring).
-enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect, kHalvingDoubling };
+// kRecursiveDoubling: log2(p) exchanges of the whole buffer with rank r ^ 1,
+// r ^ 2, ..., each reduced at once: fewer messages than kDirect for small data
+// in power-of-two groups (others run kDirect).
+enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect, kHalvingDoubling, kRecursiveDoubling };
 
 struct Options {
   // Identity. -1 = from the environment.
@@ -104,8 +107,9 @@ struct Options {
   std::string tcp_congestion = "auto";
 
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;
-  // Up to this many bytes allreduce uses the direct algorithm (kAuto only; for
-  // power-of-two groups above 2 ranks, this x (2/p)^2: 16 KiB at 4 ranks).
+  // Up to this many bytes allreduce uses the direct algorithm (kAuto only); for
+  // power-of-two groups above 2 ranks, recursive doubling up to this x 4/p
+  // (64 KiB at 4 ranks, 32 KiB at 8).
   size_t small_allreduce_bytes = 64 * 1024;
 };
 

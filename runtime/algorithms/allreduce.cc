@@ -16,6 +16,14 @@
 // Direct (small data): every rank sends its whole input to every other rank and
 // reduces all p inputs locally in rank order. One round of latency, and every
 // rank computes the same sequence of operations, so results are bitwise equal.
+//
+// Recursive doubling (small data, power-of-two groups of 4 or more): log2 p
+// exchanges of the whole buffer with rank r ^ 1, r ^ 2, ..., each followed by
+// a reduction. The lower ranks' partial is always the left operand, so both
+// partners of an exchange compute the same operation and every rank ends with
+// the same bits ((a0 + a1) + (a2 + a3) at 4 ranks). p log2 p messages where
+// direct sends p (p - 1): on a host whose cores the ranks share, every message
+// is a send and a receive through the kernel, and that count sets the time.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -215,25 +223,70 @@ Status direct_allreduce(AlgoContext& ctx) {
   return Status();
 }
 
+Status recursive_doubling_allreduce(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t es = op.element_size(), n = op.out.count, bytes = n * es;
+  const size_t piece = ctx.piece_elements();
+  const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
+  if (ctx.first_slice() >= ctx.end_slice(1)) return Status();
+  ctx.before_window(0, 1);
+  // The partner's partial, and this rank's (the input until the first reduction).
+  char* theirs = static_cast<char*>(ctx.scratch(2 * bytes));
+  char* partial = theirs + bytes;
+  const char* mine = ctx.in(0);
+  const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
+  std::vector<Request> reqs(2 * pieces);
+  for (int d = 1, step = 0; d < p; d *= 2, ++step) {
+    const int partner = r ^ d;
+    size_t q = 0;
+    for (size_t k = 0; k < pieces; ++k) {
+      const size_t off = k * piece, len = std::min(piece, n - std::min(n, off));
+      ctx.recv(partner, static_cast<uint32_t>(k), static_cast<uint16_t>(step), theirs + off * es, len * es, &reqs[q++]);
+      ctx.send(partner, static_cast<uint32_t>(k), static_cast<uint16_t>(step), mine + off * es, len * es, &reqs[q++]);
+    }
+    // Both directions done: what this rank sent may now be overwritten.
+    if (Status st = ctx.wait_all({reqs.data(), q}); !st.ok()) return st;
+    // Partials go to scratch; the last reduction writes straight to the output.
+    char* dst = 2 * d >= p ? ctx.out(0) : partial;
+    const char* low = partner < r ? theirs : mine;
+    const char* high = partner < r ? mine : theirs;
+    kernels::reduce(op.out.dtype, red, dst, low, high, n);
+    mine = dst;
+  }
+  if (op.reduce == ReduceOp::kAvg) kernels::scale_avg(op.out.dtype, ctx.out(0), n, p);
+  ctx.slices_done(1);
+  return Status();
+}
+
 }  // namespace
 
 // Measured on 2 and 4 ranks (2 cores, TCP and UCX; README "Where the time
-// goes"): above the direct algorithm's range, halving-doubling beats the ring
-// at every size for power-of-two groups (1.15-3.2x at 4 ranks). The direct
-// algorithm sends (p-1) x N per rank, so its range shrinks with the group:
-// small_allreduce_bytes x (2/p)^2, i.e. 64 KiB at 2 ranks, 16 KiB at 4, 4 KiB at 8.
+// goes"): above the small-data range, halving-doubling beats the ring at every
+// size for power-of-two groups (1.15-3.2x at 4 ranks). In that range, power-of-
+// two groups of 4 or more run recursive doubling: against direct 1.5-2.8x at
+// 1-16 KiB on 4 and 8 ranks; against halving-doubling at 4 ranks 1.2-4x up to
+// 32 KiB, even (TCP) to 1.3x (UCX) at 64 KiB, 0.63-0.73x from 128 KiB. Its
+// bytes per rank, log2(p) x N against halving-doubling's 2(p-1)/p x N, grow
+// with the group, so its range shrinks: small_allreduce_bytes x 4/p, i.e.
+// 64 KiB at 4 ranks, 32 KiB at 8. Other groups run direct up to
+// small_allreduce_bytes (2 ranks: the same single exchange).
 AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning) {
   const bool power_of_two = size > 1 && (size & (size - 1)) == 0;
   switch (tuning.allreduce) {
     case AllreduceAlgorithm::kAuto: {
-      const size_t p = static_cast<size_t>(size);
-      const size_t small = power_of_two && p > 2 ? tuning.small_allreduce_bytes * 4 / (p * p) : tuning.small_allreduce_bytes;
-      if (op.out.bytes() <= small) return AllreduceAlgorithm::kDirect;
-      // Staging is p/2 pieces per window slot (the ring's is one): up to 16 ranks.
-      return power_of_two && p <= 16 ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;
+      const size_t p = static_cast<size_t>(size), bytes = op.out.bytes();
+      if (power_of_two && p > 2) {
+        if (bytes <= tuning.small_allreduce_bytes * 4 / p) return AllreduceAlgorithm::kRecursiveDoubling;
+        // Staging is p/2 pieces per window slot (the ring's is one): up to 16 ranks.
+        return p <= 16 ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;
+      }
+      return bytes <= tuning.small_allreduce_bytes ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
     }
     case AllreduceAlgorithm::kHalvingDoubling:
       return power_of_two ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;  // same slices
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return power_of_two ? AllreduceAlgorithm::kRecursiveDoubling : AllreduceAlgorithm::kDirect;  // one slice
     default:
       return tuning.allreduce;
   }
@@ -261,6 +314,7 @@ Status run_allreduce(AlgoContext& ctx) {
   switch (allreduce_algorithm(op, p, ctx.tuning())) {
     case AllreduceAlgorithm::kDirect: return direct_allreduce(ctx);
     case AllreduceAlgorithm::kHalvingDoubling: return halving_doubling_allreduce(ctx);
+    case AllreduceAlgorithm::kRecursiveDoubling: return recursive_doubling_allreduce(ctx);
     default: return ring_allreduce(ctx);
   }
 }

@@ -143,7 +143,8 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
   switch (op.kind) {
     case OpKind::kAllreduce: {
       const size_t n = op.out.count;
-      const bool direct = allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kDirect;
+      const AllreduceAlgorithm algo = allreduce_algorithm(op, size, tuning);
+      const bool direct = algo == AllreduceAlgorithm::kDirect || algo == AllreduceAlgorithm::kRecursiveDoubling;
       const size_t unit = direct || size == 1 ? std::max<size_t>(n, 1) : piece * p;
       plan.slices = std::max<size_t>(1, ceil_div(n, unit));
       plan.inputs.push_back(range(unit, n, 0));
