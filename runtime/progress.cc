@@ -556,10 +556,7 @@ namespace {
 // The first peer an op talks to: the link a close-link fault without a peer breaks.
 int first_peer(const Op& op, int rank, int size, const Tuning& tuning) {
   if (op.kind == OpKind::kSendRecv) return op.peer;
-  // A direct broadcast: every rank but the root talks only to the root.
-  if (op.kind == OpKind::kBroadcast && broadcast_is_direct(op, size, tuning) && rank != op.root) return op.root;
-  // The last rank of a broadcast chain only talks back to its predecessor.
-  if (op.kind == OpKind::kBroadcast && (rank - op.root + size) % size == size - 1) return (rank - 1 + size) % size;
+  if (op.kind == OpKind::kBroadcast) return broadcast_first_peer(op, rank, size, tuning);
   // Halving-doubling, recursive halving and doubling talk to rank r ^ d first.
   if (op.kind == OpKind::kAllreduce && allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kHalvingDoubling)
     return rank ^ (size / 2);

@@ -434,6 +434,44 @@ TEST(CommunicatorTest, RecursiveDoublingIsWhatAutoPicksForSmallDataAtEightRanks)
   run_ranks(8, check_recursive_doubling);  // the largest size, 20 KiB, is inside its 32 KiB range
 }
 
+// Broadcasts of up to 8 KiB are eager: no acknowledgement, so a root runs
+// ahead, and down a chain (up to 8 ranks) or a binomial tree (above). Bursts of
+// async broadcasts from every root, several frames each (1 KiB frames), every
+// buffer checked once all are done: 4 ranks (the chain) and 11 (a binomial tree
+// with partial subtrees).
+void check_eager_broadcast_burst(Communicator& c) {
+  const int r = c.rank(), p = c.size();
+  const std::vector<size_t> sizes = {1, 7, 300, 1024};  // doubles: 1024 is 8 KiB, 8 frames
+  std::vector<std::vector<double>> bufs;
+  bufs.reserve(sizes.size() * static_cast<size_t>(p));
+  std::vector<Work> works;
+  auto value = [](int root, size_t n, size_t i) { return 1000.0 * root + 0.25 * static_cast<double>(i) + static_cast<double>(n); };
+  for (int root = 0; root < p; ++root) {
+    for (size_t n : sizes) {
+      std::vector<double> data(n);
+      for (size_t i = 0; i < n; ++i) data[i] = r == root ? value(root, n, i) : -1.0 - r;
+      bufs.push_back(std::move(data));
+      works.push_back(c.broadcast_async(Buffer::of(bufs.back()), root));
+    }
+  }
+  for (Work& w : works) ASSERT_TRUE(w.wait().ok());
+  size_t k = 0;
+  for (int root = 0; root < p; ++root) {
+    for (size_t n : sizes) {
+      EXPECT_TRUE(matches(bufs[k++], [&](size_t i) { return value(root, n, i); },
+                          "eager broadcast n=" + std::to_string(n) + " root " + std::to_string(root)));
+    }
+  }
+}
+
+TEST(CommunicatorTest, EagerBroadcastsDownTheChainAtFourRanks) {
+  run_ranks(4, check_eager_broadcast_burst, [](int, Options& o) { o.chunk_bytes = 1024; });
+}
+
+TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
+  run_ranks(11, check_eager_broadcast_burst, [](int, Options& o) { o.chunk_bytes = 1024; });
+}
+
 // ---- Async forms ---------------------------------------------------------------
 
 TEST(CommunicatorTest, AsyncWorkReportsDoneStatusAndSequence) {

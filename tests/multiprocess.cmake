@@ -226,6 +226,17 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
   rcoll_transport_props(recovery_eager_broadcast_root_ahead ${t} 100 "faults;recovery")
 endforeach()
+# Above 8 ranks eager broadcasts run down a binomial tree. At 9 ranks with root
+# 1, rank 5 relays to ranks 6 and 7: it sleeps at op 3 and closes its link to
+# the root at op 8, so its subtree misses what it never passed on, and the
+# re-run goes down the tree again from the root's replay log.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_eager_broadcast_tree_np9_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
+                 env RCOLL_DEBUG=info ${RCOLL_RUN} -n 9 --timeout 80 --inject "stall:rank=5,op=3,ms=300;close-link:rank=5,op=8" --
+                 ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
+  rcoll_transport_props(recovery_eager_broadcast_tree_np9 ${t} 100 "faults;recovery")
+endforeach()
 # The same for in-place allreduce (op 2 of the worker): inputs come from window backups.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_close_link_allreduce_in_place_${t}
