@@ -278,10 +278,11 @@ AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tun
       const size_t p = static_cast<size_t>(size), bytes = op.out.bytes();
       if (power_of_two && p > 2) {
         if (bytes <= tuning.small_allreduce_bytes * 4 / p) return AllreduceAlgorithm::kRecursiveDoubling;
-        // Staging is p/2 pieces per window slot (the ring's is one): up to 16 ranks.
-        return p <= 16 ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;
+      } else if (bytes <= tuning.small_allreduce_bytes) {
+        return AllreduceAlgorithm::kDirect;
       }
-      return bytes <= tuning.small_allreduce_bytes ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
+      // Staging is p/2 pieces per window slot (the ring's is one): up to 16 ranks.
+      return power_of_two && p <= 16 ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;
     }
     case AllreduceAlgorithm::kHalvingDoubling:
       return power_of_two ? AllreduceAlgorithm::kHalvingDoubling : AllreduceAlgorithm::kRing;  // same slices
