@@ -1,0 +1,115 @@
+// Which algorithm an op runs, by size and group size (kAuto): every rank must
+// pick the same one, and the switch points are the measured ones the comments
+// in runtime/algorithms/ give. Results are checked in communicator_test.
+#include <gtest/gtest.h>
+
+#include "runtime/algorithms/context.h"
+
+namespace rcoll {
+namespace {
+
+Op allreduce_of(size_t bytes) {
+  Op op;
+  op.kind = OpKind::kAllreduce;
+  op.in = op.out = Buffer{nullptr, bytes / 4, DataType::kFloat32};
+  return op;
+}
+
+const char* name(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::kRing: return "ring";
+    case AllreduceAlgorithm::kDirect: return "direct";
+    case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
+    case AllreduceAlgorithm::kRecursiveDoubling: return "recursive doubling";
+    case AllreduceAlgorithm::kAuto: return "auto";
+  }
+  return "?";
+}
+
+TEST(AlgorithmChoice, AllreduceBySizeAndGroup) {
+  const Tuning t;  // small_allreduce_bytes 64 KiB
+  struct Case {
+    int ranks;
+    size_t bytes;
+    AllreduceAlgorithm want;
+  };
+  const Case cases[] = {
+      // 2 ranks: one exchange up to 64 KiB, halving-doubling above.
+      {2, 4096, AllreduceAlgorithm::kDirect},
+      {2, 64 << 10, AllreduceAlgorithm::kDirect},
+      {2, (64 << 10) + 4, AllreduceAlgorithm::kHalvingDoubling},
+      {2, 64 << 20, AllreduceAlgorithm::kHalvingDoubling},
+      // Power-of-two groups above 2: recursive doubling up to 64 KiB x 4/p.
+      {4, 4, AllreduceAlgorithm::kRecursiveDoubling},
+      {4, 64 << 10, AllreduceAlgorithm::kRecursiveDoubling},
+      {4, (64 << 10) + 4, AllreduceAlgorithm::kHalvingDoubling},
+      {8, 32 << 10, AllreduceAlgorithm::kRecursiveDoubling},
+      {8, (32 << 10) + 4, AllreduceAlgorithm::kHalvingDoubling},
+      {16, 16 << 10, AllreduceAlgorithm::kRecursiveDoubling},
+      {16, 1 << 20, AllreduceAlgorithm::kHalvingDoubling},
+      {32, 8 << 10, AllreduceAlgorithm::kRecursiveDoubling},
+      {32, 1 << 20, AllreduceAlgorithm::kRing},  // halving-doubling's staging stops at 16 ranks
+      // Other groups: direct up to 64 KiB, the ring above.
+      {3, 64 << 10, AllreduceAlgorithm::kDirect},
+      {3, (64 << 10) + 4, AllreduceAlgorithm::kRing},
+      {6, 4096, AllreduceAlgorithm::kDirect},
+  };
+  for (const Case& c : cases) {
+    EXPECT_STREQ(name(allreduce_algorithm(allreduce_of(c.bytes), c.ranks, t)), name(c.want))
+        << c.ranks << " ranks, " << c.bytes << " bytes";
+  }
+}
+
+TEST(AlgorithmChoice, PinnedAllreduceFallsBackWhereItCannotRun) {
+  Tuning t;
+  t.allreduce = AllreduceAlgorithm::kRecursiveDoubling;
+  EXPECT_STREQ(name(allreduce_algorithm(allreduce_of(1 << 20), 8, t)), "recursive doubling");
+  EXPECT_STREQ(name(allreduce_algorithm(allreduce_of(4096), 6, t)), "direct");
+  t.allreduce = AllreduceAlgorithm::kHalvingDoubling;
+  EXPECT_STREQ(name(allreduce_algorithm(allreduce_of(4096), 6, t)), "ring");
+}
+
+// Recursive doubling is one slice, as direct: the ledger re-runs it whole.
+TEST(AlgorithmChoice, SmallAllreduceIsOneSlice) {
+  Tuning t;
+  t.piece_bytes = 1024;
+  for (int ranks : {2, 3, 4, 8}) {
+    EXPECT_EQ(plan_slices(allreduce_of(16 << 10), 0, ranks, t, 0, SIZE_MAX).slices, 1u) << ranks << " ranks";
+  }
+}
+
+Op broadcast_of(size_t bytes, int root, uint64_t match_seq) {
+  Op op;
+  op.kind = OpKind::kBroadcast;
+  op.in = op.out = Buffer{nullptr, bytes / 4, DataType::kFloat32};
+  op.root = root;
+  op.match_seq = match_seq;
+  return op;
+}
+
+// Eager broadcasts run down the chain up to 8 ranks and a binomial tree above;
+// a rank's first peer is its parent (the root's: its first child).
+TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
+  const Tuning t;
+  const Op eager = broadcast_of(4096, 1, 3);
+  ASSERT_TRUE(broadcast_is_eager(eager));
+  // Chain at 4 ranks from root 1: 1 -> 2 -> 3 -> 0.
+  EXPECT_EQ(broadcast_first_peer(eager, 1, 4, t), 2);
+  EXPECT_EQ(broadcast_first_peer(eager, 2, 4, t), 1);
+  EXPECT_EQ(broadcast_first_peer(eager, 0, 4, t), 3);
+  // Binomial tree at 11 ranks from root 1, positions v = rank - 1: the root's
+  // children are v = 8, 4, 2, 1; v = 6's parent is v = 4; v = 9's is v = 8.
+  EXPECT_EQ(broadcast_first_peer(eager, 1, 11, t), 9);
+  EXPECT_EQ(broadcast_first_peer(eager, 7, 11, t), 5);
+  EXPECT_EQ(broadcast_first_peer(eager, 10, 11, t), 9);
+  EXPECT_EQ(broadcast_first_peer(eager, 2, 11, t), 1);
+  // Acknowledged (every 16th collective) and larger broadcasts: direct from the root.
+  const Op acked = broadcast_of(4096, 1, 16);
+  ASSERT_FALSE(broadcast_is_eager(acked));
+  EXPECT_TRUE(broadcast_is_direct(acked, 4, t));
+  EXPECT_EQ(broadcast_first_peer(acked, 3, 4, t), 1);
+  EXPECT_FALSE(broadcast_is_direct(eager, 4, t));
+}
+
+}  // namespace
+}  // namespace rcoll
