@@ -351,7 +351,8 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
     // An op that talked to every rank shows that all of them started it (an
-    // empty op talks to no one; an eager broadcast only outward).
+    // empty op talks to no one; an eager broadcast only down its chain or
+    // tree, finishing without hearing back).
     const bool eager = !rec.nccl && broadcast_is_eager(op);
     const bool talked = size_ > 1 && (op.kind == OpKind::kBarrier || op.out.count > 0);
     if (!eager && talked) log_.synchronized(op.match_seq);

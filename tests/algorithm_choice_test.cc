@@ -98,8 +98,9 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   EXPECT_EQ(broadcast_first_peer(eager, 2, 4, t), 1);
   EXPECT_EQ(broadcast_first_peer(eager, 0, 4, t), 3);
   // Binomial tree at 11 ranks from root 1, positions v = rank - 1: the root's
-  // children are v = 8, 4, 2, 1; v = 6's parent is v = 4; v = 9's is v = 8.
-  EXPECT_EQ(broadcast_first_peer(eager, 1, 11, t), 9);
+  // children are v = 4, 8, 2, 1 (largest subtree first: 4, 3, 2 and 1 ranks);
+  // v = 6's parent is v = 4; v = 9's is v = 8.
+  EXPECT_EQ(broadcast_first_peer(eager, 1, 11, t), 5);
   EXPECT_EQ(broadcast_first_peer(eager, 7, 11, t), 5);
   EXPECT_EQ(broadcast_first_peer(eager, 10, 11, t), 9);
   EXPECT_EQ(broadcast_first_peer(eager, 2, 11, t), 1);

@@ -227,13 +227,15 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(recovery_eager_broadcast_root_ahead ${t} 100 "faults;recovery")
 endforeach()
 # Above 8 ranks eager broadcasts run down a binomial tree. At 9 ranks with root
-# 1, rank 5 relays to ranks 6 and 7: it sleeps at op 3 and closes its link to
-# the root at op 8, so its subtree misses what it never passed on, and the
-# re-run goes down the tree again from the root's replay log.
+# 1, rank 5 relays to ranks 6 and 7, and rank 7 to rank 8. Rank 7 sleeps at
+# op 3 and closes its link to rank 5 at op 8: rank 8 misses what rank 7 never
+# passed on, and rank 5, which had finished those broadcasts, must pass them
+# on again from what it receives in the re-run (into a sink), down from the
+# root's replay log.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_eager_broadcast_tree_np9_${t}
-           COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
-                 env RCOLL_DEBUG=info ${RCOLL_RUN} -n 9 --timeout 80 --inject "stall:rank=5,op=3,ms=300;close-link:rank=5,op=8" --
+           COMMAND ${RCOLL_EXPECT} 0 "rank 5/9\\] re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
+                 env RCOLL_DEBUG=info ${RCOLL_RUN} -n 9 --timeout 80 --inject "stall:rank=7,op=3,ms=300;close-link:rank=7,op=8" --
                  ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
   rcoll_transport_props(recovery_eager_broadcast_tree_np9 ${t} 100 "faults;recovery")
 endforeach()
@@ -245,15 +247,15 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(recovery_close_link_allreduce_in_place ${t} 320 "faults;recovery")
 endforeach()
 # Small allreduces at 4 ranks run recursive doubling (exchanges with r ^ 1,
-# then r ^ 2): rank 2 closes its link to rank 3 at the in-place op, so ranks 0
-# and 1 may finish their first exchange, or the whole op, before the fault
-# reaches them; the re-run must start again from the inputs (from backups where
-# in place), on every rank.
+# then r ^ 2). Rank 2 drops the frame it sends to rank 3 in the first exchange
+# of the in-place op: ranks 0 and 2 get everything they need and finish, and
+# must re-run the op for the others from their input backups into a sink.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
-  add_test(NAME recovery_close_link_small_allreduce_np4_${t}
-           COMMAND ${RCOLL_RUN} -n 4 --timeout 100 --inject close-link:rank=2,op=2 --
+  add_test(NAME recovery_small_allreduce_np4_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..1 of allreduce seq 2 .*completed here, needed by a peer && 0 failed" 110 --
+                 env RCOLL_DEBUG=info RCOLL_OP_TIMEOUT_MS=2000 ${RCOLL_RUN} -n 4 --timeout 100 --inject drop-chunk:rank=2,op=2 --
                  ${RCOLL_FAULT_RUN} --sizes 4K+3 --ops allreduce --expect-recoveries 1)
-  rcoll_transport_props(recovery_close_link_small_allreduce_np4 ${t} 120 "faults;recovery")
+  rcoll_transport_props(recovery_small_allreduce_np4 ${t} 120 "faults;recovery")
 endforeach()
 # Ops of 1 MiB and more end with a confirmation round instead of keeping their
 # last window's inputs. A 1 MiB allreduce at 2 ranks is one window, so the link

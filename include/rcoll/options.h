@@ -21,7 +21,9 @@ class Store;
 // groups (others run the ring).
 // kRecursiveDoubling: log2(p) exchanges of the whole buffer with rank r ^ 1,
 // r ^ 2, ..., each reduced at once: fewer messages than kDirect for small data
-// in power-of-two groups (others run kDirect).
+// in power-of-two groups (others run kDirect). Like kDirect it is one slice:
+// pinned on large data it needs 2x the buffer in scratch, and a failure re-runs
+// the whole op.
 enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect, kHalvingDoubling, kRecursiveDoubling };
 
 struct Options {

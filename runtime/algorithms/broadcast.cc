@@ -4,9 +4,9 @@
 // Time is about (p - 2 + pieces) piece transfers, close to one full-buffer
 // transfer for large data, plus one acknowledgement back up the chain.
 //
-// Direct broadcast (one piece, more than 2 ranks): the root sends the piece to
-// every rank, every rank acknowledges to the root, and the root then tells
-// every rank that all have it. Three message latencies whatever the group
+// Direct broadcast (one piece, more than 2 ranks, not eager): the root sends
+// the piece to every rank, every rank acknowledges to the root, and the root
+// then tells every rank that all have it. Three message latencies whatever the group
 // size, where the chain takes 2(p-1).
 //
 // Either way a rank finishes only once every rank has the whole buffer, so a
@@ -26,6 +26,7 @@
 // chain (TCP, 4 KiB, 3 rounds); where the chain's p - 1 hops start to cost
 // more than it saves was not measured (this host has 2 cores).
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "runtime/algorithms/context.h"
@@ -77,7 +78,9 @@ struct TreeLinks {
 
 // Position v = (rank - root) mod p. In the chain, v - 1 and v + 1. In the
 // binomial tree the parent is v with its lowest set bit cleared, and the
-// children are v + 2^j for every 2^j below that bit.
+// children are v + 2^j for every 2^j below that bit; child v + 2^j heads
+// min(2^j, p - v - 2^j) ranks, so when p is not a power of two the largest
+// 2^j is not always the largest subtree (at 9 ranks the root's v + 8 is a leaf).
 TreeLinks eager_links(int rank, int root, int p) {
   TreeLinks t;
   const int v = (rank - root + p) % p;
@@ -89,8 +92,11 @@ TreeLinks eager_links(int rank, int root, int p) {
   int mask = 1;
   while (mask < p && !(v & mask)) mask <<= 1;
   if (v != 0) t.parent = (v - mask + root) % p;
+  std::vector<std::pair<int, int>> by_size;  // (ranks in the subtree, child position)
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (v + mask < p) t.children.push_back((v + mask + root) % p);
+    if (v + mask < p) by_size.emplace_back(std::min(mask, p - v - mask), v + mask);
+  std::stable_sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [ranks, c] : by_size) t.children.push_back((c + root) % p);
   return t;
 }
 

@@ -213,8 +213,9 @@ Status run_alltoall(AlgoContext& ctx);
 // Whether run_broadcast sends straight from the root (one piece, more than 2
 // ranks, not eager: eager broadcasts run down a chain or a binomial tree).
 bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
-// The first peer a rank talks to in a broadcast (its parent, or the root's
-// first child; a chain's successor, or its predecessor at the end).
+// The first peer a rank talks to in a broadcast: eager, its parent (the
+// root: its first child); direct, the root (the root: rank root + 1); a
+// chain's successor (its last rank: the predecessor).
 int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning);
 // Small broadcasts are eager: no acknowledgement. A rank finishes once it has
 // sent (the root) or received and passed on the data, and the root's replay
