@@ -264,13 +264,15 @@ Status recursive_doubling_allreduce(AlgoContext& ctx) {
 // Measured on 2 and 4 ranks (2 cores, TCP and UCX; README "Where the time
 // goes"): above the small-data range, halving-doubling beats the ring at every
 // size for power-of-two groups (1.15-3.2x at 4 ranks). In that range, power-of-
-// two groups of 4 or more run recursive doubling: against direct 1.5-2.8x at
-// 1-16 KiB on 4 and 8 ranks; against halving-doubling at 4 ranks 1.2-4x up to
-// 32 KiB, even (TCP) to 1.3x (UCX) at 64 KiB, 0.63-0.73x from 128 KiB. Its
-// bytes per rank, log2(p) x N against halving-doubling's 2(p-1)/p x N, grow
-// with the group, so its range shrinks: small_allreduce_bytes x 4/p, i.e.
-// 64 KiB at 4 ranks, 32 KiB at 8. Other groups run direct up to
-// small_allreduce_bytes (2 ranks: the same single exchange).
+// two groups of 4 or more run recursive doubling: against direct 1.2-2.8x at
+// 1-256 KiB on 4 ranks (TCP and UCX), 2.2-2.8x at 1-16 KiB on 8; against
+// halving-doubling at 4 ranks, TCP 2.0-4.0x up to 32 KiB, 0.84-1.34x at 64 KiB,
+// 0.48-0.66x from 128 KiB; UCX 0.81-1.6x up to 32 KiB, 1.3-2.0x at 64 KiB,
+// 0.73-0.86x at 256 KiB. Its bytes per rank, log2(p) x N against halving-
+// doubling's 2(p-1)/p x N, grow with the group, so its range shrinks:
+// small_allreduce_bytes x 4/p, i.e. 64 KiB at 4 ranks, 32 KiB at 8. Other
+// groups run direct up to small_allreduce_bytes (2 ranks: the same single
+// exchange).
 AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning) {
   const bool power_of_two = size > 1 && (size & (size - 1)) == 0;
   switch (tuning.allreduce) {
