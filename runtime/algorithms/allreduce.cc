@@ -189,14 +189,28 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
   return Status();
 }
 
+// Direct and recursive doubling move the whole buffer as one slice, in frames
+// of at most a piece. begin() is false when that slice is done here already.
+struct OneSlice {
+  size_t es = 0, n = 0, bytes = 0, piece = 0, pieces = 0;
+  bool begin(AlgoContext& ctx) {
+    es = ctx.op().element_size();
+    n = ctx.op().out.count;
+    bytes = n * es;
+    piece = ctx.piece_elements();
+    pieces = std::max<size_t>(1, (n + piece - 1) / piece);
+    if (ctx.first_slice() >= ctx.end_slice(1)) return false;
+    ctx.before_window(0, 1);
+    return true;
+  }
+};
+
 Status direct_allreduce(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
-  const size_t es = op.element_size(), n = op.out.count, bytes = n * es;
-  const size_t piece = ctx.piece_elements();
-  const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
-  if (ctx.first_slice() >= ctx.end_slice(1)) return Status();
-  ctx.before_window(0, 1);
+  OneSlice one;
+  if (!one.begin(ctx)) return Status();
+  const auto [es, n, bytes, piece, pieces] = one;
   char* others = static_cast<char*>(ctx.scratch(bytes * static_cast<size_t>(p)));
   // The input may be the output (in place): keep a copy of this rank's own
   // contribution so the rank-order reduction below reads the original.
@@ -226,11 +240,9 @@ Status direct_allreduce(AlgoContext& ctx) {
 Status recursive_doubling_allreduce(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
-  const size_t es = op.element_size(), n = op.out.count, bytes = n * es;
-  const size_t piece = ctx.piece_elements();
-  const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
-  if (ctx.first_slice() >= ctx.end_slice(1)) return Status();
-  ctx.before_window(0, 1);
+  OneSlice one;
+  if (!one.begin(ctx)) return Status();
+  const auto [es, n, bytes, piece, pieces] = one;
   // The partner's partial, and this rank's (the input until the first reduction).
   char* theirs = static_cast<char*>(ctx.scratch(2 * bytes));
   char* partial = theirs + bytes;
