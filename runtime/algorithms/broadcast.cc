@@ -6,8 +6,8 @@
 //
 // Direct broadcast (one piece, more than 2 ranks, not eager): the root sends
 // the piece to every rank, every rank acknowledges to the root, and the root
-// then tells every rank that all have it. Three message latencies whatever the group
-// size, where the chain takes 2(p-1).
+// then tells every rank that all have it. Three message latencies whatever
+// the group size, where the chain takes 2(p-1).
 //
 // Either way a rank finishes only once every rank has the whole buffer, so a
 // finished broadcast never has to be re-run for a peer (the ledger relies on
