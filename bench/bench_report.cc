@@ -58,14 +58,19 @@ std::vector<uint64_t> parse_sizes(std::string_view text) {
     }
     return sizes;
   }
+  for (const std::string& part : split_list(text)) sizes.push_back(bytes(part));
+  return sizes;
+}
+
+std::vector<std::string> split_list(std::string_view list) {
+  std::vector<std::string> parts;
   size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string_view::npos) comma = text.size();
-    sizes.push_back(bytes(text.substr(start, comma - start)));
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    parts.emplace_back(list.substr(start, comma - start));
     start = comma + 1;
   }
-  return sizes;
+  return parts;
 }
 
 uint64_t parse_count(std::string_view flag, std::string_view text) {

@@ -23,6 +23,8 @@ class UsageError : public std::runtime_error {
 
 // "8", "4K", "64M", "1G", "4KiB", "4KB" (K/M/G are powers of 1024). nullopt if malformed.
 std::optional<uint64_t> parse_bytes(std::string_view text);
+// The parts of a comma list, empty ones included ("a,,b": "a", "", "b").
+std::vector<std::string> split_list(std::string_view list);
 // "MIN:MAX" (doubling from MIN up to MAX) or a comma list "4K,1M". Throws UsageError.
 std::vector<uint64_t> parse_sizes(std::string_view text);
 // A non-negative integer flag value. Throws UsageError naming the flag.

@@ -179,11 +179,7 @@ bool baseline_measures(std::string_view op) {
 
 std::vector<std::string> parse_libraries(std::string_view list) {
   std::vector<std::string> libs;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string name(list.substr(start, comma - start));
-    start = comma + 1;
+  for (const std::string& name : split_list(list)) {
     if (std::find(std::begin(kLibraries), std::end(kLibraries), name) == std::end(kLibraries)) {
       throw UsageError("--compare: unknown library '" + name +
                        "' (gloo, mpi, nccl, or a comma list of them)");

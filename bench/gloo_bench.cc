@@ -464,15 +464,11 @@ int main(int argc, char** argv) {
       std::string v = a.value();
       if (v == "all") return true;
       algos.clear();
-      size_t start = 0;
-      while (start <= v.size()) {
-        size_t comma = std::min(v.find(',', start), v.size());
-        std::string name = v.substr(start, comma - start);
+      for (const std::string& name : rcoll::bench::split_list(v)) {
         if (std::find(kAlgos.begin(), kAlgos.end(), name) == kAlgos.end()) {
           throw UsageError("--algo: unknown Gloo algorithm '" + name + "'");
         }
         algos.push_back(name);
-        start = comma + 1;
       }
       return true;
     }

@@ -46,6 +46,7 @@ using rcoll::DataType;
 using rcoll::ReduceOp;
 using rcoll::bench::Reduction;
 using rcoll::bench::Row;
+using rcoll::bench::split_list;
 using rcoll::bench::UsageError;
 
 constexpr const char* kUsage =
@@ -240,11 +241,7 @@ Config parse_args(int argc, char** argv) {
         for (const auto& t : rcoll::available_transports())
           if (t != "nccl") c.transports.push_back(t);
       } else {
-        size_t start = 0;
-        while (start <= v.size()) {
-          size_t comma = std::min(v.find(',', start), v.size());
-          std::string t = v.substr(start, comma - start);
-          start = comma + 1;
+        for (const std::string& t : split_list(v)) {
           const auto built = rcoll::available_transports();
           if (t != "auto" && std::find(built.begin(), built.end(), t) == built.end()) {
             std::string list;
