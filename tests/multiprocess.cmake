@@ -213,32 +213,30 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(recovery_close_link_broadcast_np2 ${t} 140 "faults;recovery")
 endforeach()
 # Small broadcasts are eager (no acknowledgement): a root runs ahead of its
-# receivers. Rank 2 sleeps before op 3 of a burst of 40 broadcasts from root 1
-# (with an empty all-reduce after every 4th), while the root sends on until
-# the acknowledged broadcast (every 16th collective) stops it; then rank 2
-# closes its link at op 8. The root must re-run the broadcasts it finished but
-# rank 2 never got (ops 8-15, empty all-reduces at 10 and 15 between them),
-# from its replay log, and every broadcast is checked against the reference.
-foreach(t ${RCOLL_TEST_TRANSPORTS})
-  add_test(NAME recovery_eager_broadcast_root_ahead_${t}
-           COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
-                 env RCOLL_DEBUG=info ${RCOLL_RUN} -n 3 --timeout 80 --inject "stall:rank=2,op=3,ms=300;close-link:rank=2,op=8" --
-                 ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
-  rcoll_transport_props(recovery_eager_broadcast_root_ahead ${t} 100 "faults;recovery")
-endforeach()
+# receivers. In a burst of 40 broadcasts from root 1 (with an empty all-reduce
+# after every 4th), rank `victim` sleeps before op 3 while the root sends on
+# until the acknowledged broadcast (every 16th collective) stops it; then the
+# victim closes its link at op 8. `rerunner` (as "rank R/N\\] ", or "" for
+# any rank) must re-run broadcasts it had finished and the victim's side never
+# got, and every broadcast is checked against the reference.
+function(rcoll_eager_broadcast_recovery name np victim rerunner)
+  foreach(t ${RCOLL_TEST_TRANSPORTS})
+    add_test(NAME ${name}_${t}
+             COMMAND ${RCOLL_EXPECT} 0 "${rerunner}re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
+                   env RCOLL_DEBUG=info ${RCOLL_RUN} -n ${np} --timeout 80 --inject "stall:rank=${victim},op=3,ms=300;close-link:rank=${victim},op=8" --
+                   ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
+    rcoll_transport_props(${name} ${t} 100 "faults;recovery")
+  endforeach()
+endfunction()
+# 3 ranks, the chain 1 -> 2 -> 0: the root re-runs ops 8-15 (empty all-reduces
+# at 10 and 15 between them) from its replay log.
+rcoll_eager_broadcast_recovery(recovery_eager_broadcast_root_ahead 3 2 "")
 # Above 8 ranks eager broadcasts run down a binomial tree. At 9 ranks with root
-# 1, rank 5 relays to ranks 6 and 7, and rank 7 to rank 8. Rank 7 sleeps at
-# op 3 and closes its link to rank 5 at op 8: rank 8 misses what rank 7 never
-# passed on, and rank 5, which had finished those broadcasts, must pass them
-# on again from what it receives in the re-run (into a sink), down from the
-# root's replay log.
-foreach(t ${RCOLL_TEST_TRANSPORTS})
-  add_test(NAME recovery_eager_broadcast_tree_np9_${t}
-           COMMAND ${RCOLL_EXPECT} 0 "rank 5/9\\] re-running slices 0..1 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 90 --
-                 env RCOLL_DEBUG=info ${RCOLL_RUN} -n 9 --timeout 80 --inject "stall:rank=7,op=3,ms=300;close-link:rank=7,op=8" --
-                 ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --expect-recoveries 1)
-  rcoll_transport_props(recovery_eager_broadcast_tree_np9 ${t} 100 "faults;recovery")
-endforeach()
+# 1, rank 5 relays to ranks 6 and 7, and rank 7 to rank 8. Rank 7 is the
+# victim: rank 8 misses what rank 7 never passed on, and rank 5, which had
+# finished those broadcasts, must pass them on again from what it receives in
+# the re-run (into a sink), down from the root's replay log.
+rcoll_eager_broadcast_recovery(recovery_eager_broadcast_tree_np9 9 7 "rank 5/9\\] ")
 # The same for in-place allreduce (op 2 of the worker): inputs come from window backups.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_close_link_allreduce_in_place_${t}
