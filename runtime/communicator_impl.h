@@ -210,6 +210,26 @@ class CommunicatorImpl : public ProgressGuard {
   size_t nccl_backed_up_ = 0;
   uint64_t nccl_backup_seq_ = 0;
   int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
+  // Completion credits of the last credit point (eager_credit_period in
+  // runtime/algorithms/context.h): posted once the op completed here (normally,
+  // not in a recovery), collected by the first collective at least a period
+  // later or by the closing barrier, dropped with the transport that carried
+  // them. Declared before transport_: its requests outlive the transport.
+  struct Credits {
+    uint64_t seq = 0;          // the credit point's match seq (0: none pending)
+    std::vector<Request> reqs; // one receive and one send per peer
+    std::vector<int> peers;
+  };
+  Credits credits_;
+  // Set by recover(): the first collective no rank had started, so a credit
+  // point every rank runs whole in the new epoch.
+  uint64_t credits_from_seq_ = 0;
+  bool closing_barrier_running_ = false;
+  bool is_credit_point(const OpRecord& rec) const;
+  void post_credits(const Op& op);
+  // Waits (under ctx's guard) for the pending credits if `op` is due to.
+  Status collect_credits(const Op& op, AlgoContext& ctx);
+  void drop_credits();
   std::unique_ptr<Transport> transport_;
   TransportChain chain_;                         // progress thread (and create())
   std::atomic<const char*> transport_name_{""};  // for counters(), from any thread

@@ -137,6 +137,11 @@ void ReplayLog::synchronized(uint64_t match_seq) {
   evict();
 }
 
+void ReplayLog::done_everywhere(uint64_t match_seq) {
+  everywhere_ = std::max(everywhere_, match_seq);
+  evict();
+}
+
 void ReplayLog::note_synchronized(uint64_t match_seq) {
   if (match_seq <= synced_[0]) return;
   synced_[1] = synced_[0];
@@ -147,12 +152,12 @@ void ReplayLog::evict() {
   // A collective that needs every rank can only finish here once every rank
   // has started it, and so finished every op before it: a peer is never more
   // than one such collective behind, and an op followed by two of them is
-  // done everywhere. (An eager broadcast is not one: its root can be up to
-  // kEagerBroadcastRun broadcasts ahead.) A send can be ahead of its receiver
-  // by what the sockets hold: keep sends until later sends to the same peer
-  // have pushed more than that through.
+  // done everywhere. (An eager broadcast is not one: its root runs ahead, and
+  // what lets go of those is the completion credits, done_everywhere.) A send
+  // can be ahead of its receiver by what the sockets hold: keep sends until
+  // later sends to the same peer have pushed more than that through.
   auto evictable = [this](std::deque<OpRecord>::iterator it) {
-    if (it->op.kind != OpKind::kSendRecv) return synced_[1] > it->op.match_seq;
+    if (it->op.kind != OpKind::kSendRecv) return synced_[1] > it->op.match_seq || it->op.match_seq <= everywhere_;
     size_t later_bytes = 0;
     for (auto jt = it + 1; jt != records_.end(); ++jt)
       if (jt->op.kind == OpKind::kSendRecv && jt->op.peer == it->op.peer) later_bytes += jt->op.in.bytes();

@@ -109,6 +109,7 @@ class ReplayLog {
   void reset(int size) {
     records_.clear();
     synced_[0] = synced_[1] = 0;
+    everywhere_ = 0;
     collective_through = 0;
     send_through.assign(static_cast<size_t>(size), 0);
     recv_through.assign(static_cast<size_t>(size), 0);
@@ -117,6 +118,9 @@ class ReplayLog {
   // A collective that needs every rank (any but an eager broadcast) completed
   // on this rank, logged or not: older collectives may leave the log.
   void synchronized(uint64_t match_seq);
+  // Every rank has every collective up to `match_seq` (completion credits,
+  // runtime/progress.cc): no peer can need one of them re-run.
+  void done_everywhere(uint64_t match_seq);
   std::deque<OpRecord>& records() { return records_; }
   size_t bytes() const;
   // Highest collective seq / per-peer p2p seqs ever completed, evicted or not.
@@ -130,6 +134,7 @@ class ReplayLog {
   size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
   std::deque<OpRecord> records_;
   uint64_t synced_[2] = {0, 0};  // match seqs of the last two synchronizing collectives, newest first
+  uint64_t everywhere_ = 0;      // collectives up to here are done on every rank
   void note_synchronized(uint64_t match_seq);
   void evict();
 };

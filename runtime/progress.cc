@@ -56,7 +56,9 @@ void CommunicatorImpl::progress_loop() {
 }
 
 void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
+  closing_barrier_running_ = closing_barrier;
   Status s = op.on_device() ? run_device_op(op) : run_op(op);
+  closing_barrier_running_ = false;
   last_op_end_ = Clock::now();
   idle_trimmed_ = false;
   held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes() + staging_.held();
@@ -306,6 +308,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = nullptr;
   recorder_.finished(op.seq, true);
+  if (is_credit_point(rec)) post_credits(op);
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
   const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
@@ -421,6 +424,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
       if (begin >= window) rec.release_before(begin - window);
     });
     if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
+    if (Status s = collect_credits(op, ctx); !s.ok()) return s;
   }
   Status s;
   switch (op.kind) {
@@ -442,6 +446,64 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   bytes_sent_ = transport_->bytes_sent();
   bytes_received_ = transport_->bytes_received();
   return s;
+}
+
+bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
+  const Op& op = rec.op;
+  return options_.recovery && size_ > 1 && !rec.nccl && broadcast_is_eager(op) &&
+         op.match_seq % eager_credit_period(size_) == 0 && op.match_seq >= credits_from_seq_;
+}
+
+// Every rank posts its credits at the same place in its stream of frames to
+// each peer (after the credit point's frames, before the next op's), so the
+// transports' in-order matching pairs them like any other frame.
+void CommunicatorImpl::post_credits(const Op& op) {
+  const int p = size_;
+  if (credits_.seq != 0) {
+    // Cannot happen: the credit point one period earlier was collected before
+    // this one ran (or dropped by a recovery, which makes this no credit point).
+    RCOLL_LOG(kError, "%s: the completion credits of collective seq %llu were never collected; sending none for this one "
+              "(peers that do will see a desync, and a recovery follows)",
+              op.describe().c_str(), static_cast<unsigned long long>(credits_.seq));
+    return;
+  }
+  FrameHeader h = op.frame_template(transport_->epoch(), rank_);
+  h.step = AlgoContext::kCreditStep;
+  credits_.reqs.assign(2 * static_cast<size_t>(p - 1), Request{});
+  credits_.peers.clear();
+  for (int d = 1; d < p; ++d) {
+    const int from = (rank_ - d + p) % p, to = (rank_ + d) % p;
+    credits_.peers.push_back(from);
+    transport_->post_recv(from, h, nullptr, &credits_.reqs[credits_.peers.size() - 1]);
+    credits_.peers.push_back(to);
+    transport_->post_send(to, h, nullptr, &credits_.reqs[credits_.peers.size() - 1]);
+  }
+  credits_.seq = op.match_seq;
+}
+
+Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
+  if (credits_.seq == 0 || op.kind == OpKind::kSendRecv) return Status();
+  if (!closing_barrier_running_ && op.match_seq < credits_.seq + eager_credit_period(size_)) return Status();
+  for (size_t k = 0; k < credits_.reqs.size(); ++k) {
+    const bool is_send = k % 2 == 1;
+    if (Status s = ctx.wait_for_credit(credits_.reqs[k], credits_.peers[k], is_send, credits_.seq); !s.ok()) return s;
+  }
+  log_.done_everywhere(credits_.seq);
+  RCOLL_LOG(kDebug, "completion credits of collective seq %llu collected from every rank (at %s): the replay log lets go "
+            "of collectives up to there", static_cast<unsigned long long>(credits_.seq), op.describe().c_str());
+  credits_.seq = 0;
+  return Status();
+}
+
+void CommunicatorImpl::drop_credits() {
+  if (credits_.seq != 0) {
+    RCOLL_LOG(kInfo, "completion credits of collective seq %llu dropped with the old data plane; the next credit point "
+              "after the recovery (collective seq %llu or later) posts new ones",
+              static_cast<unsigned long long>(credits_.seq), static_cast<unsigned long long>(credits_from_seq_));
+  }
+  credits_.seq = 0;
+  credits_.reqs.clear();
+  credits_.peers.clear();
 }
 
 // The progress deadline: how long an op may move no bytes at all. The caller's

@@ -104,8 +104,12 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   EXPECT_EQ(broadcast_first_peer(eager, 7, 11, t), 5);
   EXPECT_EQ(broadcast_first_peer(eager, 10, 11, t), 9);
   EXPECT_EQ(broadcast_first_peer(eager, 2, 11, t), 1);
-  // Acknowledged (every 16th collective) and larger broadcasts: direct from the root.
-  const Op acked = broadcast_of(4096, 1, 16);
+  // Eager at every sequence number (credit points included: the credits
+  // follow the op, they do not change it) up to 8 KiB.
+  for (uint64_t seq : {uint64_t{16}, uint64_t{32}, eager_credit_period(4), eager_credit_period(11)})
+    EXPECT_TRUE(broadcast_is_eager(broadcast_of(8192, 1, seq))) << "seq " << seq;
+  // Larger broadcasts of one frame are acknowledged and go direct from the root.
+  const Op acked = broadcast_of(8192 + 4, 1, 3);
   ASSERT_FALSE(broadcast_is_eager(acked));
   EXPECT_TRUE(broadcast_is_direct(acked, 4, t));
   EXPECT_EQ(broadcast_first_peer(acked, 3, 4, t), 1);

@@ -23,6 +23,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda_memory.h"
+#include "runtime/algorithms/context.h"
 #include "rcoll/rcoll.h"
 
 namespace rcoll {
@@ -470,6 +471,41 @@ TEST(CommunicatorTest, EagerBroadcastsDownTheChainAtFourRanks) {
 
 TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
   run_ranks(11, check_eager_broadcast_burst, [](int, Options& o) { o.chunk_bytes = 1024; });
+}
+
+// What holds an eager root back is the completion credits: with rank 3 of 4
+// holding back its ops, root 0 gets through the credit point at period K and
+// the K - 1 broadcasts after it, and stops at 2K, where it needs rank 3's
+// credit for K. (Without credits it finishes all 3K + 8 broadcasts at once:
+// they are 1 KiB each, far less than the socket buffers hold.) Then rank 3
+// goes, and every broadcast arrives everywhere.
+TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
+  const uint64_t period = eager_credit_period(4);
+  const size_t count = 3 * period + 8;
+  std::atomic<bool> release{false};
+  run_ranks(4, [&](Communicator& c) {
+    const int r = c.rank();
+    if (r == 3) {
+      while (!release.load()) std::this_thread::sleep_for(1ms);
+    }
+    std::vector<std::vector<int32_t>> bufs(count, std::vector<int32_t>(256));
+    std::vector<Work> works;
+    for (size_t k = 0; k < count; ++k) {
+      for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = r == 0 ? static_cast<int32_t>(k * 1000 + i) : -1;
+      works.push_back(c.broadcast_async(Buffer::of(bufs[k]), 0));
+    }
+    if (r == 0) {
+      // Ops are numbered from 1: op 2K - 1 is the last one before the wait.
+      EXPECT_TRUE(works[2 * period - 2].wait(5000ms).ok());
+      std::this_thread::sleep_for(300ms);
+      EXPECT_FALSE(works[2 * period - 1].done()) << "root 0 ran more than two credit periods ahead of rank 3";
+      release = true;
+    }
+    for (Work& w : works) ASSERT_TRUE(w.wait().ok());
+    for (size_t k = 0; k < count; ++k)
+      EXPECT_TRUE(matches(bufs[k], [&](size_t i) { return static_cast<int32_t>(k * 1000 + i); },
+                          "broadcast " + std::to_string(k)));
+  });
 }
 
 // ---- Async forms ---------------------------------------------------------------

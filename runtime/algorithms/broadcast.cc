@@ -143,8 +143,7 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
 }
 
 bool broadcast_is_eager(const Op& op) {
-  return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= kEagerBroadcastBytes &&
-         op.match_seq % kEagerBroadcastRun != 0;
+  return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= kEagerBroadcastBytes;
 }
 
 size_t broadcast_piece_bytes(int size, const Tuning& tuning) {

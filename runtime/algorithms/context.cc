@@ -35,7 +35,7 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
     r->state = Request::State::kDone;
     return;
   }
-  pending_.push_back({r, peer, true, chunk, step});
+  pending_.push_back({r, peer, true, chunk, step, 0});
   t_.post_send(peer, h, data, r);
 }
 
@@ -47,7 +47,7 @@ void AlgoContext::recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_
   // A receive expects the sender's view of the fingerprint: for send/recv the
   // sender stamps its own rank as root.
   if (op_.kind == OpKind::kSendRecv) h.root = peer;
-  pending_.push_back({r, peer, false, chunk, step});
+  pending_.push_back({r, peer, false, chunk, step, 0});
   t_.post_recv(peer, h, dst, r);
 }
 
@@ -60,6 +60,11 @@ Status AlgoContext::confirm_completion(uint32_t chunk) {
     send((r + d) % p, chunk, kConfirmStep, nullptr, 0, &reqs[q++]);
   }
   return wait_all(reqs);
+}
+
+Status AlgoContext::wait_for_credit(Request& r, int peer, bool is_send, uint64_t credit_seq) {
+  pending_.push_back({&r, peer, is_send, 0, kCreditStep, credit_seq});
+  return wait(r);
 }
 
 Status AlgoContext::wait(Request& r) {
@@ -84,10 +89,13 @@ Status AlgoContext::wait(Request& r) {
                               : Status(ErrorCode::kTimeout, "no progress guard");
       if (!verdict.ok()) {
         if (verdict.code() == ErrorCode::kTimeout && oldest != nullptr) {
+          const std::string what =
+              oldest->step == kCreditStep
+                  ? " (its completion credit for collective seq " + std::to_string(oldest->credit_seq) + ")"
+                  : " (chunk " + std::to_string(oldest->chunk) + " step " + std::to_string(oldest->step) + ")";
           verdict = Status(verdict.code(), verdict.context(),
                            verdict.message() + "; waiting on " + (oldest->is_send ? "send to" : "recv from") +
-                               " rank " + std::to_string(oldest->peer) + " (chunk " + std::to_string(oldest->chunk) +
-                               " step " + std::to_string(oldest->step) + ")");
+                               " rank " + std::to_string(oldest->peer) + what);
         }
         return fail(std::move(verdict));
       }

@@ -167,6 +167,11 @@ class AlgoContext {
   // slice of the op re-run, so nothing of it has to be kept.
   Status confirm_completion(uint32_t chunk);
   static constexpr uint16_t kConfirmStep = 0xFFFF;
+  static constexpr uint16_t kCreditStep = 0xFFFE;
+  // Waits for a request posted outside this op (a completion credit of
+  // collective `credit_seq`) as for the op's own: the guard judges a stall,
+  // and a timeout names the peer and the credit.
+  Status wait_for_credit(Request& r, int peer, bool is_send, uint64_t credit_seq);
   // Aborts the transport (failing every pending request) and returns `why` with
   // this op named in it. Every algorithm failure goes through here.
   Status fail(Status why);
@@ -196,6 +201,7 @@ class AlgoContext {
     bool is_send;
     uint32_t chunk;
     uint16_t step;
+    uint64_t credit_seq = 0;  // step kCreditStep: whose credit
   };
   std::vector<Pending> pending_;
 };
@@ -219,18 +225,28 @@ bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
 int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning);
 // Small broadcasts are eager: no acknowledgement. A rank finishes once it has
 // sent (the root) or received and passed on the data, and the root's replay
-// log keeps a copy of the input for a receiver that did not get it. A
-// broadcast at every kEagerBroadcastRun-th collective sequence number is
-// acknowledged anyway, so a root is never more than that many broadcasts ahead
-// (and the replay log stays short). A function of the op alone, so every
-// rank decides alike. Up to 8 KiB (one small TCP frame): measured eager
-// against acknowledged (TCP, 3 alternating rounds, 10 iterations), 4 ranks
-// 1-8 KiB 2.5-3.5x faster, 2 ranks 1-4 KiB 1.1x; at 16 KiB 2 ranks were
-// 1.4x slower, and at 64-256 KiB the root's backup copies into fresh memory
-// cost more than the acknowledgement saved.
+// log keeps a copy of the input for a receiver that did not get it. What
+// bounds how far a root runs ahead (and the log) is the completion credits
+// (eager_credit_period). A function of the op alone, so every rank decides
+// alike. Up to 8 KiB (one small TCP frame): measured eager against
+// acknowledged (TCP, 3 alternating rounds, 10 iterations), 4 ranks 1-8 KiB
+// 2.5-3.5x faster, 2 ranks 1-4 KiB 1.1x; at 16 KiB 2 ranks were 1.4x slower,
+// and at 64-256 KiB the root's backup copies into fresh memory cost more than
+// the acknowledgement saved.
 inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
-inline constexpr uint64_t kEagerBroadcastRun = 16;
 bool broadcast_is_eager(const Op& op);
+// Completion credits (runtime/progress.cc). An eager broadcast at a collective
+// sequence number that is a multiple of this period is a credit point: every
+// rank, once it has the op, sends every other rank an empty frame (step
+// kCreditStep) and posts a receive for theirs, and waits for those receives
+// no earlier than one period later. The credits say that every rank has every
+// collective up to the credit point, so the replay log can let go of them, and
+// waiting for them keeps a root within two periods of the slowest rank,
+// without the rendezvous an acknowledgement costs. 2(p - 1) frames per rank
+// per period: the period grows with the group so that stays at most 1/4 frame
+// per op. Only with recovery on (without, nothing is kept for a peer, and the
+// socket buffers bound how far a root runs ahead).
+inline uint64_t eager_credit_period(int size) { return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1); }
 // Bytes per slice of a broadcast: a 2-rank chain forwards nothing, so its
 // frames are as large as the link allows (Tuning::stream_piece_bytes).
 size_t broadcast_piece_bytes(int size, const Tuning& tuning);
