@@ -20,7 +20,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 std::string line(const OpTrace& t, Clock::time_point now) {
   char buf[160];
-  std::string s = std::string(state_name(t.state)) + " " + t.what;
+  std::string s = std::string(state_name(t.state)) + " " + t.what.describe();
   if (t.state == OpTrace::State::kRunning || t.state == OpTrace::State::kFailed) {
     std::snprintf(buf, sizeof(buf), " slice %zu/%zu epoch %u", t.slices_done, t.slices_total, t.epoch);
     s += buf;
@@ -47,7 +47,7 @@ void FlightRecorder::issued(const Op& op) {
   OpTrace& t = ring_[op.seq % ring_.size()];
   t = OpTrace{};
   t.seq = op.seq;
-  t.what = op.describe();
+  t.what = op.brief();
   t.bytes = std::max(op.in.bytes(), op.out.bytes());
   t.issued = Clock::now();
 }

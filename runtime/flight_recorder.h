@@ -16,7 +16,7 @@ namespace rcoll {
 struct OpTrace {
   enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
   uint64_t seq = 0;
-  std::string what;  // Op::describe()
+  OpBrief what;  // formatted only when a report asks
   size_t bytes = 0;
   State state = State::kQueued;
   Clock::time_point issued{};

@@ -127,6 +127,7 @@ void OpRecord::map_inputs(RangeMap* in) const {
 void ReplayLog::push(OpRecord record) {
   const bool synchronizing = record.op.kind != OpKind::kSendRecv && !broadcast_is_eager(record.op);
   const uint64_t seq = record.op.match_seq;
+  bytes_ += record.backup_bytes();
   records_.push_back(std::move(record));
   if (synchronizing) note_synchronized(seq);
   evict();
@@ -164,25 +165,23 @@ void ReplayLog::evict() {
     return later_bytes > in_flight_capacity_;
   };
   for (auto it = records_.begin(); it != records_.end();) {
-    it = evictable(it) ? records_.erase(it) : it + 1;
+    if (evictable(it)) {
+      bytes_ -= it->backup_bytes();
+      it = records_.erase(it);
+    } else {
+      ++it;
+    }
   }
   // Over budget: mark the oldest records unreplayable rather than dropping
   // them silently; a recovery that needs one then fails with a clear error.
-  size_t total = bytes();
   for (auto& r : records_) {
-    if (total <= budget_) break;
+    if (bytes_ <= budget_) break;
     const size_t held = r.backup_bytes();
     if (held == 0) continue;  // a receiver's record: dropping it frees nothing
-    total -= held;
+    bytes_ -= held;
     r.backups.clear();
     r.replayable = false;
   }
-}
-
-size_t ReplayLog::bytes() const {
-  size_t n = 0;
-  for (const auto& r : records_) n += r.backup_bytes();
-  return n;
 }
 
 namespace {

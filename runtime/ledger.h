@@ -110,6 +110,7 @@ class ReplayLog {
     records_.clear();
     synced_[0] = synced_[1] = 0;
     everywhere_ = 0;
+    bytes_ = 0;
     collective_through = 0;
     send_through.assign(static_cast<size_t>(size), 0);
     recv_through.assign(static_cast<size_t>(size), 0);
@@ -122,7 +123,7 @@ class ReplayLog {
   // runtime/progress.cc): no peer can need one of them re-run.
   void done_everywhere(uint64_t match_seq);
   std::deque<OpRecord>& records() { return records_; }
-  size_t bytes() const;
+  size_t bytes() const { return bytes_; }
   // Highest collective seq / per-peer p2p seqs ever completed, evicted or not.
   uint64_t collective_through = 0;
   std::vector<uint64_t> send_through;
@@ -133,6 +134,9 @@ class ReplayLog {
   size_t budget_;
   size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
   std::deque<OpRecord> records_;
+  // Backup bytes of records_, kept as they come and go (a logged record's
+  // backups change only here: every op would otherwise walk the whole log).
+  size_t bytes_ = 0;
   uint64_t synced_[2] = {0, 0};  // match seqs of the last two synchronizing collectives, newest first
   uint64_t everywhere_ = 0;      // collectives up to here are done on every rank
   void note_synchronized(uint64_t match_seq);

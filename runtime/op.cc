@@ -26,11 +26,11 @@ FrameHeader Op::frame_template(uint32_t epoch, int sender_rank) const {
   return h;
 }
 
-std::string Op::describe() const {
+std::string OpBrief::describe() const {
   std::string s = kind == OpKind::kSendRecv ? (is_send ? "send" : "recv") : to_string(kind);
   s += " seq " + std::to_string(seq) + " (";
-  s += to_string(out.dtype);
-  s += " x " + std::to_string(kind == OpKind::kAllgather ? in.count : out.count);
+  s += to_string(dtype);
+  s += " x " + std::to_string(count);
   if (kind == OpKind::kAllreduce || kind == OpKind::kReduceScatter) s += std::string(", ") + to_string(reduce);
   if (kind == OpKind::kBroadcast) s += ", root " + std::to_string(root);
   if (kind == OpKind::kSendRecv) s += (is_send ? ", to rank " : ", from rank ") + std::to_string(peer);

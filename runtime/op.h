@@ -32,6 +32,20 @@ struct WorkState {
   }
 };
 
+// What Op::describe() says, as plain fields: kept per op where formatting the
+// text each time would cost more than a small op (the flight recorder).
+struct OpBrief {
+  OpKind kind = OpKind::kNone;
+  bool is_send = false;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
+  uint64_t seq = 0;
+  size_t count = 0;
+  int root = -1;
+  int peer = -1;
+  std::string describe() const;
+};
+
 struct Op {
   OpKind kind = OpKind::kNone;
   bool is_send = false;  // for kSendRecv
@@ -59,7 +73,10 @@ struct Op {
   // The header every frame of this op starts from (fingerprint filled in).
   FrameHeader frame_template(uint32_t epoch, int sender_rank) const;
   // "allreduce seq 7 (float32 x 1048576, sum)"
-  std::string describe() const;
+  std::string describe() const { return brief().describe(); }
+  OpBrief brief() const {
+    return OpBrief{kind, is_send, out.dtype, reduce, seq, kind == OpKind::kAllgather ? in.count : out.count, root, peer};
+  }
 };
 
 // Checks an op against the communicator it is issued on. Returns

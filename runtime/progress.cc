@@ -240,7 +240,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   // Device buffers reach run_op only to run on NCCL (else they are staged).
   rec.nccl = op.on_device();
-  rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, SIZE_MAX).slices;
+  rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, 0).slices;  // the count alone
   // An injected stall makes this rank late to the op, as a rank busy in
   // compute would be: before it says (in its heartbeats) that it is in the op.
   for (const Fault& f : faults_) {
@@ -415,12 +415,12 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     // the backups. Each window's first slice is recorded (the completed op's
     // tail), and an in-place op backs the window up before touching it.
     if (overwrites_input(op) && options_.recovery) rec.map_inputs(&ctx.in_map());
-    const size_t window = static_cast<size_t>(std::max(1, rec.tuning.window));
-    const bool backs_up = overwrites_input(op) && options_.recovery;
-    ctx.set_window_hook([&rec, window, backs_up, this](size_t begin, size_t end) {
+    // Two pointers captured: std::function keeps them inline (no allocation per op).
+    ctx.set_window_hook([&rec, this](size_t begin, size_t end) {
       rec.last_window_first = begin;
-      if (!backs_up) return;
+      if (!overwrites_input(rec.op) || !options_.recovery) return;
       rec.back_up(rank_, size_, begin, end);
+      const size_t window = static_cast<size_t>(std::max(1, rec.tuning.window));
       if (begin >= window) rec.release_before(begin - window);
     });
     if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);

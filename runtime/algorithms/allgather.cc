@@ -25,7 +25,7 @@ Status doubling_allgather(AlgoContext& ctx) {
   const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
   const size_t window = ctx.window();
   const size_t most = window * static_cast<size_t>(p / 2);  // frames each way in one step
-  std::vector<Request> sends(most), recvs(most);
+  std::span<Request> sends = ctx.requests(most), recvs = ctx.requests(most);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);
@@ -76,7 +76,7 @@ Status run_allgather(AlgoContext& ctx) {
     return Status();
   }
   if (blocks_by_doubling(p, ctx.tuning())) return doubling_allgather(ctx);
-  std::vector<Request> sends(window), recvs(window);
+  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);

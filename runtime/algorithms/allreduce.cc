@@ -47,7 +47,7 @@ Status ring_allreduce(AlgoContext& ctx) {
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
   char* tmp = static_cast<char*>(ctx.scratch(window * piece * es));
 
-  std::vector<Request> sends(window), recvs(window);
+  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);
@@ -118,7 +118,7 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
   while ((1 << steps) < p) ++steps;
 
   // One frame per segment, so no frame is larger than the tuning's piece.
-  std::vector<Request> sends(window * half), recvs(window * half);
+  std::span<Request> sends = ctx.requests(window * half), recvs = ctx.requests(window * half);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);
@@ -217,7 +217,7 @@ Status direct_allreduce(AlgoContext& ctx) {
   char* mine = others + bytes * static_cast<size_t>(r);
   if (bytes > 0) std::memcpy(mine, ctx.in(0), bytes);
 
-  std::vector<Request> reqs(2 * static_cast<size_t>(p - 1) * pieces);
+  std::span<Request> reqs = ctx.requests(2 * static_cast<size_t>(p - 1) * pieces);
   size_t q = 0;
   for (int d = 1; d < p; ++d) {
     const int to = (r + d) % p, from = (r - d + p) % p;
@@ -248,7 +248,7 @@ Status recursive_doubling_allreduce(AlgoContext& ctx) {
   char* partial = theirs + bytes;
   const char* mine = ctx.in(0);
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
-  std::vector<Request> reqs(2 * pieces);
+  std::span<Request> reqs = ctx.requests(2 * pieces);
   for (int d = 1, step = 0; d < p; d *= 2, ++step) {
     const int partner = r ^ d;
     size_t q = 0;

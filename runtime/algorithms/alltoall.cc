@@ -27,7 +27,7 @@ Status run_alltoall(AlgoContext& ctx) {
   }
   const size_t window = ctx.window();
   const size_t mine = n * static_cast<size_t>(r);
-  std::vector<Request> sends(window), recvs(window);
+  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);

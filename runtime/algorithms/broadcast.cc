@@ -39,7 +39,7 @@ Status direct_broadcast(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank(), root = op.root;
   const size_t bytes = op.out.count * op.element_size();
-  std::vector<Request> reqs(static_cast<size_t>(p));
+  std::span<Request> reqs = ctx.requests(static_cast<size_t>(p));
   if (ctx.first_slice() < ctx.end_slice(1)) {
     ctx.before_window(0, 1);
     if (r == root) {
@@ -105,7 +105,7 @@ Status eager_broadcast(AlgoContext& ctx, size_t piece, size_t pieces) {
   const size_t es = op.element_size(), n = op.out.count;
   const TreeLinks t = eager_links(ctx.rank(), op.root, ctx.size());
   const size_t window = ctx.window(), fanout = t.children.size();
-  std::vector<Request> sends(window * fanout), recvs(window);
+  std::span<Request> sends = ctx.requests(window * fanout), recvs = ctx.requests(window);
   for (size_t start = ctx.first_slice(); start < ctx.end_slice(pieces); start += window) {
     const size_t w = std::min(window, ctx.end_slice(pieces) - start);
     ctx.before_window(start, start + w);
@@ -171,7 +171,7 @@ Status run_broadcast(AlgoContext& ctx) {
   const int prev = (r - 1 + p) % p, next = (r + 1) % p;
   const bool first_in_chain = pos == 0, last = pos == p - 1;
   const size_t window = ctx.window();
-  std::vector<Request> sends(window), recvs(window);
+  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
   for (size_t start = ctx.first_slice(); start < ctx.end_slice(pieces); start += window) {
     const size_t w = std::min(window, ctx.end_slice(pieces) - start);
     ctx.before_window(start, start + w);

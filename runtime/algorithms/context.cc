@@ -8,10 +8,29 @@
 
 namespace rcoll {
 
+std::span<Request> Scratch::requests(size_t n) {
+  while (block_ < blocks_.size() && blocks_[block_].size - used_ < n) {
+    ++block_;
+    used_ = 0;
+  }
+  if (block_ == blocks_.size()) {
+    const size_t size = std::max<size_t>(n, 64);
+    blocks_.push_back(Block{std::make_unique<Request[]>(size), size});
+    request_bytes_ += size * sizeof(Request);
+    used_ = 0;
+  }
+  std::span<Request> out(blocks_[block_].requests.get() + used_, n);
+  used_ += n;
+  for (Request& r : out) r = Request{};
+  return out;
+}
+
 AlgoContext::AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch)
     : t_(transport), op_(op), tuning_(tuning), scratch_(scratch),
       header_(op.frame_template(transport.epoch(), transport.rank())),
-      in_(op.in.data, size_of(op.in.dtype)), out_(op.out.data, size_of(op.out.dtype)) {}
+      in_(op.in.data, size_of(op.in.dtype)), out_(op.out.data, size_of(op.out.dtype)), pending_(scratch.pending()) {
+  scratch_.start_op();
+}
 
 size_t AlgoContext::piece_elements() const {
   return std::max<size_t>(1, tuning_.piece_bytes / op_.element_size());
@@ -53,7 +72,7 @@ void AlgoContext::recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_
 
 Status AlgoContext::confirm_completion(uint32_t chunk) {
   const int p = size(), r = rank();
-  std::vector<Request> reqs(2 * static_cast<size_t>(p - 1));
+  std::span<Request> reqs = requests(2 * static_cast<size_t>(p - 1));
   size_t q = 0;
   for (int d = 1; d < p; ++d) {
     recv((r - d + p) % p, chunk, kConfirmStep, nullptr, 0, &reqs[q++]);
@@ -78,7 +97,7 @@ Status AlgoContext::wait(Request& r) {
     const Clock::time_point now = Clock::now();
     if (now - last_progress >= budget_) {
       // Who are we waiting for? The oldest unfinished request names the peer.
-      const Pending* oldest = nullptr;
+      const PendingRequest* oldest = nullptr;
       for (const auto& p : pending_)
         if (!p.req->finished()) {
           oldest = &p;
@@ -112,7 +131,7 @@ Status AlgoContext::wait(Request& r) {
   }
   if (r.failed()) return fail(r.status);
   // Finished requests may be destroyed by the algorithm from here on: forget them.
-  std::erase_if(pending_, [](const Pending& p) { return p.req->finished(); });
+  std::erase_if(pending_, [](const PendingRequest& p) { return p.req->finished(); });
   return Status();
 }
 
@@ -148,6 +167,10 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
     size_t e = std::min(end, plan.slices);
     return ElementRange{offset + std::min(n, first * unit), offset + std::min(n, e * unit)};
   };
+  // Empty ranges are left out (so a query of no slices allocates nothing).
+  auto add = [](std::vector<ElementRange>& v, ElementRange r) {
+    if (r.begin < r.end) v.push_back(r);
+  };
   switch (op.kind) {
     case OpKind::kAllreduce: {
       const size_t n = op.out.count;
@@ -155,22 +178,22 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
       const bool direct = algo == AllreduceAlgorithm::kDirect || algo == AllreduceAlgorithm::kRecursiveDoubling;
       const size_t unit = direct || size == 1 ? std::max<size_t>(n, 1) : piece * p;
       plan.slices = std::max<size_t>(1, ceil_div(n, unit));
-      plan.inputs.push_back(range(unit, n, 0));
-      plan.outputs.push_back(range(unit, n, 0));
+      add(plan.inputs, range(unit, n, 0));
+      add(plan.outputs, range(unit, n, 0));
       break;
     }
     case OpKind::kAllgather: {
       const size_t n = op.in.count;
       plan.slices = std::max<size_t>(1, ceil_div(n, piece));
-      plan.inputs.push_back(range(piece, n, 0));
-      for (size_t q = 0; q < p; ++q) plan.outputs.push_back(range(piece, n, q * n));
+      add(plan.inputs, range(piece, n, 0));
+      for (size_t q = 0; q < p; ++q) add(plan.outputs, range(piece, n, q * n));
       break;
     }
     case OpKind::kReduceScatter: {
       const size_t n = op.out.count;
       plan.slices = std::max<size_t>(1, ceil_div(n, piece));
-      for (size_t b = 0; b < p; ++b) plan.inputs.push_back(range(piece, n, b * n));
-      plan.outputs.push_back(range(piece, n, 0));
+      for (size_t b = 0; b < p; ++b) add(plan.inputs, range(piece, n, b * n));
+      add(plan.outputs, range(piece, n, 0));
       break;
     }
     case OpKind::kBroadcast:
@@ -182,16 +205,16 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
       plan.slices = std::max<size_t>(1, ceil_div(n, unit));
       const bool reads = op.kind == OpKind::kBroadcast ? op.root == rank : op.is_send;
       const bool writes = op.kind == OpKind::kBroadcast ? op.root != rank : !op.is_send;
-      if (reads) plan.inputs.push_back(range(unit, n, 0));
-      if (writes) plan.outputs.push_back(range(unit, n, 0));
+      if (reads) add(plan.inputs, range(unit, n, 0));
+      if (writes) add(plan.outputs, range(unit, n, 0));
       break;
     }
     case OpKind::kAlltoall: {
       // Slice k is piece k of every block, sent and received alike.
       const size_t n = op.out.count / p;
       plan.slices = std::max<size_t>(1, ceil_div(n, piece));
-      for (size_t q = 0; q < p; ++q) plan.inputs.push_back(range(piece, n, q * n));
-      for (size_t q = 0; q < p; ++q) plan.outputs.push_back(range(piece, n, q * n));
+      for (size_t q = 0; q < p; ++q) add(plan.inputs, range(piece, n, q * n));
+      for (size_t q = 0; q < p; ++q) add(plan.outputs, range(piece, n, q * n));
       break;
     }
     case OpKind::kBarrier:
@@ -199,8 +222,6 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
       plan.slices = 1;
       break;
   }
-  std::erase_if(plan.inputs, [](const ElementRange& r) { return r.begin >= r.end; });
-  std::erase_if(plan.outputs, [](const ElementRange& r) { return r.begin >= r.end; });
   return plan;
 }
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -36,23 +37,56 @@ struct Tuning {
   bool doubling_blocks = false;
 };
 
-// Grows to the largest request and keeps it: no allocation per op once warm.
-// release() gives it back when the communicator has gone idle.
+// Who a posted request waits on, for stall decisions and messages.
+struct PendingRequest {
+  Request* req;
+  int peer;
+  bool is_send;
+  uint32_t chunk;
+  uint16_t step;
+  uint64_t credit_seq = 0;  // step AlgoContext::kCreditStep: whose credit
+};
+
+// What an algorithm works with besides the op's buffers: staging memory, its
+// requests, and the list of those pending. Grows to the largest op and keeps
+// it: no allocation per op once warm. One op at a time (the thread that holds
+// the data plane); each AlgoContext starts it over (start_op).
 class Scratch {
  public:
   void* get(size_t bytes) {
     if (buf_.size() < bytes) buf_.resize(bytes);
     return buf_.data();
   }
-  size_t held() const { return buf_.capacity(); }
+  // `n` idle requests, valid until the next start_op (blocks never move).
+  std::span<Request> requests(size_t n);
+  std::vector<PendingRequest>& pending() { return pending_; }
+  void start_op() {
+    block_ = 0;
+    used_ = 0;
+    pending_.clear();
+  }
+  size_t held() const { return buf_.capacity() + request_bytes_; }
+  // Gives the memory back (the communicator went idle); returns the bytes.
   size_t release() {
-    const size_t freed = buf_.size();
+    const size_t freed = buf_.size() + request_bytes_;
     std::vector<std::byte>().swap(buf_);
+    blocks_.clear();
+    request_bytes_ = 0;
+    start_op();
     return freed;
   }
 
  private:
   std::vector<std::byte> buf_;
+  struct Block {
+    std::unique_ptr<Request[]> requests;
+    size_t size;
+  };
+  std::vector<Block> blocks_;
+  size_t block_ = 0;  // the block requests() takes from next
+  size_t used_ = 0;   // requests of blocks_[block_] handed out
+  size_t request_bytes_ = 0;
+  std::vector<PendingRequest> pending_;
 };
 
 // Where elements of one of the op's buffers live: by default the caller's
@@ -101,6 +135,8 @@ class AlgoContext {
   const Op& op() const { return op_; }
   const Tuning& tuning() const { return tuning_; }
   void* scratch(size_t bytes) { return scratch_.get(bytes); }
+  // `n` idle requests for this op (reused by the next: no allocation per op).
+  std::span<Request> requests(size_t n) { return scratch_.requests(n); }
   // Elements per frame for this op's dtype (at least 1).
   size_t piece_elements() const;
   size_t window() const { return static_cast<size_t>(tuning_.window < 1 ? 1 : tuning_.window); }
@@ -194,16 +230,7 @@ class AlgoContext {
   bool inject_drop_ = false;
   int inject_break_peer_ = -1;
   int faults_fired_ = 0;
-  // Who each pending request is waiting on, for stall decisions and messages.
-  struct Pending {
-    Request* req;
-    int peer;
-    bool is_send;
-    uint32_t chunk;
-    uint16_t step;
-    uint64_t credit_seq = 0;  // step kCreditStep: whose credit
-  };
-  std::vector<Pending> pending_;
+  std::vector<PendingRequest>& pending_;  // scratch_'s
 };
 
 // One entry point per op kind (runtime/algorithms/*.cc). Each also has a slice

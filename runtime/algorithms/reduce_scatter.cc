@@ -36,7 +36,7 @@ Status halving_reduce_scatter(AlgoContext& ctx) {
   auto partial = [&](size_t k, int b) { return scratch + ((k * 2) * half + static_cast<size_t>(b - kept0)) * piece * es; };
   auto recv_buf = [&](size_t k, int j) { return scratch + ((k * 2 + 1) * half + static_cast<size_t>(j)) * piece * es; };
   auto block = [&](int b, size_t off) { return ctx.in(static_cast<size_t>(b) * n + off); };
-  std::vector<Request> sends(window * half), recvs(window * half);
+  std::span<Request> sends = ctx.requests(window * half), recvs = ctx.requests(window * half);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);
@@ -103,7 +103,7 @@ Status run_reduce_scatter(AlgoContext& ctx) {
   auto partial = [&](size_t k, int s) { return scratch + (k * 3 + 1 + (s & 1)) * piece * es; };
   auto block = [&](int b, size_t off) { return ctx.in(static_cast<size_t>(b) * n + off); };
 
-  std::vector<Request> sends(window), recvs(window);
+  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);
