@@ -224,6 +224,10 @@ class CommunicatorImpl : public ProgressGuard {
   // Set by recover(): the first collective no rank had started, so a credit
   // point every rank runs whole in the new epoch.
   uint64_t credits_from_seq_ = 0;
+  // A period after the last credit point (0 after a recovery): the first eager
+  // broadcast from here on is the next. Evolves with the op sequence alone, so
+  // alike on every rank.
+  uint64_t next_credit_seq_ = 0;
   bool closing_barrier_running_ = false;
   bool is_credit_point(const OpRecord& rec) const;
   void post_credits(const Op& op);

@@ -135,7 +135,8 @@ class ReplayLog {
   size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
   std::deque<OpRecord> records_;
   // Backup bytes of records_, kept as they come and go (a logged record's
-  // backups change only here: every op would otherwise walk the whole log).
+  // backups change only here), so the budget check needs no second walk of
+  // the log on every op.
   size_t bytes_ = 0;
   uint64_t synced_[2] = {0, 0};  // match seqs of the last two synchronizing collectives, newest first
   uint64_t everywhere_ = 0;      // collectives up to here are done on every rank

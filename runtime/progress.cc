@@ -423,8 +423,10 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
       const size_t window = static_cast<size_t>(std::max(1, rec.tuning.window));
       if (begin >= window) rec.release_before(begin - window);
     });
-    if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
+    // Before the faults: a link broken here must fail the op, not the wait
+    // for an earlier op's credits (which would skip counting the fault).
     if (Status s = collect_credits(op, ctx); !s.ok()) return s;
+    if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
   }
   Status s;
   switch (op.kind) {
@@ -451,7 +453,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
 bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
   const Op& op = rec.op;
   return options_.recovery && size_ > 1 && !rec.nccl && broadcast_is_eager(op) &&
-         op.match_seq % eager_credit_period(size_) == 0 && op.match_seq >= credits_from_seq_;
+         op.match_seq >= std::max(credits_from_seq_, next_credit_seq_);
 }
 
 // Every rank posts its credits at the same place in its stream of frames to
@@ -479,6 +481,7 @@ void CommunicatorImpl::post_credits(const Op& op) {
     transport_->post_send(to, h, nullptr, &credits_.reqs[credits_.peers.size() - 1]);
   }
   credits_.seq = op.match_seq;
+  next_credit_seq_ = op.match_seq + eager_credit_period(p);
 }
 
 Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
@@ -489,17 +492,17 @@ Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
     if (Status s = ctx.wait_for_credit(credits_.reqs[k], credits_.peers[k], is_send, credits_.seq); !s.ok()) return s;
   }
   log_.done_everywhere(credits_.seq);
-  RCOLL_LOG(kDebug, "completion credits of collective seq %llu collected from every rank (at %s): the replay log lets go "
-            "of collectives up to there", static_cast<unsigned long long>(credits_.seq), op.describe().c_str());
+  RCOLL_LOG(kDebug, "completion credits of collective seq %llu collected from every rank in epoch %u (at %s): the replay "
+            "log lets go of collectives up to there", static_cast<unsigned long long>(credits_.seq), transport_->epoch(),
+            op.describe().c_str());
   credits_.seq = 0;
   return Status();
 }
 
 void CommunicatorImpl::drop_credits() {
   if (credits_.seq != 0) {
-    RCOLL_LOG(kInfo, "completion credits of collective seq %llu dropped with the old data plane; the next credit point "
-              "after the recovery (collective seq %llu or later) posts new ones",
-              static_cast<unsigned long long>(credits_.seq), static_cast<unsigned long long>(credits_from_seq_));
+    RCOLL_LOG(kInfo, "completion credits of collective seq %llu dropped with the old data plane; the first eager "
+              "broadcast no rank had started posts new ones", static_cast<unsigned long long>(credits_.seq));
   }
   credits_.seq = 0;
   credits_.reqs.clear();

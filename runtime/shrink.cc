@@ -96,7 +96,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
                                " ranks, which shrank after a rank died; not run"));
   }
   log_.reset(new_size);
-  credits_from_seq_ = 0;  // sequences start over
+  credits_from_seq_ = next_credit_seq_ = 0;  // sequences start over
   dead_.reset();
   fatal_ = Status();
   epoch_failed_seen_ = false;

@@ -27,6 +27,31 @@ TEST(BufferPool, ReusesWithinItsBudgetAndTrimsToNothing) {
   EXPECT_EQ(pool.free_bytes(), 0u);
 }
 
+// Requests for one op: idle, never moved while the op runs (a span handed
+// out earlier stays valid when a later one needs a new block), and the same
+// memory again for the next op.
+TEST(Scratch, RequestsAreFreshStableAndReusedAcrossOps) {
+  Scratch s;
+  s.start_op();
+  EXPECT_TRUE(s.requests(0).empty());
+  EXPECT_EQ(s.held(), 0u) << "no requests, no block";
+  std::span<Request> a = s.requests(40);
+  ASSERT_EQ(a.size(), 40u);
+  for (Request& r : a) EXPECT_EQ(r.state, Request::State::kIdle);
+  a[39].state = Request::State::kDone;
+  std::span<Request> b = s.requests(40);  // does not fit the first block's 24 left
+  ASSERT_EQ(b.size(), 40u);
+  EXPECT_EQ(a[39].state, Request::State::kDone) << "a later request moved an earlier one";
+  EXPECT_TRUE(b.data() + b.size() <= a.data() || a.data() + a.size() <= b.data()) << "spans overlap";
+  const size_t held = s.held();
+  s.start_op();
+  std::span<Request> c = s.requests(40);
+  EXPECT_EQ(c.data(), a.data()) << "the next op reuses the first block";
+  EXPECT_EQ(c[39].state, Request::State::kIdle) << "reused requests start idle";
+  EXPECT_EQ(s.held(), held) << "no new memory once warm";
+  EXPECT_GT(s.release(), 0u);
+}
+
 TEST(Scratch, ReleaseGivesTheMemoryBack) {
   Scratch s;
   EXPECT_NE(s.get(1u << 20), nullptr);

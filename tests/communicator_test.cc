@@ -474,11 +474,11 @@ TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
 }
 
 // What holds an eager root back is the completion credits: with rank 3 of 4
-// holding back its ops, root 0 gets through the credit point at period K and
-// the K - 1 broadcasts after it, and stops at 2K, where it needs rank 3's
-// credit for K. (Without credits it finishes all 3K + 8 broadcasts at once:
-// they are 1 KiB each, far less than the socket buffers hold.) Then rank 3
-// goes, and every broadcast arrives everywhere.
+// holding back its ops, root 0 gets through the first broadcast (a credit
+// point) and the K - 1 after it, and stops at op K + 1, a period later, where
+// it needs rank 3's credit for op 1. (Without credits it finishes all 3K + 8
+// broadcasts at once: they are 1 KiB each, far less than the socket buffers
+// hold.) Then rank 3 goes, and every broadcast arrives everywhere.
 TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
   const uint64_t period = eager_credit_period(4);
   const size_t count = 3 * period + 8;
@@ -495,10 +495,10 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
       works.push_back(c.broadcast_async(Buffer::of(bufs[k]), 0));
     }
     if (r == 0) {
-      // Ops are numbered from 1: op 2K - 1 is the last one before the wait.
-      EXPECT_TRUE(works[2 * period - 2].wait(5000ms).ok());
+      // Ops are numbered from 1: op K is the last one before the wait.
+      EXPECT_TRUE(works[period - 1].wait(5000ms).ok());
       std::this_thread::sleep_for(300ms);
-      EXPECT_FALSE(works[2 * period - 1].done()) << "root 0 ran more than two credit periods ahead of rank 3";
+      EXPECT_FALSE(works[period].done()) << "root 0 ran more than a credit period ahead of rank 3";
       release = true;
     }
     for (Work& w : works) ASSERT_TRUE(w.wait().ok());

@@ -215,9 +215,9 @@ endforeach()
 # Small broadcasts are eager (no acknowledgement): a root runs ahead of its
 # receivers. In a burst of 40 broadcasts from root 1 (with an empty all-reduce
 # after every 4th), rank `victim` sleeps before op 3 while the root sends on
-# through the burst (the socket buffers hold it all, and its first wait for
-# completion credits would come at collective 64); then the victim closes its
-# link at op 8. `rerunner` (as "rank R/N\\] ", or "" for
+# through the burst (1 KiB broadcasts: the socket buffers hold them all, and
+# the completion credits it waits for a period in are those of op 1, which the
+# victim sent before it slept); then the victim closes its link at op 8. `rerunner` (as "rank R/N\\] ", or "" for
 # any rank) must re-run broadcasts it had finished and the victim's side never
 # got, and every broadcast is checked against the reference.
 function(rcoll_eager_broadcast_recovery name np victim rerunner)
@@ -238,15 +238,16 @@ rcoll_eager_broadcast_recovery(recovery_eager_broadcast_root_ahead 3 2 "")
 # finished those broadcasts, must pass them on again from what it receives in
 # the re-run (into a sink), down from the root's replay log.
 rcoll_eager_broadcast_recovery(recovery_eager_broadcast_tree_np9 9 7 "rank 5/9\\] ")
-# Completion credits in flight when the data plane fails: at 4 ranks every 32nd
-# collective that is an eager broadcast is a credit point, collected 32
-# collectives later. Rank 2 closes a link at op 40, while the credits of 32 are
-# pending: they go with the old epoch on every rank that sent them, the credit
-# points after the recovery (64, 96, 128 in three bursts) post and collect new
-# ones, and every broadcast is checked.
+# Completion credits in flight when the data plane fails: at 4 ranks the first
+# eager broadcast 32 collectives after the last credit point is the next one,
+# collected 32 collectives later. Rank 2 closes a link at op 40, while the
+# credits of its credit point in the 30s are pending: they go with the old
+# epoch on every rank that sent them, the credit points after the recovery
+# (three bursts: 150 collectives) post new ones, collected in epoch 1, and
+# every broadcast is checked.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_with_credits_pending_${t}
-           COMMAND ${RCOLL_EXPECT} 0 "completion credits of collective seq 32 dropped with the old data plane && credits of collective seq 96 collected && 0 failed" 90 --
+           COMMAND ${RCOLL_EXPECT} 0 "completion credits of collective seq 3[0-9] dropped with the old data plane && collected from every rank in epoch 1 && 0 failed" 90 --
                  env RCOLL_DEBUG=debug ${RCOLL_RUN} -n 4 --timeout 80 --inject close-link:rank=2,op=40 --
                  ${RCOLL_FAULT_RUN} --sizes 1K+3 --ops broadcast_burst --repeat 3 --expect-recoveries 1)
   rcoll_transport_props(recovery_with_credits_pending ${t} 100 "faults;recovery")

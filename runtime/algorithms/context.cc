@@ -9,6 +9,7 @@
 namespace rcoll {
 
 std::span<Request> Scratch::requests(size_t n) {
+  if (n == 0) return {};
   while (block_ < blocks_.size() && blocks_[block_].size - used_ < n) {
     ++block_;
     used_ = 0;
@@ -108,9 +109,10 @@ Status AlgoContext::wait(Request& r) {
                               : Status(ErrorCode::kTimeout, "no progress guard");
       if (!verdict.ok()) {
         if (verdict.code() == ErrorCode::kTimeout && oldest != nullptr) {
+          const std::string whose = oldest->is_send ? " (this rank's" : " (its";
           const std::string what =
               oldest->step == kCreditStep
-                  ? " (its completion credit for collective seq " + std::to_string(oldest->credit_seq) + ")"
+                  ? whose + " completion credit for collective seq " + std::to_string(oldest->credit_seq) + ")"
                   : " (chunk " + std::to_string(oldest->chunk) + " step " + std::to_string(oldest->step) + ")";
           verdict = Status(verdict.code(), verdict.context(),
                            verdict.message() + "; waiting on " + (oldest->is_send ? "send to" : "recv from") +

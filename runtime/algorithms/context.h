@@ -262,17 +262,20 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
 // the acknowledgement saved.
 inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
 bool broadcast_is_eager(const Op& op);
-// Completion credits (runtime/progress.cc). An eager broadcast at a collective
-// sequence number that is a multiple of this period is a credit point: every
-// rank, once it has the op, sends every other rank an empty frame (step
-// kCreditStep) and posts a receive for theirs, and waits for those receives
-// no earlier than one period later. The credits say that every rank has every
-// collective up to the credit point, so the replay log can let go of them, and
-// waiting for them keeps a root within two periods of the slowest rank,
-// without the rendezvous an acknowledgement costs. 2(p - 1) frames per rank
-// per period: the period grows with the group so that stays at most 1/4 frame
+// Completion credits (runtime/progress.cc). The first eager broadcast at
+// least this many collective sequence numbers after the last credit point
+// (the first one at all, or after a recovery) is a credit point: every rank,
+// once it has the op, sends every other rank an empty frame (step
+// kCreditStep) and posts a receive for theirs, and waits for both no earlier
+// than one period later. The credits say that every rank has every collective
+// up to the credit point, so the replay log can let go of them, and waiting
+// for them keeps a root within about a period of the slowest rank, without
+// the rendezvous an acknowledgement costs. 2(p - 1) frames per rank per
+// period: the period grows with the group so that stays at most 1/4 frame
 // per op. Only with recovery on (without, nothing is kept for a peer, and the
-// socket buffers bound how far a root runs ahead).
+// socket buffers bound how far a root runs ahead). The frames ride the data
+// connections in order, so point-to-point ops must be issued in the same
+// order relative to collectives on both ends (as NCCL requires).
 inline uint64_t eager_credit_period(int size) { return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1); }
 // Bytes per slice of a broadcast: a 2-rank chain forwards nothing, so its
 // frames are as large as the link allows (Tuning::stream_piece_bytes).
