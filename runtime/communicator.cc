@@ -353,6 +353,8 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
   // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
   tuned.doubling_blocks = std::string(tname) == "tcp";
+  // Likewise the eager broadcast range (broadcast_is_eager).
+  tuned.eager_broadcast_bytes = std::string(tname) == "tcp" && size_ > 2 ? kEagerBroadcastBytesTcp : kEagerBroadcastBytes;
   const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
   if (epoch == 0) {
     schedule_.reset(tuned);

@@ -125,7 +125,7 @@ void OpRecord::map_inputs(RangeMap* in) const {
 }
 
 void ReplayLog::push(OpRecord record) {
-  const bool synchronizing = record.op.kind != OpKind::kSendRecv && !broadcast_is_eager(record.op);
+  const bool synchronizing = record.op.kind != OpKind::kSendRecv && !broadcast_is_eager(record.op, record.tuning);
   const uint64_t seq = record.op.match_seq;
   bytes_ += record.backup_bytes();
   records_.push_back(std::move(record));
@@ -200,7 +200,7 @@ OpKey key_of(const Op& op) {
 // chain) and an op on NCCL (it ends with a confirmation all-reduce). Nobody
 // re-runs them for a peer.
 bool completes_everywhere(const OpRecord& r) {
-  return (r.op.kind == OpKind::kBroadcast && !broadcast_is_eager(r.op)) || r.nccl;
+  return (r.op.kind == OpKind::kBroadcast && !broadcast_is_eager(r.op, r.tuning)) || r.nccl;
 }
 
 void write_record(std::ostringstream& out, const OpRecord& r) {

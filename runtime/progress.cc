@@ -356,7 +356,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     // An op that talked to every rank shows that all of them started it (an
     // empty op talks to no one; an eager broadcast only down its chain or
     // tree, finishing without hearing back).
-    const bool eager = !rec.nccl && broadcast_is_eager(op);
+    const bool eager = !rec.nccl && broadcast_is_eager(op, rec.tuning);
     const bool talked = size_ > 1 && (op.kind == OpKind::kBarrier || op.out.count > 0);
     if (!eager && talked) log_.synchronized(op.match_seq);
     // Ops on NCCL complete everywhere once one rank has them (ledger.cc),
@@ -377,7 +377,7 @@ void CommunicatorImpl::record_completion(OpRecord rec) {
     const size_t slices = window * 2 + in_flight_capacity() / std::max<size_t>(1, rec.tuning.piece_bytes);
     tail_first = rec.total > slices ? rec.total - slices : 0;
   }
-  if (broadcast_is_eager(op)) tail_first = 0;  // small: all of it
+  if (broadcast_is_eager(op, rec.tuning)) tail_first = 0;  // at most kEagerBroadcastBytesTcp: all of it
   // An in-place allreduce has overwritten its inputs: the backups its window
   // hook took before each window are all there is (and all a peer can need).
   if (!overwrites_input(op)) rec.back_up(rank_, size_, tail_first, rec.total);
@@ -452,7 +452,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
 
 bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
   const Op& op = rec.op;
-  return options_.recovery && size_ > 1 && !rec.nccl && broadcast_is_eager(op) &&
+  return options_.recovery && size_ > 1 && !rec.nccl && broadcast_is_eager(op, rec.tuning) &&
          op.match_seq >= std::max(credits_from_seq_, next_credit_seq_);
 }
 
@@ -678,7 +678,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         // without noticing (the next op would, and two such faults would
         // share one recovery): there the link closes before the op starts.
         const bool one_window = slices <= static_cast<size_t>(std::max(1, ctx.tuning().window));
-        const bool talks_after_data = (op.kind == OpKind::kBroadcast && !broadcast_is_eager(op)) || confirms_completion(op);
+        const bool talks_after_data = (op.kind == OpKind::kBroadcast && !broadcast_is_eager(op, ctx.tuning())) || confirms_completion(op);
         RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d %s %s", peer,
                   one_window && !talks_after_data ? "at the start of" : "during", op.describe().c_str());
         if (one_window && !talks_after_data) {

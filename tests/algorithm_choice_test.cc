@@ -92,7 +92,7 @@ Op broadcast_of(size_t bytes, int root, uint64_t match_seq) {
 TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   const Tuning t;
   const Op eager = broadcast_of(4096, 1, 3);
-  ASSERT_TRUE(broadcast_is_eager(eager));
+  ASSERT_TRUE(broadcast_is_eager(eager, t));
   // Chain at 4 ranks from root 1: 1 -> 2 -> 3 -> 0.
   EXPECT_EQ(broadcast_first_peer(eager, 1, 4, t), 2);
   EXPECT_EQ(broadcast_first_peer(eager, 2, 4, t), 1);
@@ -107,13 +107,29 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   // Eager at every sequence number (credit points included: the credits
   // follow the op, they do not change it) up to 8 KiB.
   for (uint64_t seq : {uint64_t{16}, uint64_t{32}, eager_credit_period(4), eager_credit_period(11)})
-    EXPECT_TRUE(broadcast_is_eager(broadcast_of(8192, 1, seq))) << "seq " << seq;
+    EXPECT_TRUE(broadcast_is_eager(broadcast_of(8192, 1, seq), t)) << "seq " << seq;
   // Larger broadcasts of one frame are acknowledged and go direct from the root.
   const Op acked = broadcast_of(8192 + 4, 1, 3);
-  ASSERT_FALSE(broadcast_is_eager(acked));
+  ASSERT_FALSE(broadcast_is_eager(acked, t));
   EXPECT_TRUE(broadcast_is_direct(acked, 4, t));
   EXPECT_EQ(broadcast_first_peer(acked, 3, 4, t), 1);
   EXPECT_FALSE(broadcast_is_direct(eager, 4, t));
+}
+
+// Over TCP above 2 ranks the epoch's tuning makes broadcasts eager up to
+// 256 KiB: a 64 KiB one goes down the chain, not direct from the root, and a
+// 256 KiB one (two frames) too; one byte more is acknowledged again.
+TEST(AlgorithmChoice, EagerBroadcastRangeFollowsTheTuning) {
+  Tuning tcp;
+  tcp.eager_broadcast_bytes = kEagerBroadcastBytesTcp;
+  const Op mid = broadcast_of(64 << 10, 1, 3);
+  EXPECT_FALSE(broadcast_is_eager(mid, Tuning{}));
+  EXPECT_TRUE(broadcast_is_direct(mid, 4, Tuning{}));
+  ASSERT_TRUE(broadcast_is_eager(mid, tcp));
+  EXPECT_FALSE(broadcast_is_direct(mid, 4, tcp));
+  EXPECT_EQ(broadcast_first_peer(mid, 3, 4, tcp), 2) << "rank 3's parent in the chain from root 1";
+  EXPECT_TRUE(broadcast_is_eager(broadcast_of(256 << 10, 1, 3), tcp));
+  EXPECT_FALSE(broadcast_is_eager(broadcast_of((256 << 10) + 4, 1, 3), tcp));
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ Status eager_broadcast(AlgoContext& ctx, size_t piece, size_t pieces) {
 }  // namespace
 
 int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning) {
-  if (size > 2 && broadcast_is_eager(op)) {
+  if (size > 2 && broadcast_is_eager(op, tuning)) {
     const TreeLinks t = eager_links(rank, op.root, size);
     return t.parent >= 0 ? t.parent : t.children.front();
   }
@@ -142,8 +142,8 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
   return (rank + 1) % size;
 }
 
-bool broadcast_is_eager(const Op& op) {
-  return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= kEagerBroadcastBytes;
+bool broadcast_is_eager(const Op& op, const Tuning& tuning) {
+  return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= tuning.eager_broadcast_bytes;
 }
 
 size_t broadcast_piece_bytes(int size, const Tuning& tuning) {
@@ -152,7 +152,7 @@ size_t broadcast_piece_bytes(int size, const Tuning& tuning) {
 
 bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning) {
   const size_t piece = std::max<size_t>(1, tuning.piece_bytes / op.element_size());
-  return size > 2 && op.out.count > 0 && op.out.count <= piece && !broadcast_is_eager(op);
+  return size > 2 && op.out.count > 0 && op.out.count <= piece && !broadcast_is_eager(op, tuning);
 }
 
 Status run_broadcast(AlgoContext& ctx) {
@@ -165,7 +165,7 @@ Status run_broadcast(AlgoContext& ctx) {
     ctx.slices_done(pieces);
     return Status();
   }
-  if (p > 2 && broadcast_is_eager(op)) return eager_broadcast(ctx, piece, pieces);
+  if (p > 2 && broadcast_is_eager(op, ctx.tuning())) return eager_broadcast(ctx, piece, pieces);
   if (broadcast_is_direct(op, p, ctx.tuning())) return direct_broadcast(ctx);
   const int pos = (r - op.root + p) % p;
   const int prev = (r - 1 + p) % p, next = (r + 1) % p;
@@ -192,7 +192,7 @@ Status run_broadcast(AlgoContext& ctx) {
     }
     ctx.slices_done(start + w);
   }
-  if (broadcast_is_eager(op)) return Status();
+  if (broadcast_is_eager(op, ctx.tuning())) return Status();
   // Completion travels back up the chain: a rank finishes only once every rank
   // after it has the whole buffer, so a finished broadcast never has to be
   // re-run for a peer (and the caller may reuse the buffer at once).

@@ -35,6 +35,9 @@ struct Tuning {
   // Allgather / reduce-scatter by recursive doubling / halving where allowed
   // (blocks_by_doubling): set per epoch for the transport it measured faster on.
   bool doubling_blocks = false;
+  // Broadcasts up to this many bytes are eager (broadcast_is_eager): set per
+  // epoch from the transport and the group every rank agreed on.
+  size_t eager_broadcast_bytes = 8u << 10;
 };
 
 // Who a posted request waits on, for stall decisions and messages.
@@ -254,14 +257,19 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
 // sent (the root) or received and passed on the data, and the root's replay
 // log keeps a copy of the input for a receiver that did not get it. What
 // bounds how far a root runs ahead (and the log) is the completion credits
-// (eager_credit_period). A function of the op alone, so every rank decides
-// alike. Up to 8 KiB (one small TCP frame): measured eager against
-// acknowledged (TCP, 3 alternating rounds, 10 iterations), 4 ranks 1-8 KiB
-// 2.5-3.5x faster, 2 ranks 1-4 KiB 1.1x; at 16 KiB 2 ranks were 1.4x slower,
-// and at 64-256 KiB the root's backup copies into fresh memory cost more than
-// the acknowledgement saved.
+// (eager_credit_period). A function of the op and its tuning, so every rank
+// decides alike. Up to Tuning::eager_broadcast_bytes: 8 KiB (one small TCP
+// frame), measured eager against acknowledged (TCP, 3 alternating rounds, 10
+// iterations): 4 ranks 1-8 KiB 2.5-3.5x faster, 2 ranks 1-4 KiB 1.1x. Above
+// that it depends on the transport: over TCP above 2 ranks eager stays ahead
+// up to kEagerBroadcastBytesTcp (4 ranks, 4 alternating rounds: 16 KiB 3.2x,
+// 64 KiB 1.6x, 256 KiB 1.3x: the acknowledgement round costs a wake-up of
+// every rank on a busy host), while at 2 ranks over TCP (16-256 KiB: 0.7x down
+// to 0.2x) and over UCX (4 ranks, 64-256 KiB: 0.4-0.5x, its rendezvous
+// protocol already waits for the receiver) the acknowledged broadcast wins.
 inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
-bool broadcast_is_eager(const Op& op);
+inline constexpr size_t kEagerBroadcastBytesTcp = 256u << 10;
+bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // Completion credits (runtime/progress.cc). The first eager broadcast at
 // least this many collective sequence numbers after the last credit point
 // (the first one at all, or after a recovery) is a credit point: every rank,

@@ -647,8 +647,9 @@ int main(int argc, char** argv) {
           test_allgather(comm, c, true);
         }
         if (has(ops, "broadcast")) test_broadcast(comm, c, salt % p);
-        // Eager broadcasts are the small ones (up to 8 KiB, runtime/algorithms/context.h).
-        if (has(ops, "broadcast_burst") && !g_device && count * rcoll::size_of(d) <= (8u << 10))
+        // Eager broadcasts are the small ones: up to 8 KiB, and over TCP above 2
+        // ranks up to 256 KiB (kEagerBroadcastBytesTcp, runtime/algorithms/context.h).
+        if (has(ops, "broadcast_burst") && !g_device && count * rcoll::size_of(d) <= (256u << 10))
           test_broadcast_burst(comm, c, salt % p, 40);
         if (has(ops, "sendrecv")) test_send_recv(comm, c);
         if (has(ops, "alltoall")) test_alltoall(comm, c);
