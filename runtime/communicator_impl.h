@@ -216,9 +216,9 @@ class CommunicatorImpl : public ProgressGuard {
   // later or by the closing barrier, dropped with the transport that carried
   // them. Declared before transport_: its requests outlive the transport.
   struct Credits {
-    uint64_t seq = 0;          // the credit point's match seq (0: none pending)
-    std::vector<Request> reqs; // one receive and one send per peer
-    std::vector<int> peers;
+    uint64_t seq = 0;           // the credit point's match seq (0: none pending)
+    // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
+    std::vector<Request> reqs;
   };
   Credits credits_;
   // Set by recover(): the first collective no rank had started, so a credit

@@ -52,6 +52,33 @@ TEST(Scratch, RequestsAreFreshStableAndReusedAcrossOps) {
   EXPECT_GT(s.release(), 0u);
 }
 
+// Eager broadcasts synchronize nothing: only completion credits (every rank
+// has every collective up to a seq) let their records and backups go, and the
+// byte total follows.
+TEST(ReplayLog, CreditsLetGoOfEagerBroadcastsAndTheirBackups) {
+  ReplayLog log(1u << 20, 1u << 20);
+  log.reset(4);
+  std::vector<float> data(256, 1.0f);  // 1 KiB: eager
+  for (uint64_t seq = 1; seq <= 10; ++seq) {
+    OpRecord r;
+    r.op.kind = OpKind::kBroadcast;
+    r.op.in = r.op.out = Buffer{data.data(), data.size(), DataType::kFloat32};
+    r.op.root = 0;
+    r.op.seq = r.op.match_seq = seq;
+    r.pool = log.pool();
+    r.complete = true;
+    r.done = r.total = 1;
+    r.back_up(0, 4, 0, 1);
+    log.push(std::move(r));
+  }
+  EXPECT_EQ(log.records().size(), 10u) << "eager broadcasts must not evict each other";
+  EXPECT_EQ(log.bytes(), 10u * 1024);
+  log.done_everywhere(6);
+  ASSERT_EQ(log.records().size(), 4u);
+  EXPECT_EQ(log.records().front().op.match_seq, 7u);
+  EXPECT_EQ(log.bytes(), 4u * 1024);
+}
+
 TEST(Scratch, ReleaseGivesTheMemoryBack) {
   Scratch s;
   EXPECT_NE(s.get(1u << 20), nullptr);
