@@ -386,10 +386,35 @@ void CommunicatorImpl::retire_transport() {
   bytes_received_ = 0;
 }
 
+// A state is free again once its pool slot holds the only reference: the
+// caller's Work handles, the queued op and the running op are gone (the
+// replay log keeps no Work). use_count() is a relaxed read: the fence orders
+// the reset after the last holder's release of its reference.
+std::shared_ptr<WorkState> CommunicatorImpl::reuse_work() {
+  for (auto& w : spare_work_) {
+    if (w && w.use_count() == 1) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->done = false;
+      w->status = Status();
+      w->seq = 0;
+      return w;
+    }
+  }
+  auto fresh = std::make_shared<WorkState>();
+  for (auto& w : spare_work_) {
+    if (!w) {
+      w = fresh;
+      break;
+    }
+  }
+  return fresh;
+}
+
 Work CommunicatorImpl::submit(Op op, Issue how) {
-  auto work = std::make_shared<WorkState>();
-  op.work = work;
   std::unique_lock<std::mutex> lock(mu_);
+  std::shared_ptr<WorkState> work = reuse_work();
+  op.work = work;
   op.seq = ++next_seq_;
   work->seq = op.seq;
   if (!shrink_unreported_.ok()) {

@@ -3,6 +3,7 @@
 // recovery that replaces a failed epoch with a new one and resumes the ops.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -22,6 +23,7 @@
 #include "runtime/link_model.h"
 #include "runtime/liveness.h"
 #include "runtime/op.h"
+#include "runtime/ring_queue.h"
 #include "runtime/transport_chain.h"
 #include "transports/nccl/nccl_comm.h"
 #include "transports/transport.h"
@@ -299,7 +301,7 @@ class CommunicatorImpl : public ProgressGuard {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Op> queue_;
+  RingQueue<Op> queue_;
   // Some thread owns the data plane: the progress thread running an op or its
   // idle checks, or a caller running a blocking op itself. Everything marked
   // "owned by the progress thread" belongs to whichever thread set this.
@@ -311,6 +313,10 @@ class CommunicatorImpl : public ProgressGuard {
   std::vector<uint64_t> send_seq_;
   std::vector<uint64_t> recv_seq_;
   std::thread progress_;
+  // Completion states whose Work handles are all gone are handed out again
+  // (under mu_): a blocking op allocates none.
+  std::array<std::shared_ptr<WorkState>, 4> spare_work_;
+  std::shared_ptr<WorkState> reuse_work();
 
   std::atomic<uint64_t> ops_done_{0};
   std::atomic<uint64_t> bytes_sent_{0};

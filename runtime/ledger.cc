@@ -110,7 +110,8 @@ void OpRecord::back_up(int rank, int size, size_t first, size_t end) {
 }
 
 void OpRecord::release_before(size_t keep_from) {
-  std::erase_if(backups, [keep_from](const InputBackup& b) { return b.slice_end <= keep_from; });
+  backups.erase(std::remove_if(backups.begin(), backups.end(), [keep_from](const InputBackup& b) { return b.slice_end <= keep_from; }),
+                backups.end());
 }
 
 void OpRecord::map_inputs(RangeMap* in) const {
@@ -128,7 +129,27 @@ void ReplayLog::push(OpRecord record) {
   const bool synchronizing = record.op.kind != OpKind::kSendRecv && !broadcast_is_eager(record.op, record.tuning);
   const uint64_t seq = record.op.match_seq;
   bytes_ += record.backup_bytes();
-  records_.push_back(std::move(record));
+  if (spare_.empty()) {
+    records_.push_back(std::move(record));
+  } else {
+    records_.splice(records_.end(), spare_, spare_.begin());
+    records_.back() = std::move(record);
+  }
+  const Slot it = std::prev(records_.end());
+  if (it->op.kind == OpKind::kSendRecv) {
+    const auto peer = static_cast<size_t>(it->op.peer);
+    if (peer >= sends_.size()) sends_.resize(peer + 1);
+    PeerSends& s = sends_[peer];
+    s.bytes += it->op.in.bytes();
+    s.queue.push_back({it, s.bytes});
+    // Only this peer's sends can have become evictable.
+    while (!s.queue.empty() && s.bytes - s.queue.front().through > in_flight_capacity_) {
+      drop(s.queue.front().record);
+      s.queue.pop_front();
+    }
+  } else {
+    collectives_.push_back(it);
+  }
   if (synchronizing) note_synchronized(seq);
   evict();
 }
@@ -149,28 +170,27 @@ void ReplayLog::note_synchronized(uint64_t match_seq) {
   synced_[0] = match_seq;
 }
 
+// The backups go back to the pool now, the node waits in spare_.
+void ReplayLog::drop(Slot it) {
+  bytes_ -= it->backup_bytes();
+  it->backups.clear();
+  it->op = Op{};
+  spare_.splice(spare_.end(), records_, it);
+}
+
 void ReplayLog::evict() {
   // A collective that needs every rank can only finish here once every rank
   // has started it, and so finished every op before it: a peer is never more
   // than one such collective behind, and an op followed by two of them is
   // done everywhere. (An eager broadcast is not one: its root runs ahead, and
   // what lets go of those is the completion credits, done_everywhere.) A send
-  // can be ahead of its receiver by what the sockets hold: keep sends until
-  // later sends to the same peer have pushed more than that through.
-  auto evictable = [this](std::deque<OpRecord>::iterator it) {
-    if (it->op.kind != OpKind::kSendRecv) return synced_[1] > it->op.match_seq || it->op.match_seq <= everywhere_;
-    size_t later_bytes = 0;
-    for (auto jt = it + 1; jt != records_.end(); ++jt)
-      if (jt->op.kind == OpKind::kSendRecv && jt->op.peer == it->op.peer) later_bytes += jt->op.in.bytes();
-    return later_bytes > in_flight_capacity_;
-  };
-  for (auto it = records_.begin(); it != records_.end();) {
-    if (evictable(it)) {
-      bytes_ -= it->backup_bytes();
-      it = records_.erase(it);
-    } else {
-      ++it;
-    }
+  // can be ahead of its receiver by what the sockets hold: push() keeps sends
+  // until later sends to the same peer have pushed more than that through.
+  while (!collectives_.empty()) {
+    const uint64_t seq = collectives_.front()->op.match_seq;
+    if (!(synced_[1] > seq || seq <= everywhere_)) break;
+    drop(collectives_.front());
+    collectives_.pop_front();
   }
   // Over budget: mark the oldest records unreplayable rather than dropping
   // them silently; a recovery that needs one then fails with a clear error.
@@ -182,6 +202,11 @@ void ReplayLog::evict() {
     r.backups.clear();
     r.replayable = false;
   }
+}
+
+size_t ReplayLog::trim() {
+  spare_.clear();
+  return pool_.trim();
 }
 
 namespace {

@@ -15,13 +15,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/algorithms/context.h"
 #include "runtime/op.h"
+#include "runtime/ring_queue.h"
 
 namespace rcoll {
 
@@ -67,8 +68,8 @@ class BufferPool {
 struct InputBackup {
   size_t slice_first = 0;
   size_t slice_end = 0;
-  std::vector<ElementRange> ranges;  // element ranges of the op's input, in order
-  PooledBuffer data;                 // their bytes, concatenated
+  ElementRanges ranges;  // element ranges of the op's input, in order
+  PooledBuffer data;     // their bytes, concatenated
 };
 
 struct OpRecord {
@@ -86,7 +87,9 @@ struct OpRecord {
   // one window ahead of the slowest, so a peer resumes no earlier than this.
   size_t last_window_first = 0;
   BufferPool* pool = nullptr;
-  std::vector<InputBackup> backups;
+  // A completed op keeps one (its tail); an in-place op one per window, the
+  // last two. Inline: backing up allocates no list.
+  boost::container::small_vector<InputBackup, 2> backups;
 
   size_t backup_bytes() const;
   // Copies the inputs of slices [first, end) aside (in-place ops before a
@@ -99,15 +102,21 @@ struct OpRecord {
   void map_inputs(RangeMap* in) const;
 };
 
-// The last few ops of this rank, newest last.
+// The last few ops of this rank, newest last. The list nodes of records that
+// left the log are kept for the next ones, so a steady stream of small ops
+// allocates nothing here (records hold their first backups inline).
 class ReplayLog {
  public:
   ReplayLog(size_t budget_bytes, size_t in_flight_capacity)
       : pool_(budget_bytes), budget_(budget_bytes), in_flight_capacity_(in_flight_capacity) {}
+  ReplayLog(const ReplayLog&) = delete;  // the indexes point into records_
+  ReplayLog& operator=(const ReplayLog&) = delete;
   BufferPool* pool() { return &pool_; }
   // Forgets every record and sequence (a new group after a shrink).
   void reset(int size) {
     records_.clear();
+    collectives_ = {};
+    sends_.clear();
     synced_[0] = synced_[1] = 0;
     everywhere_ = 0;
     bytes_ = 0;
@@ -122,8 +131,11 @@ class ReplayLog {
   // Every rank has every collective up to `match_seq` (completion credits,
   // runtime/progress.cc): no peer can need one of them re-run.
   void done_everywhere(uint64_t match_seq);
-  std::deque<OpRecord>& records() { return records_; }
+  std::list<OpRecord>& records() { return records_; }
   size_t bytes() const { return bytes_; }
+  // Frees the blocks kept for reuse and the spare records (the communicator
+  // went idle); returns the bytes of blocks freed.
+  size_t trim();
   // Highest collective seq / per-peer p2p seqs ever completed, evicted or not.
   uint64_t collective_through = 0;
   std::vector<uint64_t> send_through;
@@ -133,7 +145,27 @@ class ReplayLog {
   BufferPool pool_;  // declared before records_: outlives their backups
   size_t budget_;
   size_t in_flight_capacity_;  // bytes a send can be ahead of its receiver
-  std::deque<OpRecord> records_;
+  std::list<OpRecord> records_;
+  std::list<OpRecord> spare_;  // nodes of records that left the log, blank
+  // Which records may leave next, so that while under the budget a push costs
+  // O(1) however long the log (thousands of records: 16 MiB of 4 KiB sends in
+  // flight to one peer). Over the budget, evict() also walks the log from the
+  // oldest record to mark records unreplayable.
+  // Collectives leave oldest first (both thresholds are on the seq); a peer's
+  // sends leave oldest first, once the sends after them carried more bytes
+  // than the sockets hold.
+  using Slot = std::list<OpRecord>::iterator;
+  RingQueue<Slot> collectives_;
+  struct PeerSends {
+    struct Entry {
+      Slot record;
+      uint64_t through;  // bytes sent to the peer up to and including this send
+    };
+    RingQueue<Entry> queue;
+    uint64_t bytes = 0;  // bytes of every send ever logged to the peer
+  };
+  std::vector<PeerSends> sends_;  // by peer
+  void drop(Slot it);
   // Backup bytes of records_, kept as they come and go (a logged record's
   // backups change only here), so the budget check needs no second walk of
   // the log on every op.

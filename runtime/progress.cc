@@ -78,7 +78,7 @@ void CommunicatorImpl::idle_checks() {
     idle_trimmed_ = true;
     // Device and pinned memory stay until close: freeing either can wait for
     // the whole GPU (other communicators' kernels included).
-    const size_t freed = scratch_.release() + log_.pool()->trim();
+    const size_t freed = scratch_.release() + log_.trim();
     held_bytes_ = log_.bytes();
     if (freed > 0) {
       RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
@@ -230,6 +230,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   OpRecord rec;
   rec.op = op;
+  rec.op.work = nullptr;  // the caller's handle: not the log's to keep (WorkStates are reused)
   rec.pool = log_.pool();
   // The tuning this op keeps, replays included (link_model.h).
   if (op.kind == OpKind::kSendRecv) {

@@ -78,7 +78,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
     nccl_retired_ = std::move(nccl_);
   }
   nccl_init_failures_ = 0;
-  std::deque<Op> stale;
+  RingQueue<Op> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stale.swap(queue_);
@@ -89,7 +89,8 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
     recv_seq_.assign(static_cast<size_t>(new_size), 0);
   }
   *stale_count = stale.size();
-  for (Op& op : stale) {
+  for (size_t i = 0; i < stale.size(); ++i) {
+    Op& op = stale[i];
     recorder_.finished(op.seq, false);
     op.work->finish(Status(ErrorCode::kPeerDead, ErrorContext{old_rank, why.context().peer, op.seq, epoch_.load(), transport_name_.load()},
                            op.describe() + " was issued for the group of " + std::to_string(old_size) +

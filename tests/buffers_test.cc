@@ -3,6 +3,9 @@
 // algorithms' scratch space likewise.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "runtime/algorithms/context.h"
 #include "runtime/ledger.h"
 
@@ -77,6 +80,59 @@ TEST(ReplayLog, CreditsLetGoOfEagerBroadcastsAndTheirBackups) {
   ASSERT_EQ(log.records().size(), 4u);
   EXPECT_EQ(log.records().front().op.match_seq, 7u);
   EXPECT_EQ(log.bytes(), 4u * 1024);
+}
+
+// Pushes a completed op of `bytes` (backed up whole) into the log.
+void push_op(ReplayLog& log, std::vector<char>& data, OpKind kind, int peer, uint64_t seq, size_t bytes) {
+  OpRecord r;
+  r.op.kind = kind;
+  r.op.is_send = kind == OpKind::kSendRecv;
+  r.op.peer = kind == OpKind::kSendRecv ? peer : -1;
+  r.op.in = r.op.out = Buffer{data.data(), bytes, DataType::kUint8};
+  r.op.seq = r.op.match_seq = seq;
+  r.pool = log.pool();
+  r.complete = true;
+  r.done = r.total = 1;
+  r.tuning.piece_bytes = 1u << 20;  // one slice
+  r.back_up(0, 3, 0, 1);
+  log.push(std::move(r));
+}
+
+// A peer's sends stay until later sends to that same peer carried more than
+// the sockets hold (8 KiB here); collectives leave once two synchronizing
+// collectives followed, even past a send that must stay. Bytes follow.
+TEST(ReplayLog, SendsStayWhileTheSocketsMayHoldThemCollectivesLeaveAfterTwo) {
+  ReplayLog log(64u << 20, 8u << 10);
+  log.reset(3);
+  std::vector<char> data(4096, 1);
+  for (uint64_t k = 1; k <= 5; ++k) {
+    push_op(log, data, OpKind::kSendRecv, 1, k, 4096);  // to rank 1, 4 KiB each
+    push_op(log, data, OpKind::kSendRecv, 2, k, 1024);  // to rank 2, 1 KiB each
+    if (k <= 4) push_op(log, data, OpKind::kAllreduce, -1, k, 1024);
+  }
+  std::vector<std::string> kept;
+  for (const OpRecord& r : log.records())
+    kept.push_back((r.op.kind == OpKind::kSendRecv ? "S" + std::to_string(r.op.peer) : std::string("C")) + ":" +
+                   std::to_string(r.op.match_seq));
+  // To rank 1: sends 1 and 2 have 16 and 12 KiB after them (> 8 KiB), 3 has 8.
+  // To rank 2: at most 4 KiB after any. Collectives: 1 and 2 had two after.
+  const std::vector<std::string> want = {"S2:1", "S2:2", "S1:3", "S2:3", "C:3", "S1:4", "S2:4", "C:4", "S1:5", "S2:5"};
+  EXPECT_EQ(kept, want);
+  EXPECT_EQ(log.bytes(), 3u * 4096 + 5u * 1024 + 2u * 1024);
+}
+
+// A long stream of small sends keeps the log at what the sockets can hold,
+// record for record, and recycles the records that leave.
+TEST(ReplayLog, AStreamOfSmallSendsKeepsWhatTheSocketsHold) {
+  ReplayLog log(64u << 20, 16u << 10);
+  log.reset(2);
+  std::vector<char> data(4096, 1);
+  for (uint64_t k = 1; k <= 10000; ++k) push_op(log, data, OpKind::kSendRecv, 1, k, 4096);
+  // A send leaves once more than 16 KiB followed it: the last 5 stay.
+  ASSERT_EQ(log.records().size(), 5u);
+  EXPECT_EQ(log.records().front().op.match_seq, 9996u);
+  EXPECT_EQ(log.bytes(), 5u * 4096);
+  EXPECT_EQ(log.pool()->free_bytes(), 4096u) << "the backups of sends that left went back to the pool";
 }
 
 TEST(Scratch, ReleaseGivesTheMemoryBack) {

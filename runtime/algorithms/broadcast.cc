@@ -73,7 +73,8 @@ constexpr int kEagerChainRanks = 8;
 
 struct TreeLinks {
   int parent = -1;  // -1 at the root
-  std::vector<int> children;  // largest subtree first
+  // Largest subtree first; at most log2 p (inline: computed on every op).
+  boost::container::small_vector<int, 16> children;
 };
 
 // Position v = (rank - root) mod p. In the chain, v - 1 and v + 1. In the
@@ -92,7 +93,7 @@ TreeLinks eager_links(int rank, int root, int p) {
   int mask = 1;
   while (mask < p && !(v & mask)) mask <<= 1;
   if (v != 0) t.parent = (v - mask + root) % p;
-  std::vector<std::pair<int, int>> by_size;  // (ranks in the subtree, child position)
+  boost::container::small_vector<std::pair<int, int>, 16> by_size;  // (ranks in the subtree, child position)
   for (mask >>= 1; mask > 0; mask >>= 1)
     if (v + mask < p) by_size.emplace_back(std::min(mask, p - v - mask), v + mask);
   std::stable_sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

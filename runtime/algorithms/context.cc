@@ -170,7 +170,7 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
     return ElementRange{offset + std::min(n, first * unit), offset + std::min(n, e * unit)};
   };
   // Empty ranges are left out (so a query of no slices allocates nothing).
-  auto add = [](std::vector<ElementRange>& v, ElementRange r) {
+  auto add = [](ElementRanges& v, ElementRange r) {
     if (r.begin < r.end) v.push_back(r);
   };
   switch (op.kind) {

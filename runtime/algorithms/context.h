@@ -16,6 +16,8 @@
 #include <span>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "runtime/deadline.h"
 #include "runtime/op.h"
 #include "transports/transport.h"
@@ -303,10 +305,13 @@ bool blocks_by_doubling(int size, const Tuning& tuning);
 struct ElementRange {
   size_t begin, end;
 };
+// At most one range per rank's block: inline up to 8 ranks, so planning and
+// backing up a small op allocates nothing.
+using ElementRanges = boost::container::small_vector<ElementRange, 8>;
 struct SlicePlan {
   size_t slices = 1;
-  std::vector<ElementRange> inputs;   // for the queried slice range
-  std::vector<ElementRange> outputs;
+  ElementRanges inputs;  // for the queried slice range
+  ElementRanges outputs;
 };
 SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, size_t first, size_t end);
 

@@ -9,12 +9,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <string>
 #include <vector>
 
 #include "rcoll/types.h"
 #include "runtime/log.h"
+#include "runtime/ring_queue.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/mesh.h"
 
@@ -124,9 +124,9 @@ class TcpTransport final : public Transport {
     std::unique_ptr<tcp::socket> socket;
     int fd = -1;
     std::string address;
-    std::deque<SendItem> sendq;
+    RingQueue<SendItem> sendq;
     size_t sent = 0;  // bytes of the front frame (header included) already written
-    std::deque<RecvItem> recvq;
+    RingQueue<RecvItem> recvq;
     // Bytes read but not yet consumed: [inbox_begin, inbox_end).
     std::vector<char> inbox;
     size_t inbox_begin = 0;
@@ -179,7 +179,8 @@ class TcpTransport final : public Transport {
       iovec iov[2 * kMaxSendFrames];
       size_t n = 0;
       size_t skip = pr.sent;
-      for (const SendItem& item : pr.sendq) {
+      for (size_t i = 0; i < pr.sendq.size(); ++i) {
+        const SendItem& item = pr.sendq[i];
         if (n + 2 > std::size(iov)) break;
         auto add = [&](const void* p, size_t len) {
           if (skip >= len) {
@@ -383,15 +384,15 @@ class TcpTransport final : public Transport {
     pr.fd = -1;
     // Requests are completed after the queues are emptied: a completion may
     // let the caller post again.
-    std::deque<SendItem> sends;
-    std::deque<RecvItem> recvs;
+    RingQueue<SendItem> sends;
+    RingQueue<RecvItem> recvs;
     sends.swap(pr.sendq);
     recvs.swap(pr.recvq);
     pr.sent = 0;
     pr.in_payload = false;
     pr.inbox_begin = pr.inbox_end = 0;
-    for (auto& s : sends) fail_request(s.req, why);
-    for (auto& r : recvs) fail_request(r.req, why);
+    for (size_t i = 0; i < sends.size(); ++i) fail_request(sends[i].req, why);
+    for (size_t i = 0; i < recvs.size(); ++i) fail_request(recvs[i].req, why);
   }
 
   void shutdown(const Status& why, bool log) {
