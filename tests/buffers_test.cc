@@ -8,6 +8,7 @@
 
 #include "runtime/algorithms/context.h"
 #include "runtime/ledger.h"
+#include "runtime/ring_queue.h"
 
 namespace rcoll {
 namespace {
@@ -133,6 +134,28 @@ TEST(ReplayLog, AStreamOfSmallSendsKeepsWhatTheSocketsHold) {
   EXPECT_EQ(log.records().front().op.match_seq, 9996u);
   EXPECT_EQ(log.bytes(), 5u * 4096);
   EXPECT_EQ(log.pool()->free_bytes(), 4096u) << "the backups of sends that left went back to the pool";
+}
+
+// First in, first out across wrap-around and growth (which happens here while
+// the live elements wrap past the end of the array); a move empties the source.
+TEST(RingQueue, KeepsOrderAcrossWrapAndGrowth) {
+  RingQueue<int> q;
+  int next_in = 0, next_out = 0;
+  for (int i = 0; i < 6; ++i) q.push_back(next_in++);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(q.front(), next_out++);
+    q.pop_front();
+  }
+  for (int i = 0; i < 20; ++i) q.push_back(next_in++);  // wraps, then grows from 8 slots
+  ASSERT_EQ(q.size(), 21u);
+  for (size_t i = 0; i < q.size(); ++i) EXPECT_EQ(q[i], next_out + static_cast<int>(i));
+  RingQueue<int> moved = std::move(q);
+  EXPECT_TRUE(q.empty());  // NOLINT(bugprone-use-after-move): a moved-from queue is empty
+  while (!moved.empty()) {
+    ASSERT_EQ(moved.front(), next_out++);
+    moved.pop_front();
+  }
+  EXPECT_EQ(next_out, next_in);
 }
 
 TEST(Scratch, ReleaseGivesTheMemoryBack) {
