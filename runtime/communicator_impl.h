@@ -222,6 +222,11 @@ class CommunicatorImpl : public ProgressGuard {
     // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
     std::vector<Request> reqs;
   };
+  // The peer of credits_.reqs[k].
+  int credit_peer(size_t k) const {
+    const int p = size_, d = static_cast<int>(k / 2) + 1;
+    return k % 2 == 1 ? (rank_ + d) % p : (rank_ - d + p) % p;
+  }
   Credits credits_;
   // Set by recover(): the first collective no rank had started, so a credit
   // point every rank runs whole in the new epoch.

@@ -473,10 +473,12 @@ void CommunicatorImpl::post_credits(const Op& op) {
   FrameHeader h = op.frame_template(transport_->epoch(), rank_);
   h.step = AlgoContext::kCreditStep;
   credits_.reqs.assign(2 * static_cast<size_t>(p - 1), Request{});
-  for (int d = 1; d < p; ++d) {
-    const size_t k = 2 * static_cast<size_t>(d - 1);
-    transport_->post_recv((rank_ - d + p) % p, h, nullptr, &credits_.reqs[k]);
-    transport_->post_send((rank_ + d) % p, h, nullptr, &credits_.reqs[k + 1]);
+  for (size_t k = 0; k < credits_.reqs.size(); ++k) {
+    if (k % 2 == 1) {
+      transport_->post_send(credit_peer(k), h, nullptr, &credits_.reqs[k]);
+    } else {
+      transport_->post_recv(credit_peer(k), h, nullptr, &credits_.reqs[k]);
+    }
   }
   credits_.seq = op.match_seq;
   next_credit_seq_ = op.match_seq + eager_credit_period(p);
@@ -485,12 +487,8 @@ void CommunicatorImpl::post_credits(const Op& op) {
 Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
   if (credits_.seq == 0 || op.kind == OpKind::kSendRecv) return Status();
   if (!closing_barrier_running_ && op.match_seq < credits_.seq + eager_credit_period(size_)) return Status();
-  const int p = size_;
   for (size_t k = 0; k < credits_.reqs.size(); ++k) {
-    const bool is_send = k % 2 == 1;
-    const int d = static_cast<int>(k / 2) + 1;
-    const int peer = is_send ? (rank_ + d) % p : (rank_ - d + p) % p;
-    if (Status s = ctx.wait_for_credit(credits_.reqs[k], peer, is_send, credits_.seq); !s.ok()) return s;
+    if (Status s = ctx.wait_for_credit(credits_.reqs[k], credit_peer(k), k % 2 == 1, credits_.seq); !s.ok()) return s;
   }
   log_.done_everywhere(credits_.seq);
   RCOLL_LOG(kDebug, "completion credits of collective seq %llu collected from every rank in epoch %u (at %s): the replay "

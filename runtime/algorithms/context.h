@@ -24,6 +24,10 @@
 
 namespace rcoll {
 
+// Eager broadcast ranges (broadcast_is_eager says why these).
+inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
+inline constexpr size_t kEagerBroadcastBytesTcp = 256u << 10;
+
 struct Tuning {
   size_t piece_bytes = 128 * 1024;  // most payload bytes of one frame (measured: beats 256K/512K on loopback)
   int window = 4;                   // slices in flight at once
@@ -39,7 +43,7 @@ struct Tuning {
   bool doubling_blocks = false;
   // Broadcasts up to this many bytes are eager (broadcast_is_eager): set per
   // epoch from the transport and the group every rank agreed on.
-  size_t eager_broadcast_bytes = 8u << 10;
+  size_t eager_broadcast_bytes = kEagerBroadcastBytes;
 };
 
 // Who a posted request waits on, for stall decisions and messages.
@@ -269,8 +273,6 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
 // every rank on a busy host), while at 2 ranks over TCP (16-256 KiB: 0.7x down
 // to 0.2x) and over UCX (4 ranks, 64-256 KiB: 0.4-0.5x, its rendezvous
 // protocol already waits for the receiver) the acknowledged broadcast wins.
-inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
-inline constexpr size_t kEagerBroadcastBytesTcp = 256u << 10;
 bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // Completion credits (runtime/progress.cc). The first eager broadcast at
 // least this many collective sequence numbers after the last credit point
