@@ -31,7 +31,9 @@ stage() {
   stage_start=$now
 }
 
-(cd "$build_dir" && ctest --output-on-failure --timeout 1200 -j "${RCOLL_TEST_JOBS:-1}" -LE "chaos|sanitize|tsan" "$@")
+# Two at a time by default (one per core here): the tests whose checks depend
+# on timing are RUN_SERIAL (tests/multiprocess.cmake), so they still run alone.
+(cd "$build_dir" && ctest --output-on-failure --timeout 1200 -j "${RCOLL_TEST_JOBS:-$jobs}" -LE "chaos|sanitize|tsan" "$@")
 if [[ $hardening != 1 ]]; then exit 0; fi
 failed=()
 
@@ -52,12 +54,14 @@ if [[ -f $build_dir/chaos-results.txt ]]; then
 fi
 
 # ---- AddressSanitizer + UBSan
+# Line tables only (-g1, in place of Debug's -g): reports keep file:line, and
+# the build takes a quarter less time (communicator_test.cc: 42 s -> 31 s).
 stage "AddressSanitizer + UBSan build (build-asan)"
 # UCX stays on here (the UCX transport is sanitized too: the communicator tests
 # run on ucx and tcp); TSan below builds without it (libucp is uninstrumented).
 asan_targets=(communicator_test store_test liveness_test bootstrap_test frame_test inject_test launcher_test
               kernels_test security_test transport_chain_test rcoll-correctness-worker rcoll-run)
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 -g1" \
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DRCOLL_SANITIZE=address,undefined -DRCOLL_BUILD_BENCH=OFF -DRCOLL_BUILD_PYTHON=OFF -DRCOLL_WITH_CUDA=OFF >/dev/null
 ninja -C build-asan -j "$jobs" "${asan_targets[@]}"
 stage "AddressSanitizer + UBSan run (ctest -L 'unit|sanitize')"
@@ -69,7 +73,7 @@ stage "AddressSanitizer + UBSan run (ctest -L 'unit|sanitize')"
 # ---- ThreadSanitizer
 stage "ThreadSanitizer build (build-tsan)"
 tsan_targets=(communicator_test liveness_test store_test security_test rcoll-correctness-worker rcoll-run)
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 -g1" \
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DRCOLL_SANITIZE=thread -DRCOLL_BUILD_BENCH=OFF -DRCOLL_BUILD_PYTHON=OFF -DRCOLL_WITH_UCX=OFF -DRCOLL_WITH_CUDA=OFF >/dev/null
 ninja -C build-tsan -j "$jobs" "${tsan_targets[@]}"
 stage "ThreadSanitizer run (ctest -L 'unit|tsan')"

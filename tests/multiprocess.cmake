@@ -307,6 +307,8 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_FAULT_RUN} --sizes 7,1M,16M --ops all --expect-recoveries 1 --max-recoveries 1
                  --expect-inflight-min 655360)
   rcoll_transport_props(adaptive_chunking_link_degrades ${t} 260 "faults;recovery")
+  # The probe's bandwidth sets what it checks: alone, whatever ctest's -j.
+  set_tests_properties(adaptive_chunking_link_degrades_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
@@ -315,6 +317,8 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  env RCOLL_LIVENESS_MS=500 ${RCOLL_RUN} -n 4 --inject stall:rank=2,op=2,ms=2500 --
                  ${RCOLL_FAULT_RUN} --sizes 1M --ops allreduce --max-recoveries 0)
   rcoll_transport_props(recovery_straggler_no_recovery ${t} 620 "faults;recovery")
+  # Heartbeats must keep arriving on time through the stall: alone, whatever ctest's -j.
+  set_tests_properties(recovery_straggler_no_recovery_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
 # A dropped chunk: the receiver sees the gap (or the deadline fires), the epoch is rebuilt, results are right.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
