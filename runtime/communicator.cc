@@ -131,6 +131,7 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   if (pins_.piece) base_tuning_.piece_bytes = options_.chunk_bytes;
   if (pins_.window) base_tuning_.window = options_.pipeline_depth;
   base_tuning_.allreduce = options_.allreduce_algorithm;
+  base_tuning_.broadcast = options_.broadcast_algorithm;
   base_tuning_.small_allreduce_bytes = options_.small_allreduce_bytes;
   schedule_.reset(base_tuning_);
   tuned_piece_ = base_tuning_.piece_bytes;
@@ -306,6 +307,7 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   if (probed.ok()) {
     mine = probed.value();
     mine.deadline_ms = options_.op_timeout.count();
+    describe_this_host(&mine);
   } else {
     RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
               epoch, tname, probed.status().to_string().c_str());
@@ -355,6 +357,10 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   tuned.doubling_blocks = std::string(tname) == "tcp";
   // Likewise the eager broadcast range (broadcast_is_eager).
   tuned.eager_broadcast_bytes = std::string(tname) == "tcp" && size_ > 2 ? kEagerBroadcastBytesTcp : kEagerBroadcastBytes;
+  // And whether the ranks share so few CPUs that the star broadcast wins
+  // (broadcast_is_star).
+  const int cpus = shared_cpus(samples);
+  tuned.few_shared_cpus = cpus > 0 && cpus <= kStarBroadcastCpus;
   const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
   if (epoch == 0) {
     schedule_.reset(tuned);
@@ -374,6 +380,11 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   }
   link_note_ = describe_link(worst) + " (timed in " + std::to_string(static_cast<int>(ms + 0.5)) + " ms) -> " +
                describe_tuning(tuned) + pinned;
+  if (size_ > 2 && tuned.broadcast != BroadcastAlgorithm::kAuto) {
+    link_note_ += tuned.broadcast == BroadcastAlgorithm::kStar ? "; broadcasts by star (pinned)" : "; broadcasts by chain (pinned)";
+  } else if (size_ > 2 && tuned.few_shared_cpus) {
+    link_note_ += "; broadcasts by star (the ranks share " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s") + ")";
+  }
   return Status();
 }
 

@@ -203,6 +203,13 @@ Status apply_env_overrides(Options* o) {
       return Status(ErrorCode::kInvalidArgument, "RCOLL_ALLREDUCE_ALGO='" + *algo + "' is not auto, ring, direct, hd or rd");
     }
   }
+  if (auto algo = env_string("RCOLL_BROADCAST_ALGO"); algo && o->broadcast_algorithm == BroadcastAlgorithm::kAuto) {
+    if (*algo == "chain") o->broadcast_algorithm = BroadcastAlgorithm::kChain;
+    else if (*algo == "star") o->broadcast_algorithm = BroadcastAlgorithm::kStar;
+    else if (*algo != "auto") {
+      return Status(ErrorCode::kInvalidArgument, "RCOLL_BROADCAST_ALGO='" + *algo + "' is not auto, chain or star");
+    }
+  }
   auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);
   if (!spin.ok()) return spin.status();
   if (spin.value() && o->spin_us < 0) o->spin_us = static_cast<int>(*spin.value());

@@ -1,8 +1,12 @@
 #include "runtime/link_model.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 namespace rcoll {
@@ -22,6 +26,9 @@ constexpr size_t kMinPiece = 16u << 10;  // below this, per-frame costs dominate
 constexpr int kMaxWindow = 32;
 constexpr double kFrameTime = 0.005;     // one frame holds a link at most 5 ms...
 constexpr double kDeadlineShare = 1.0 / 16;  // ...and at most 1/16 of the op deadline
+
+constexpr size_t kMaxHostBytes = 64;                 // a boot id is 36
+constexpr size_t kMaxCpuMaskDigits = CPU_SETSIZE / 4;
 
 // Waits for every request. On a failure or the deadline it aborts the
 // transport before returning, so no request it still holds outlives this call.
@@ -62,11 +69,68 @@ size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 }  // namespace
 
+namespace {
+
+// A token of the sample's text: no spaces, nothing unprintable, not empty.
+bool plain_token(const std::string& t, size_t max_size) {
+  if (t.empty() || t.size() > max_size) return false;
+  return std::all_of(t.begin(), t.end(), [](char c) { return c > ' ' && c < 127; });
+}
+
+}  // namespace
+
 std::string encode_sample(const LinkSample& s) {
   if (!s.valid) return "none";
   char text[96];
   std::snprintf(text, sizeof(text), "%.9g %.9g %lld", s.latency_s, s.bandwidth, static_cast<long long>(s.deadline_ms));
-  return text;
+  std::string out = text;
+  if (plain_token(s.host, kMaxHostBytes) && plain_token(s.cpus, kMaxCpuMaskDigits)) out += " " + s.host + " " + s.cpus;
+  return out;
+}
+
+void describe_this_host(LinkSample* s) {
+  s->host.clear();
+  s->cpus.clear();
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(boot >> id) || !plain_token(id, kMaxHostBytes)) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  // Hex digits from the highest CPU's down, as the kernel prints masks.
+  int highest = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) highest = c;
+  if (highest < 0) return;
+  std::string mask;
+  for (int digit = highest / 4; digit >= 0; --digit) {
+    int v = 0;
+    for (int b = 0; b < 4; ++b)
+      if (CPU_ISSET(digit * 4 + b, &set)) v |= 1 << b;
+    mask += "0123456789abcdef"[v];
+  }
+  s->host = id;
+  s->cpus = mask;
+}
+
+int shared_cpus(const std::vector<LinkSample>& samples) {
+  std::string mask;  // the union, lowest digit first
+  const std::string* host = nullptr;
+  for (const auto& s : samples) {
+    if (!s.valid || s.host.empty() || s.cpus.empty()) return 0;
+    if (host != nullptr && *host != s.host) return 0;
+    host = &s.host;
+    if (mask.size() < s.cpus.size()) mask.resize(s.cpus.size(), 0);
+    for (size_t i = 0; i < s.cpus.size(); ++i) {
+      const char c = s.cpus[s.cpus.size() - 1 - i];
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) return 0;
+      mask[i] = static_cast<char>(mask[i] | v);
+    }
+  }
+  int n = 0;
+  for (char v : mask) n += std::popcount(static_cast<unsigned>(v));
+  return n;
 }
 
 LinkSample decode_sample(const std::string& text) {
@@ -78,6 +142,17 @@ LinkSample decode_sample(const std::string& text) {
     return LinkSample{};
   }
   s.deadline_ms = deadline;
+  // Host and CPUs are optional (a sample without them never picks a
+  // host-bound algorithm); when present, both or neither.
+  std::string host, cpus;
+  if (in >> host) {
+    if (!(in >> cpus) || !plain_token(host, kMaxHostBytes) || !plain_token(cpus, kMaxCpuMaskDigits) ||
+        cpus.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return LinkSample{};
+    }
+    s.host = host;
+    s.cpus = cpus;
+  }
   s.valid = true;
   return s;
 }

@@ -31,7 +31,20 @@ struct LinkSample {
   double latency_s = 0;     // one way: the fastest ring round of empty frames (after the first)
   double bandwidth = 0;     // bytes/s into this rank while every link is busy
   int64_t deadline_ms = 0;  // this rank's communicator op timeout (0: none set)
+  // Where the rank runs: the kernel it runs on (its boot id; ranks in
+  // containers on one machine share it, and its CPUs) and the CPUs it may use
+  // there, as a hex mask (CPU 0 the lowest bit). Empty: not known.
+  std::string host;
+  std::string cpus;
 };
+
+// This process's host and CPUs, for a sample.
+void describe_this_host(LinkSample* s);
+
+// How many CPUs the ranks of the samples share, when every one of them runs
+// on the same host (the union of their masks); 0 when they span hosts, or any
+// sample does not say.
+int shared_cpus(const std::vector<LinkSample>& samples);
 
 std::string encode_sample(const LinkSample& s);
 // Anything malformed decodes as an invalid sample (ignored when combining).

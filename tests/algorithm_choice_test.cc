@@ -111,9 +111,9 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   // Larger broadcasts of one frame are acknowledged and go direct from the root.
   const Op acked = broadcast_of(8192 + 4, 1, 3);
   ASSERT_FALSE(broadcast_is_eager(acked, t));
-  EXPECT_TRUE(broadcast_is_direct(acked, 4, t));
+  EXPECT_TRUE(broadcast_is_star(acked, 4, t));
   EXPECT_EQ(broadcast_first_peer(acked, 3, 4, t), 1);
-  EXPECT_FALSE(broadcast_is_direct(eager, 4, t));
+  EXPECT_FALSE(broadcast_is_star(eager, 4, t));
 }
 
 // Over TCP above 2 ranks the epoch's tuning makes broadcasts eager up to
@@ -124,12 +124,54 @@ TEST(AlgorithmChoice, EagerBroadcastRangeFollowsTheTuning) {
   tcp.eager_broadcast_bytes = kEagerBroadcastBytesTcp;
   const Op mid = broadcast_of(64 << 10, 1, 3);
   EXPECT_FALSE(broadcast_is_eager(mid, Tuning{}));
-  EXPECT_TRUE(broadcast_is_direct(mid, 4, Tuning{}));
+  EXPECT_TRUE(broadcast_is_star(mid, 4, Tuning{}));
   ASSERT_TRUE(broadcast_is_eager(mid, tcp));
-  EXPECT_FALSE(broadcast_is_direct(mid, 4, tcp));
+  EXPECT_FALSE(broadcast_is_star(mid, 4, tcp));
   EXPECT_EQ(broadcast_first_peer(mid, 3, 4, tcp), 2) << "rank 3's parent in the chain from root 1";
   EXPECT_TRUE(broadcast_is_eager(broadcast_of(256 << 10, 1, 3), tcp));
   EXPECT_FALSE(broadcast_is_eager(broadcast_of((256 << 10) + 4, 1, 3), tcp));
+}
+
+// Above the eager range a broadcast of several frames runs the chain, unless
+// the group shares at most 2 CPUs or the user pinned the star; a 2-rank
+// broadcast is the chain whatever the tuning (the star would be the same
+// transfer). The star's frames are as large as the link allows.
+TEST(AlgorithmChoice, StarBroadcastWhereTheRanksShareFewCpus) {
+  Tuning t;
+  t.eager_broadcast_bytes = kEagerBroadcastBytesTcp;
+  t.stream_piece_bytes = 1 << 20;
+  const Op big = broadcast_of(4 << 20, 2, 3);
+  const Op small = broadcast_of(4096, 2, 3);
+  EXPECT_FALSE(broadcast_is_star(big, 4, t));
+  EXPECT_EQ(broadcast_piece_bytes(big, 4, t), t.piece_bytes);
+  EXPECT_EQ(broadcast_first_peer(big, 0, 4, t), 1) << "rank 0 after rank 3 in the chain from root 2";
+
+  Tuning few = t;
+  few.few_shared_cpus = true;
+  EXPECT_TRUE(broadcast_is_star(big, 4, few));
+  EXPECT_TRUE(broadcast_is_star(big, 3, few));
+  EXPECT_FALSE(broadcast_is_star(big, 2, few));
+  EXPECT_FALSE(broadcast_is_star(small, 4, few)) << "eager broadcasts keep their tree";
+  EXPECT_EQ(broadcast_piece_bytes(big, 4, few), size_t{1} << 20);
+  EXPECT_EQ(broadcast_piece_bytes(small, 4, few), t.piece_bytes) << "an eager one keeps the chain's frames";
+  EXPECT_EQ(broadcast_first_peer(big, 0, 4, few), 2) << "every rank but the root talks to the root";
+  EXPECT_EQ(broadcast_first_peer(big, 2, 4, few), 3);
+
+  Tuning chain = few;
+  chain.broadcast = BroadcastAlgorithm::kChain;
+  EXPECT_FALSE(broadcast_is_star(big, 4, chain));
+  const Op one_frame = broadcast_of(100 << 10, 2, 3);
+  EXPECT_TRUE(broadcast_is_star(one_frame, 4, Tuning{}));
+  Tuning chain_only;
+  chain_only.broadcast = BroadcastAlgorithm::kChain;
+  EXPECT_FALSE(broadcast_is_star(one_frame, 4, chain_only)) << "pinned: one frame goes down the chain too";
+  EXPECT_EQ(broadcast_piece_bytes(big, 4, chain), t.piece_bytes);
+
+  Tuning star = t;
+  star.broadcast = BroadcastAlgorithm::kStar;
+  EXPECT_TRUE(broadcast_is_star(big, 4, star));
+  EXPECT_FALSE(broadcast_is_star(big, 2, star));
+  EXPECT_EQ(broadcast_piece_bytes(big, 4, star), size_t{1} << 20);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // ranks exchange, and the schedule that makes every rank switch at the same op.
 #include "runtime/link_model.h"
 
+#include <sched.h>
+
 #include <gtest/gtest.h>
 
 #include "runtime/inject.h"
@@ -67,11 +69,14 @@ TEST(LinkModel, SlowLinkOrShortDeadlineBoundsTheFrame) {
 // 1/16 of a short op deadline; never below the ordinary frame.
 TEST(LinkModel, StreamFramesAreAsLargeAsTheLinkAllows) {
   const Tuning base;
+  Op op;  // a 64 MiB broadcast
+  op.kind = OpKind::kBroadcast;
+  op.in = op.out = Buffer{nullptr, 16u << 20, DataType::kFloat32};
   const Tuning loopback = tune_for_link(link(11.4, 3.05), base, {});
   EXPECT_EQ(loopback.piece_bytes, base.piece_bytes);
   EXPECT_EQ(loopback.stream_piece_bytes, 1u << 20);
-  EXPECT_EQ(broadcast_piece_bytes(2, loopback), 1u << 20);
-  EXPECT_EQ(broadcast_piece_bytes(3, loopback), base.piece_bytes);  // a chain forwards: pipeline it
+  EXPECT_EQ(broadcast_piece_bytes(op, 2, loopback), 1u << 20);
+  EXPECT_EQ(broadcast_piece_bytes(op, 3, loopback), base.piece_bytes);  // a chain forwards: pipeline it
   const Tuning slow = tune_for_link(link(100, 0.05), base, {});     // 50 MB/s: 5 ms = 250 KB
   EXPECT_LE(slow.stream_piece_bytes, 250000u);
   EXPECT_GT(slow.stream_piece_bytes, base.piece_bytes);
@@ -79,10 +84,10 @@ TEST(LinkModel, StreamFramesAreAsLargeAsTheLinkAllows) {
   EXPECT_LE(tight.stream_piece_bytes, 125000u);
   EXPECT_GE(tight.stream_piece_bytes, tight.piece_bytes);
   // Unmeasured or pinned frames: broadcasts use the ordinary frame.
-  EXPECT_EQ(broadcast_piece_bytes(2, tune_for_link(LinkSample{}, base, {})), base.piece_bytes);
+  EXPECT_EQ(broadcast_piece_bytes(op, 2, tune_for_link(LinkSample{}, base, {})), base.piece_bytes);
   Tuning pinned = base;
   pinned.piece_bytes = 64 * 1024;
-  EXPECT_EQ(broadcast_piece_bytes(2, tune_for_link(link(11.4, 3.05), pinned, {true, false})), 64u * 1024);
+  EXPECT_EQ(broadcast_piece_bytes(op, 2, tune_for_link(link(11.4, 3.05), pinned, {true, false})), 64u * 1024);
 }
 
 TEST(LinkModel, PinnedValuesAreNeverAdapted) {
@@ -119,6 +124,46 @@ TEST(LinkModel, SamplesRoundTripAndMalformedOnesAreIgnored) {
   for (const char* bad : {"none", "", "1e-5", "1e-5 x 0", "-1 5e9 0", "1e-5 0 0", "1e-5 inf 0", "1e-5 5e9 -3", "nan 5e9 0"}) {
     EXPECT_FALSE(decode_sample(bad).valid) << "'" << bad << "'";
   }
+}
+
+LinkSample on(const std::string& host, const std::string& cpus) {
+  LinkSample s = link(10, 3.0);
+  s.host = host;
+  s.cpus = cpus;
+  return s;
+}
+
+TEST(LinkModel, SamplesCarryTheHostAndItsCpus) {
+  LinkSample here = link(10, 3.0);
+  describe_this_host(&here);
+  ASSERT_FALSE(here.host.empty()) << "no /proc/sys/kernel/random/boot_id?";
+  ASSERT_FALSE(here.cpus.empty());
+  const LinkSample back = decode_sample(encode_sample(here));
+  ASSERT_TRUE(back.valid);
+  EXPECT_EQ(back.host, here.host);
+  EXPECT_EQ(back.cpus, here.cpus);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(shared_cpus({here}), CPU_COUNT(&set));
+  // Without them (an older rank's sample) the sample is still valid.
+  EXPECT_TRUE(decode_sample("1e-5 5e9 0").valid);
+  EXPECT_TRUE(decode_sample("1e-5 5e9 0").host.empty());
+  for (const char* bad : {"1e-5 5e9 0 host", "1e-5 5e9 0 host 3g", "1e-5 5e9 0 host -1"}) {
+    EXPECT_FALSE(decode_sample(bad).valid) << "'" << bad << "'";
+  }
+}
+
+// The union of the masks, on one host only; any sample without a host, or
+// two hosts, and the group's CPUs are unknown (0).
+TEST(LinkModel, SharedCpusAreTheUnionOnOneHost) {
+  EXPECT_EQ(shared_cpus({on("a", "3"), on("a", "3"), on("a", "3"), on("a", "3")}), 2);
+  EXPECT_EQ(shared_cpus({on("a", "1"), on("a", "2")}), 2) << "two ranks bound to one CPU each";
+  EXPECT_EQ(shared_cpus({on("a", "f0"), on("a", "1")}), 5);
+  EXPECT_EQ(shared_cpus({on("a", "100000000000000000000000000000001"), on("a", "3")}), 3);
+  EXPECT_EQ(shared_cpus({on("a", "3"), on("b", "3")}), 0);
+  EXPECT_EQ(shared_cpus({on("a", "3"), link(10, 3.0)}), 0);
+  EXPECT_EQ(shared_cpus({on("a", "3"), LinkSample{}}), 0);
 }
 
 TEST(LinkModel, TheWorstLinkOfAllRanksSetsTheTuning) {

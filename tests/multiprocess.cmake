@@ -212,6 +212,31 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops broadcast --expect-recoveries 1)
   rcoll_transport_props(recovery_close_link_broadcast_np2 ${t} 140 "faults;recovery")
 endforeach()
+# Above the eager range, broadcasts at more than 2 ranks run the chain, or the
+# star where the ranks share at most 2 CPUs (broadcast_is_star). The ranks
+# agree on that from the CPUs in their link samples: run on two CPUs of this
+# machine, the ready line says the star was chosen and why; pinned either way
+# (RCOLL_BROADCAST_ALGO), it says so. Every broadcast is checked against the
+# reference, and a link closed in a 64 MiB broadcast is survived by each.
+set(RCOLL_TWO_CPUS ${CMAKE_CURRENT_SOURCE_DIR}/scripts/on_two_cpus.sh)
+set(RCOLL_BROADCAST_RUN ${RCOLL_CORRECTNESS} --ops broadcast --sizes 0,7,4K+3,300K+1,1M,16M --big-dtypes float32,int8)
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME broadcast_star_on_two_cpus_np4_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "broadcasts by star \\(the ranks share [12] CPUs?\\) && 0 failed" 300 --
+                 env RCOLL_DEBUG=info ${RCOLL_TWO_CPUS} ${RCOLL_RUN} -n 4 -- ${RCOLL_BROADCAST_RUN})
+  rcoll_transport_props(broadcast_star_on_two_cpus_np4 ${t} 320 multiprocess)
+  foreach(algo chain star)
+    add_test(NAME broadcast_${algo}_pinned_np3_${t}
+             COMMAND ${RCOLL_EXPECT} 0 "broadcasts by ${algo} \\(pinned\\) && 0 failed" 300 --
+                   env RCOLL_DEBUG=info RCOLL_BROADCAST_ALGO=${algo} ${RCOLL_RUN} -n 3 -- ${RCOLL_BROADCAST_RUN})
+    rcoll_transport_props(broadcast_${algo}_pinned_np3 ${t} 320 multiprocess)
+    add_test(NAME recovery_close_link_broadcast_${algo}_${t}
+             COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=1,op=1 --
+                   ${RCOLL_FAULT_RUN} --sizes 64M --ops broadcast --expect-recoveries 1)
+    rcoll_transport_props(recovery_close_link_broadcast_${algo} ${t} 320 "faults;recovery")
+    set_property(TEST recovery_close_link_broadcast_${algo}_${t} APPEND PROPERTY ENVIRONMENT "RCOLL_BROADCAST_ALGO=${algo}")
+  endforeach()
+endforeach()
 # Small broadcasts are eager (no acknowledgement): a root runs ahead of its
 # receivers. In a burst of 40 broadcasts from root 1 (with an empty all-reduce
 # after every 4th), rank `victim` sleeps before op 3 while the root sends on

@@ -25,6 +25,11 @@ class Store;
 // pinned on large data it needs 2x the buffer in scratch, and a failure re-runs
 // the whole op.
 enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect, kHalvingDoubling, kRecursiveDoubling };
+// Broadcasts above the eager range, more than 2 ranks: a pipelined chain, or a
+// star (the root sends every piece to every rank). kAuto: the star where the
+// group's ranks all share one host of at most 2 CPUs, or the buffer is one
+// piece; the chain otherwise (runtime/algorithms/broadcast.cc says why).
+enum class BroadcastAlgorithm : uint8_t { kAuto = 0, kChain, kStar };
 
 struct Options {
   // Identity. -1 = from the environment.
@@ -113,6 +118,8 @@ struct Options {
   // power-of-two groups above 2 ranks, recursive doubling up to this x 4/p
   // (64 KiB at 4 ranks, 32 KiB at 8).
   size_t small_allreduce_bytes = 64 * 1024;
+  // RCOLL_BROADCAST_ALGO (auto, chain, star). Every rank must pin the same.
+  BroadcastAlgorithm broadcast_algorithm = BroadcastAlgorithm::kAuto;
 };
 
 // Per-op knobs.

@@ -4,10 +4,23 @@
 // Time is about (p - 2 + pieces) piece transfers, close to one full-buffer
 // transfer for large data, plus one acknowledgement back up the chain.
 //
-// Direct broadcast (one piece, more than 2 ranks, not eager): the root sends
-// the piece to every rank, every rank acknowledges to the root, and the root
-// then tells every rank that all have it. Three message latencies whatever
-// the group size, where the chain takes 2(p-1).
+// Star broadcast (more than 2 ranks, not eager): the root sends every piece
+// to every rank, every rank acknowledges to the root, and the root then tells
+// every rank that all have it. Three message latencies whatever the group
+// size, where the chain takes 2(p-1), so it runs wherever the buffer is one
+// piece. For larger buffers it depends on what bounds the copies. Across a
+// network the root's link carries (p - 1) x N bytes against N in the chain,
+// and on a host with many CPUs the chain's ranks forward in parallel: the
+// chain is up to p - 1 times faster. But every byte sent is copied twice
+// (into the socket, out of it), 2(p - 1) x N bytes either way, and when the
+// ranks share c CPUs the fair share of that is 2(p - 1) x N / c: the root's
+// (p - 1) x N is within it when c <= 2. There the star saves the chain's
+// hand-offs between ranks that take turns on the CPUs, and its frames are as
+// large as the link allows (nothing is forwarded, nothing to pipeline).
+// Measured at 4 ranks on 2 CPUs (TCP, busbw star / chain): see
+// kStarBroadcastCpus and bench/RESULTS.md. Every rank must choose alike, so
+// the ranks' CPUs come from the link samples all agreed on at connect
+// (shared_cpus, Tuning::few_shared_cpus).
 //
 // Either way a rank finishes only once every rank has the whole buffer, so a
 // finished broadcast never has to be re-run for a peer (the ledger relies on
@@ -35,37 +48,45 @@ namespace rcoll {
 
 namespace {
 
-Status direct_broadcast(AlgoContext& ctx) {
+Status star_broadcast(AlgoContext& ctx, size_t piece, size_t pieces) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank(), root = op.root;
-  const size_t bytes = op.out.count * op.element_size();
-  std::span<Request> reqs = ctx.requests(static_cast<size_t>(p));
-  if (ctx.first_slice() < ctx.end_slice(1)) {
-    ctx.before_window(0, 1);
-    if (r == root) {
-      size_t k = 0;
-      for (int q = 0; q < p; ++q)
-        if (q != root) ctx.send(q, 0, 0, ctx.in(0), bytes, &reqs[k++]);
-      if (Status st = ctx.wait_all({reqs.data(), k}); !st.ok()) return st;
-    } else {
-      ctx.recv(root, 0, 0, ctx.out(0), bytes, &reqs[0]);
-      if (Status st = ctx.wait(reqs[0]); !st.ok()) return st;
+  const size_t es = op.element_size(), n = op.out.count, window = ctx.window();
+  std::span<Request> reqs = ctx.requests(std::max(window * static_cast<size_t>(p - 1), static_cast<size_t>(p)));
+  for (size_t start = ctx.first_slice(); start < ctx.end_slice(pieces); start += window) {
+    const size_t w = std::min(window, ctx.end_slice(pieces) - start);
+    ctx.before_window(start, start + w);
+    size_t q = 0;
+    for (size_t k = 0; k < w; ++k) {
+      const size_t off = (start + k) * piece, len = std::min(piece, n - off);
+      const auto chunk = static_cast<uint32_t>(start + k);
+      if (r != root) {
+        ctx.recv(root, chunk, 0, ctx.out(off), len * es, &reqs[q++]);
+        continue;
+      }
+      // Piece k to every rank before piece k + 1 to any: all receivers move
+      // together, as they would down the chain.
+      for (int d = 1; d < p; ++d) ctx.send((root + d) % p, chunk, 0, ctx.in(off), len * es, &reqs[q++]);
     }
-    ctx.slices_done(1);
+    if (Status st = ctx.wait_all({reqs.data(), q}); !st.ok()) return st;
+    ctx.slices_done(start + w);
   }
+  // Every rank acknowledges to the root, which then tells every rank that all
+  // have it. Chunk `pieces` (after every data chunk), as the chain's.
   constexpr uint16_t kAck = 1, kAllHaveIt = 2;
+  const auto done_chunk = static_cast<uint32_t>(pieces);
   if (r == root) {
     size_t k = 0;
     for (int q = 0; q < p; ++q)
-      if (q != root) ctx.recv(q, 1, kAck, nullptr, 0, &reqs[k++]);
+      if (q != root) ctx.recv(q, done_chunk, kAck, nullptr, 0, &reqs[k++]);
     if (Status st = ctx.wait_all({reqs.data(), k}); !st.ok()) return st;
     k = 0;
     for (int q = 0; q < p; ++q)
-      if (q != root) ctx.send(q, 1, kAllHaveIt, nullptr, 0, &reqs[k++]);
+      if (q != root) ctx.send(q, done_chunk, kAllHaveIt, nullptr, 0, &reqs[k++]);
     return ctx.wait_all({reqs.data(), k});
   }
-  ctx.send(root, 1, kAck, nullptr, 0, &reqs[0]);
-  ctx.recv(root, 1, kAllHaveIt, nullptr, 0, &reqs[1]);
+  ctx.send(root, done_chunk, kAck, nullptr, 0, &reqs[0]);
+  ctx.recv(root, done_chunk, kAllHaveIt, nullptr, 0, &reqs[1]);
   return ctx.wait_all({reqs.data(), 2});
 }
 
@@ -136,8 +157,8 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
     const TreeLinks t = eager_links(rank, op.root, size);
     return t.parent >= 0 ? t.parent : t.children.front();
   }
-  // A direct broadcast: every rank but the root talks only to the root.
-  if (broadcast_is_direct(op, size, tuning) && rank != op.root) return op.root;
+  // A star: every rank but the root talks only to the root.
+  if (broadcast_is_star(op, size, tuning) && rank != op.root) return op.root;
   // The last rank of a chain only talks back to its predecessor.
   if ((rank - op.root + size) % size == size - 1) return (rank - 1 + size) % size;
   return (rank + 1) % size;
@@ -147,27 +168,42 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning) {
   return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= tuning.eager_broadcast_bytes;
 }
 
-size_t broadcast_piece_bytes(int size, const Tuning& tuning) {
-  return size == 2 ? std::max(tuning.piece_bytes, tuning.stream_piece_bytes) : tuning.piece_bytes;
+namespace {
+
+// Every broadcast above the eager range runs the star (never with 2 ranks,
+// where the star is the chain).
+bool always_star(int size, const Tuning& tuning) {
+  if (size <= 2 || tuning.broadcast == BroadcastAlgorithm::kChain) return false;
+  return tuning.broadcast == BroadcastAlgorithm::kStar || tuning.few_shared_cpus;
 }
 
-bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning) {
+}  // namespace
+
+size_t broadcast_piece_bytes(const Op& op, int size, const Tuning& tuning) {
+  // Nothing is forwarded: frames as large as the link allows.
+  if (size == 2 || broadcast_is_star(op, size, tuning)) return std::max(tuning.piece_bytes, tuning.stream_piece_bytes);
+  return tuning.piece_bytes;
+}
+
+bool broadcast_is_star(const Op& op, int size, const Tuning& tuning) {
+  if (size <= 2 || op.out.count == 0 || broadcast_is_eager(op, tuning)) return false;
+  if (always_star(size, tuning)) return true;
   const size_t piece = std::max<size_t>(1, tuning.piece_bytes / op.element_size());
-  return size > 2 && op.out.count > 0 && op.out.count <= piece && !broadcast_is_eager(op, tuning);
+  return tuning.broadcast == BroadcastAlgorithm::kAuto && op.out.count <= piece;
 }
 
 Status run_broadcast(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
   const size_t es = op.element_size(), n = op.out.count;
-  const size_t piece = std::max<size_t>(1, broadcast_piece_bytes(p, ctx.tuning()) / es);
+  const size_t piece = std::max<size_t>(1, broadcast_piece_bytes(op, p, ctx.tuning()) / es);
   const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);
   if (p == 1 || n == 0) {
     ctx.slices_done(pieces);
     return Status();
   }
   if (p > 2 && broadcast_is_eager(op, ctx.tuning())) return eager_broadcast(ctx, piece, pieces);
-  if (broadcast_is_direct(op, p, ctx.tuning())) return direct_broadcast(ctx);
+  if (broadcast_is_star(op, p, ctx.tuning())) return star_broadcast(ctx, piece, pieces);
   const int pos = (r - op.root + p) % p;
   const int prev = (r - 1 + p) % p, next = (r + 1) % p;
   const bool first_in_chain = pos == 0, last = pos == p - 1;

@@ -202,7 +202,7 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
     case OpKind::kSendRecv: {
       const size_t n = op.out.count;
       const size_t unit = op.kind == OpKind::kBroadcast
-                              ? std::max<size_t>(1, broadcast_piece_bytes(size, tuning) / op.element_size())
+                              ? std::max<size_t>(1, broadcast_piece_bytes(op, size, tuning) / op.element_size())
                               : piece;
       plan.slices = std::max<size_t>(1, ceil_div(n, unit));
       const bool reads = op.kind == OpKind::kBroadcast ? op.root == rank : op.is_send;

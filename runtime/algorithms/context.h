@@ -27,6 +27,9 @@ namespace rcoll {
 // Eager broadcast ranges (broadcast_is_eager says why these).
 inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
 inline constexpr size_t kEagerBroadcastBytesTcp = 256u << 10;
+// Groups on one host of at most this many CPUs broadcast by the star
+// (broadcast_is_star; runtime/algorithms/broadcast.cc says why).
+inline constexpr int kStarBroadcastCpus = 2;
 
 struct Tuning {
   size_t piece_bytes = 128 * 1024;  // most payload bytes of one frame (measured: beats 256K/512K on loopback)
@@ -44,6 +47,10 @@ struct Tuning {
   // Broadcasts up to this many bytes are eager (broadcast_is_eager): set per
   // epoch from the transport and the group every rank agreed on.
   size_t eager_broadcast_bytes = kEagerBroadcastBytes;
+  BroadcastAlgorithm broadcast = BroadcastAlgorithm::kAuto;  // the user's pin
+  // The group shares one host of at most 2 CPUs (broadcast_is_star): set per
+  // epoch from the samples every rank agreed on.
+  bool few_shared_cpus = false;
 };
 
 // Who a posted request waits on, for stall decisions and messages.
@@ -252,11 +259,13 @@ Status run_reduce_scatter(AlgoContext& ctx);
 Status run_broadcast(AlgoContext& ctx);
 Status run_barrier(AlgoContext& ctx);
 Status run_alltoall(AlgoContext& ctx);
-// Whether run_broadcast sends straight from the root (one piece, more than 2
-// ranks, not eager: eager broadcasts run down a chain or a binomial tree).
-bool broadcast_is_direct(const Op& op, int size, const Tuning& tuning);
+// Whether run_broadcast runs the star, sending straight from the root (more
+// than 2 ranks, not eager: eager broadcasts run down a chain or a binomial
+// tree): pinned (Tuning::broadcast), a group sharing at most 2 CPUs
+// (Tuning::few_shared_cpus), or with kAuto a buffer of one piece.
+bool broadcast_is_star(const Op& op, int size, const Tuning& tuning);
 // The first peer a rank talks to in a broadcast: eager, its parent (the
-// root: its first child); direct, the root (the root: rank root + 1); a
+// root: its first child); star, the root (the root: rank root + 1); a
 // chain's successor (its last rank: the predecessor).
 int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning);
 // Small broadcasts are eager: no acknowledgement. A rank finishes once it has
@@ -289,9 +298,9 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // connections in order, so point-to-point ops must be issued in the same
 // order relative to collectives on both ends (as NCCL requires).
 inline uint64_t eager_credit_period(int size) { return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1); }
-// Bytes per slice of a broadcast: a 2-rank chain forwards nothing, so its
-// frames are as large as the link allows (Tuning::stream_piece_bytes).
-size_t broadcast_piece_bytes(int size, const Tuning& tuning);
+// Bytes per slice of a broadcast: a 2-rank chain and a star forward nothing,
+// so their frames are as large as the link allows (Tuning::stream_piece_bytes).
+size_t broadcast_piece_bytes(const Op& op, int size, const Tuning& tuning);
 // The allreduce algorithm an op runs (kAuto resolved): a function of the op,
 // the group size and the tuning only, so every rank picks the same one.
 AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning);
