@@ -355,12 +355,17 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
   // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
   tuned.doubling_blocks = std::string(tname) == "tcp";
-  // Likewise the eager broadcast range (broadcast_is_eager).
-  tuned.eager_broadcast_bytes = std::string(tname) == "tcp" && size_ > 2 ? kEagerBroadcastBytesTcp : kEagerBroadcastBytes;
-  // And whether the ranks share so few CPUs that the star broadcast wins
+  // Whether the ranks share so few CPUs that the star broadcast wins
   // (broadcast_is_star).
   const int cpus = shared_cpus(samples);
   tuned.few_shared_cpus = cpus > 0 && cpus <= kStarBroadcastCpus;
+  // Likewise the eager broadcast range (broadcast_is_eager): over TCP above 2
+  // ranks, up to where the acknowledged chain or star takes over.
+  const bool star = tuned.broadcast == BroadcastAlgorithm::kStar ||
+                    (tuned.broadcast == BroadcastAlgorithm::kAuto && tuned.few_shared_cpus);
+  tuned.eager_broadcast_bytes = std::string(tname) != "tcp" || size_ <= 2 ? kEagerBroadcastBytes
+                                : star                                     ? kEagerBroadcastBytesTcpStar
+                                                                           : kEagerBroadcastBytesTcp;
   const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
   if (epoch == 0) {
     schedule_.reset(tuned);

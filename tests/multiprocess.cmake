@@ -266,10 +266,12 @@ rcoll_eager_broadcast_recovery(recovery_eager_broadcast_tree_np9 9 7 "rank 5/9\\
 # Over TCP above 2 ranks broadcasts are eager up to 256 KiB: the same at 4
 # ranks with 256 KiB broadcasts of two frames each (root 1; rank 3 the victim,
 # the end of the chain 1 -> 2 -> 3 -> 0, so rank 0 misses what it never passed
-# on). TCP only: over UCX these broadcasts are acknowledged.
+# on). TCP only: over UCX these broadcasts are acknowledged. Pinned to the
+# chain: where the ranks share at most 2 CPUs (or the star is pinned) larger
+# broadcasts run the star and the eager range ends at 128 KiB.
 add_test(NAME recovery_eager_broadcast_256k_np4_tcp
          COMMAND ${RCOLL_EXPECT} 0 "re-running slices 0..2 of broadcast seq 8 .*completed here, needed by a peer && 0 failed" 120 --
-               env RCOLL_DEBUG=info ${RCOLL_RUN} -n 4 --timeout 100 --inject "stall:rank=3,op=3,ms=300;close-link:rank=3,op=8" --
+               env RCOLL_DEBUG=info RCOLL_BROADCAST_ALGO=chain ${RCOLL_RUN} -n 4 --timeout 100 --inject "stall:rank=3,op=3,ms=300;close-link:rank=3,op=8" --
                ${RCOLL_FAULT_RUN} --sizes 256K --ops broadcast_burst --expect-recoveries 1)
 rcoll_transport_props(recovery_eager_broadcast_256k_np4 tcp 140 "faults;recovery")
 # Completion credits in flight when the data plane fails: at 4 ranks the first

@@ -27,6 +27,7 @@ namespace rcoll {
 // Eager broadcast ranges (broadcast_is_eager says why these).
 inline constexpr size_t kEagerBroadcastBytes = 8u << 10;
 inline constexpr size_t kEagerBroadcastBytesTcp = 256u << 10;
+inline constexpr size_t kEagerBroadcastBytesTcpStar = 128u << 10;
 // Groups on one host of at most this many CPUs broadcast by the star
 // (broadcast_is_star; runtime/algorithms/broadcast.cc says why).
 inline constexpr int kStarBroadcastCpus = 2;
@@ -279,7 +280,10 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
 // that it depends on the transport: over TCP above 2 ranks eager stays ahead
 // up to kEagerBroadcastBytesTcp (4 ranks, 4 alternating rounds: 16 KiB 3.2x,
 // 64 KiB 1.6x, 256 KiB 1.3x: the acknowledgement round costs a wake-up of
-// every rank on a busy host), while at 2 ranks over TCP (16-256 KiB: 0.7x down
+// every rank on a busy host); where the star broadcast takes over from the
+// chain (broadcast_is_star), up to kEagerBroadcastBytesTcpStar (4 ranks on 2
+// CPUs, 5 alternating rounds, eager against the star: 64 KiB 1.5x, 128 KiB
+// 1.06x, 256 KiB 0.85x); while at 2 ranks over TCP (16-256 KiB: 0.7x down
 // to 0.2x) and over UCX (4 ranks, 64-256 KiB: 0.4-0.5x, its rendezvous
 // protocol already waits for the receiver) the acknowledged broadcast wins.
 bool broadcast_is_eager(const Op& op, const Tuning& tuning);

@@ -656,7 +656,8 @@ int main(int argc, char** argv) {
         }
         if (has(ops, "broadcast")) test_broadcast(comm, c, salt % p);
         // Eager broadcasts are the small ones: up to 8 KiB, and over TCP above 2
-        // ranks up to 256 KiB (kEagerBroadcastBytesTcp, runtime/algorithms/context.h).
+        // ranks up to 256 KiB (kEagerBroadcastBytesTcp, runtime/algorithms/context.h;
+        // 128 KiB where broadcasts above it run the star).
         if (has(ops, "broadcast_burst") && !g_device && count * rcoll::size_of(d) <= (256u << 10))
           test_broadcast_burst(comm, c, salt % p, 40);
         if (has(ops, "sendrecv")) test_send_recv(comm, c);
