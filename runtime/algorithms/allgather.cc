@@ -5,7 +5,10 @@
 //
 // Recursive doubling (power-of-two groups, blocks_by_doubling()): at step s a
 // rank swaps all the blocks it has (2^s of them, piece k of each) with rank
-// r ^ 2^s. The same frames as the ring in log2 p steps instead of p-1.
+// r ^ 2^s. The same frames as the ring in log2 p steps instead of p-1. When a
+// block is one piece, the blocks a rank has lie back to back in the output
+// and go as one frame per step: 4 ranks on 2 CPUs (TCP, 5 alternating rounds
+// of 500 iterations) 1.20-1.29x at 4-64 KiB against a frame per block.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -16,6 +19,53 @@ namespace rcoll {
 
 namespace {
 
+// Whether output blocks [first, first + count) lie back to back (always,
+// unless a replay redirected some of them elsewhere).
+bool back_to_back(const AlgoContext& ctx, int first, int count, size_t n, size_t es) {
+  const char* base = ctx.out(static_cast<size_t>(first) * n);
+  for (int j = 1; j < count; ++j)
+    if (ctx.out(static_cast<size_t>(first + j) * n) != base + static_cast<size_t>(j) * n * es) return false;
+  return true;
+}
+
+// Recursive doubling for blocks of one piece: step s swaps the 2^s blocks
+// each side has as one frame (staged through scratch where a replay split
+// them).
+Status doubling_allgather_whole_blocks(AlgoContext& ctx) {
+  const Op& op = ctx.op();
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t es = op.element_size(), n = op.in.count;
+  if (ctx.first_slice() >= ctx.end_slice(1)) return Status();
+  ctx.before_window(0, 1);
+  const size_t mine = n * static_cast<size_t>(r);
+  if (ctx.out(mine) != ctx.in(0)) std::memcpy(ctx.out(mine), ctx.in(0), n * es);
+  std::span<Request> reqs = ctx.requests(2);
+  int lo = r, len = 1;  // the blocks this rank has: [lo, lo + len)
+  for (int s = 0; (1 << s) < p; ++s) {
+    const int d = 1 << s, partner = r ^ d;
+    const int theirs = (r & d) ? lo - len : lo + len;
+    const size_t bytes = static_cast<size_t>(len) * n * es;
+    const bool send_direct = back_to_back(ctx, lo, len, n, es), recv_direct = back_to_back(ctx, theirs, len, n, es);
+    char* stage = send_direct && recv_direct ? nullptr : static_cast<char*>(ctx.scratch(2 * bytes));
+    const char* src = ctx.out(static_cast<size_t>(lo) * n);
+    if (!send_direct) {
+      for (int j = 0; j < len; ++j) std::memcpy(stage + static_cast<size_t>(j) * n * es, ctx.out(static_cast<size_t>(lo + j) * n), n * es);
+      src = stage;
+    }
+    char* dst = recv_direct ? ctx.out(static_cast<size_t>(theirs) * n) : stage + bytes;
+    ctx.recv(partner, 0, static_cast<uint16_t>(s), dst, bytes, &reqs[0]);
+    ctx.send(partner, 0, static_cast<uint16_t>(s), src, bytes, &reqs[1]);
+    if (Status st = ctx.wait_all(reqs); !st.ok()) return st;
+    if (!recv_direct) {
+      for (int j = 0; j < len; ++j) std::memcpy(ctx.out(static_cast<size_t>(theirs + j) * n), dst + static_cast<size_t>(j) * n * es, n * es);
+    }
+    lo = std::min(lo, theirs);
+    len *= 2;
+  }
+  ctx.slices_done(1);
+  return Status();
+}
+
 Status doubling_allgather(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
@@ -23,6 +73,7 @@ Status doubling_allgather(AlgoContext& ctx) {
   const size_t n = op.in.count;
   const size_t piece = ctx.piece_elements();
   const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
+  if (slices == 1) return doubling_allgather_whole_blocks(ctx);
   const size_t window = ctx.window();
   const size_t most = window * static_cast<size_t>(p / 2);  // frames each way in one step
   std::span<Request> sends = ctx.requests(most), recvs = ctx.requests(most);
