@@ -17,8 +17,9 @@
 // (p - 1) x N is within it when c <= 2. There the star saves the chain's
 // hand-offs between ranks that take turns on the CPUs, and its frames are as
 // large as the link allows (nothing is forwarded, nothing to pipeline).
-// Measured at 4 ranks on 2 CPUs (TCP, busbw star / chain): see
-// kStarBroadcastCpus and bench/RESULTS.md. Every rank must choose alike, so
+// Measured on 2 CPUs, busbw star / chain at 512 KiB-64 MiB
+// (bench/broadcast_algo.sh): TCP 4 ranks 1.06-1.23x, 3 ranks 0.95-1.22x,
+// 8 ranks 1.10-1.32x; UCX 4 ranks 1.58-1.93x. Every rank must choose alike, so
 // the ranks' CPUs come from the link samples all agreed on at connect
 // (shared_cpus, Tuning::few_shared_cpus).
 //
