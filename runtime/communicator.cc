@@ -361,8 +361,7 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   tuned.few_shared_cpus = cpus > 0 && cpus <= kStarBroadcastCpus;
   // Likewise the eager broadcast range (broadcast_is_eager): over TCP above 2
   // ranks, up to where the acknowledged chain or star takes over.
-  const bool star = tuned.broadcast == BroadcastAlgorithm::kStar ||
-                    (tuned.broadcast == BroadcastAlgorithm::kAuto && tuned.few_shared_cpus);
+  const bool star = large_broadcasts_by_star(size_, tuned);
   tuned.eager_broadcast_bytes = std::string(tname) != "tcp" || size_ <= 2 ? kEagerBroadcastBytes
                                 : star                                     ? kEagerBroadcastBytesTcpStar
                                                                            : kEagerBroadcastBytesTcp;
@@ -386,8 +385,8 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   link_note_ = describe_link(worst) + " (timed in " + std::to_string(static_cast<int>(ms + 0.5)) + " ms) -> " +
                describe_tuning(tuned) + pinned;
   if (size_ > 2 && tuned.broadcast != BroadcastAlgorithm::kAuto) {
-    link_note_ += tuned.broadcast == BroadcastAlgorithm::kStar ? "; broadcasts by star (pinned)" : "; broadcasts by chain (pinned)";
-  } else if (size_ > 2 && tuned.few_shared_cpus) {
+    link_note_ += star ? "; broadcasts by star (pinned)" : "; broadcasts by chain (pinned)";
+  } else if (star) {
     link_note_ += "; broadcasts by star (the ranks share " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s") + ")";
   }
   return Status();

@@ -285,7 +285,7 @@ std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int 
     if (peer < static_cast<int>(log.recv_through.size()) && log.recv_through[peer] > 0)
       out << "through R " << peer << ' ' << log.recv_through[peer] << '\n';
   }
-  for (const auto& r : const_cast<ReplayLog&>(log).records()) write_record(out, r);
+  for (const auto& r : log.records()) write_record(out, r);
   if (current != nullptr) write_record(out, *current);
   out << "end\n";
   return out.str();
@@ -359,13 +359,13 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
     plan.entries.push_back({r.op.seq, resume});
     return Status();
   };
-  for (const auto& r : const_cast<ReplayLog&>(log).records()) {
+  for (const auto& r : log.records()) {
     if (Status s = consider(r); !s.ok()) return s;
   }
   // Does a peer still need an op this rank finished but no longer holds? Then
   // nobody can finish it: say so, rather than resend the wrong data or hang.
   auto holds = [&](const OpKey& key) {
-    for (const auto& r : const_cast<ReplayLog&>(log).records())
+    for (const auto& r : log.records())
       if (key_of(r.op) == key) return true;
     return current != nullptr && key_of(current->op) == key;
   };

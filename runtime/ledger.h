@@ -132,6 +132,7 @@ class ReplayLog {
   // runtime/progress.cc): no peer can need one of them re-run.
   void done_everywhere(uint64_t match_seq);
   std::list<OpRecord>& records() { return records_; }
+  const std::list<OpRecord>& records() const { return records_; }
   size_t bytes() const { return bytes_; }
   // Frees the blocks kept for reuse and the spare records (the communicator
   // went idle); returns the bytes of blocks freed.

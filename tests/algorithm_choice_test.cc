@@ -148,6 +148,9 @@ TEST(AlgorithmChoice, StarBroadcastWhereTheRanksShareFewCpus) {
 
   Tuning few = t;
   few.few_shared_cpus = true;
+  EXPECT_TRUE(large_broadcasts_by_star(4, few));
+  EXPECT_FALSE(large_broadcasts_by_star(2, few));
+  EXPECT_FALSE(large_broadcasts_by_star(4, t));
   EXPECT_TRUE(broadcast_is_star(big, 4, few));
   EXPECT_TRUE(broadcast_is_star(big, 3, few));
   EXPECT_FALSE(broadcast_is_star(big, 2, few));

@@ -169,16 +169,10 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning) {
   return op.kind == OpKind::kBroadcast && op.out.count * op.element_size() <= tuning.eager_broadcast_bytes;
 }
 
-namespace {
-
-// Every broadcast above the eager range runs the star (never with 2 ranks,
-// where the star is the chain).
-bool always_star(int size, const Tuning& tuning) {
+bool large_broadcasts_by_star(int size, const Tuning& tuning) {
   if (size <= 2 || tuning.broadcast == BroadcastAlgorithm::kChain) return false;
   return tuning.broadcast == BroadcastAlgorithm::kStar || tuning.few_shared_cpus;
 }
-
-}  // namespace
 
 size_t broadcast_piece_bytes(const Op& op, int size, const Tuning& tuning) {
   // Nothing is forwarded: frames as large as the link allows.
@@ -188,7 +182,7 @@ size_t broadcast_piece_bytes(const Op& op, int size, const Tuning& tuning) {
 
 bool broadcast_is_star(const Op& op, int size, const Tuning& tuning) {
   if (size <= 2 || op.out.count == 0 || broadcast_is_eager(op, tuning)) return false;
-  if (always_star(size, tuning)) return true;
+  if (large_broadcasts_by_star(size, tuning)) return true;
   const size_t piece = std::max<size_t>(1, tuning.piece_bytes / op.element_size());
   return tuning.broadcast == BroadcastAlgorithm::kAuto && op.out.count <= piece;
 }

@@ -265,6 +265,9 @@ Status run_alltoall(AlgoContext& ctx);
 // tree): pinned (Tuning::broadcast), a group sharing at most 2 CPUs
 // (Tuning::few_shared_cpus), or with kAuto a buffer of one piece.
 bool broadcast_is_star(const Op& op, int size, const Tuning& tuning);
+// Whether every broadcast above the eager range runs the star (more than 2
+// ranks; the pin, or kAuto with Tuning::few_shared_cpus).
+bool large_broadcasts_by_star(int size, const Tuning& tuning);
 // The first peer a rank talks to in a broadcast: eager, its parent (the
 // root: its first child); star, the root (the root: rank root + 1); a
 // chain's successor (its last rank: the predecessor).
