@@ -26,14 +26,20 @@ PooledBuffer::~PooledBuffer() {
 }
 
 PooledBuffer BufferPool::take(size_t bytes) {
-  // Smallest free block that fits.
+  // Smallest free block that fits; the newest of those that fit exactly
+  // (back to front: ops of one size recycle in O(1), and the block last given
+  // back is the likeliest to be in cache).
   size_t best = free_.size();
-  for (size_t i = 0; i < free_.size(); ++i) {
-    if (free_[i].second >= bytes && (best == free_.size() || free_[i].second < free_[best].second)) best = i;
+  for (size_t i = free_.size(); i-- > 0;) {
+    if (free_[i].second < bytes || (best != free_.size() && free_[i].second >= free_[best].second)) continue;
+    best = i;
+    if (free_[i].second == bytes) break;
   }
   if (best < free_.size()) {
+    // Order does not matter: the last block fills the gap.
     auto block = std::move(free_[best]);
-    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+    if (best + 1 != free_.size()) free_[best] = std::move(free_.back());
+    free_.pop_back();
     free_bytes_ -= block.second;
     return PooledBuffer(this, std::move(block.first), block.second, bytes);
   }

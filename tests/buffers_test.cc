@@ -3,6 +3,7 @@
 // algorithms' scratch space likewise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,49 @@ TEST(BufferPool, ReusesWithinItsBudgetAndTrimsToNothing) {
   }
   EXPECT_EQ(pool.free_bytes(), 256u * 1024);
   EXPECT_EQ(pool.trim(), 256u * 1024);
+  EXPECT_EQ(pool.free_bytes(), 0u);
+}
+
+// The smallest free block that fits, whatever order the blocks came back in;
+// of equal ones any; every block handed out at most once.
+TEST(BufferPool, TakesTheSmallestBlockThatFits) {
+  BufferPool pool(1u << 20);
+  char* small = nullptr;
+  char* mid = nullptr;
+  char* large = nullptr;
+  {
+    PooledBuffer l = pool.take(64 * 1024), s = pool.take(4 * 1024), m = pool.take(16 * 1024);
+    large = l.data();
+    small = s.data();
+    mid = m.data();
+  }  // given back in the order m, s, l
+  EXPECT_EQ(pool.free_bytes(), 84u * 1024);
+  PooledBuffer a = pool.take(10 * 1024);
+  EXPECT_EQ(a.data(), mid) << "16 KiB is the smallest block that fits 10 KiB";
+  PooledBuffer b = pool.take(4 * 1024);
+  EXPECT_EQ(b.data(), small) << "an exact fit";
+  PooledBuffer c = pool.take(4 * 1024);
+  EXPECT_EQ(c.data(), large) << "the only block left that fits";
+  PooledBuffer d = pool.take(1);
+  EXPECT_NE(d.data(), nullptr);
+  EXPECT_TRUE(d.data() != small && d.data() != mid && d.data() != large) << "a block handed out twice";
+  EXPECT_EQ(pool.free_bytes(), 0u);
+
+  // Many blocks of one size (a period of small eager broadcasts let go at
+  // once): each is handed out once, then new memory.
+  std::vector<PooledBuffer> held;
+  for (int i = 0; i < 8; ++i) held.push_back(pool.take(4096));
+  std::vector<char*> given;
+  for (auto& h : held) given.push_back(h.data());
+  held.clear();
+  std::vector<char*> again;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(pool.take(4096));
+    again.push_back(held.back().data());
+  }
+  std::sort(given.begin(), given.end());
+  std::sort(again.begin(), again.end());
+  EXPECT_EQ(again, given) << "the 8 free blocks, each once";
   EXPECT_EQ(pool.free_bytes(), 0u);
 }
 
