@@ -212,22 +212,27 @@ class CommunicatorImpl : public ProgressGuard {
   size_t nccl_backed_up_ = 0;
   uint64_t nccl_backup_seq_ = 0;
   int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
-  // Completion credits of the last credit point (eager_credit_period in
-  // runtime/algorithms/context.h): posted once the op completed here (normally,
-  // not in a recovery), collected by the first collective at least a period
-  // later or by the closing barrier, dropped with the transport that carried
-  // them. Declared before transport_: its requests outlive the transport.
+  // Completion credits of the credit points not yet collected, oldest first
+  // (eager_credit_period and eager_credit_lag in runtime/algorithms/context.h):
+  // posted once the op completed here (normally, not in a recovery), collected
+  // by the first collective at least a lag later or by the closing barrier,
+  // dropped with the transport that carried them. Declared before transport_:
+  // their requests outlive the transport.
   struct Credits {
-    uint64_t seq = 0;           // the credit point's match seq (0: none pending)
+    uint64_t seq = 0;  // the credit point's match seq
     // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
     std::vector<Request> reqs;
   };
-  // The peer of credits_.reqs[k].
+  // The peer of Credits::reqs[k].
   int credit_peer(size_t k) const {
     const int p = size_, d = static_cast<int>(k / 2) + 1;
     return k % 2 == 1 ? (rank_ + d) % p : (rank_ - d + p) % p;
   }
-  Credits credits_;
+  // A ring: at most lag / period credit points are ever pending. A slot's
+  // requests stay where they are while the transport holds them.
+  std::array<Credits, kCreditLagPeriods> credits_;
+  size_t credits_first_ = 0;    // the oldest pending credit point's slot
+  size_t credits_pending_ = 0;  // credit points posted, not yet collected
   // Set by recover(): the first collective no rank had started, so a credit
   // point every rank runs whole in the new epoch.
   uint64_t credits_from_seq_ = 0;

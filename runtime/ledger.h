@@ -134,6 +134,7 @@ class ReplayLog {
   std::list<OpRecord>& records() { return records_; }
   const std::list<OpRecord>& records() const { return records_; }
   size_t bytes() const { return bytes_; }
+  size_t budget() const { return budget_; }
   // Frees the blocks kept for reuse and the spare records (the communicator
   // went idle); returns the bytes of blocks freed.
   size_t trim();

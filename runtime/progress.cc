@@ -462,49 +462,61 @@ bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
 // transports' in-order matching pairs them like any other frame.
 void CommunicatorImpl::post_credits(const Op& op) {
   const int p = size_;
-  if (credits_.seq != 0) {
-    // Cannot happen: the credit point one period earlier was collected before
-    // this one ran (or dropped by a recovery, which makes this no credit point).
+  if (credits_pending_ == credits_.size()) {
+    // Cannot happen: the credit point a lag earlier was collected before this
+    // one ran (or dropped by a recovery, which makes this no credit point).
     RCOLL_LOG(kError, "%s: the completion credits of collective seq %llu were never collected; sending none for this one "
               "(peers that do will see a desync, and a recovery follows)",
-              op.describe().c_str(), static_cast<unsigned long long>(credits_.seq));
+              op.describe().c_str(), static_cast<unsigned long long>(credits_[credits_first_].seq));
     return;
   }
+  Credits& c = credits_[(credits_first_ + credits_pending_) % credits_.size()];
   FrameHeader h = op.frame_template(transport_->epoch(), rank_);
   h.step = AlgoContext::kCreditStep;
-  credits_.reqs.assign(2 * static_cast<size_t>(p - 1), Request{});
-  for (size_t k = 0; k < credits_.reqs.size(); ++k) {
+  c.reqs.assign(2 * static_cast<size_t>(p - 1), Request{});
+  for (size_t k = 0; k < c.reqs.size(); ++k) {
     if (k % 2 == 1) {
-      transport_->post_send(credit_peer(k), h, nullptr, &credits_.reqs[k]);
+      transport_->post_send(credit_peer(k), h, nullptr, &c.reqs[k]);
     } else {
-      transport_->post_recv(credit_peer(k), h, nullptr, &credits_.reqs[k]);
+      transport_->post_recv(credit_peer(k), h, nullptr, &c.reqs[k]);
     }
   }
-  credits_.seq = op.match_seq;
+  c.seq = op.match_seq;
+  ++credits_pending_;
   next_credit_seq_ = op.match_seq + eager_credit_period(p);
 }
 
 Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
-  if (credits_.seq == 0 || op.kind == OpKind::kSendRecv) return Status();
-  if (!closing_barrier_running_ && op.match_seq < credits_.seq + eager_credit_period(size_)) return Status();
-  for (size_t k = 0; k < credits_.reqs.size(); ++k) {
-    if (Status s = ctx.wait_for_credit(credits_.reqs[k], credit_peer(k), k % 2 == 1, credits_.seq); !s.ok()) return s;
+  if (op.kind == OpKind::kSendRecv) return Status();
+  while (credits_pending_ > 0) {
+    Credits& c = credits_[credits_first_];
+    // Sooner where the log's backups near the budget (which would leave the
+    // oldest ops unreplayable): at least the first period's, as ever.
+    const bool due = closing_barrier_running_ || op.match_seq >= c.seq + eager_credit_lag(size_, ctx.tuning()) ||
+                     (op.match_seq >= c.seq + eager_credit_period(size_) && log_.bytes() > log_.budget() / 2);
+    if (!due) return Status();
+    for (size_t k = 0; k < c.reqs.size(); ++k) {
+      if (Status s = ctx.wait_for_credit(c.reqs[k], credit_peer(k), k % 2 == 1, c.seq); !s.ok()) return s;
+    }
+    log_.done_everywhere(c.seq);
+    RCOLL_LOG(kDebug, "completion credits of collective seq %llu collected from every rank in epoch %u (at %s): the replay "
+              "log lets go of collectives up to there", static_cast<unsigned long long>(c.seq), transport_->epoch(),
+              op.describe().c_str());
+    credits_first_ = (credits_first_ + 1) % credits_.size();
+    --credits_pending_;
   }
-  log_.done_everywhere(credits_.seq);
-  RCOLL_LOG(kDebug, "completion credits of collective seq %llu collected from every rank in epoch %u (at %s): the replay "
-            "log lets go of collectives up to there", static_cast<unsigned long long>(credits_.seq), transport_->epoch(),
-            op.describe().c_str());
-  credits_.seq = 0;
   return Status();
 }
 
 void CommunicatorImpl::drop_credits() {
-  if (credits_.seq != 0) {
+  for (; credits_pending_ > 0; --credits_pending_) {
+    Credits& c = credits_[credits_first_];
     RCOLL_LOG(kInfo, "completion credits of collective seq %llu dropped with the old data plane; the first eager "
-              "broadcast no rank had started posts new ones", static_cast<unsigned long long>(credits_.seq));
+              "broadcast no rank had started posts new ones", static_cast<unsigned long long>(c.seq));
+    c.reqs.clear();
+    credits_first_ = (credits_first_ + 1) % credits_.size();
   }
-  credits_.seq = 0;
-  credits_.reqs.clear();
+  credits_first_ = 0;
 }
 
 // The progress deadline: how long an op may move no bytes at all. The caller's

@@ -116,6 +116,20 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   EXPECT_FALSE(broadcast_is_star(eager, 4, t));
 }
 
+// Credits are collected a period after their credit point, or
+// kCreditLagPeriods periods where more than 2 ranks share at most 2 CPUs; the
+// ring of pending credit points has a slot for each period of the longest lag.
+TEST(AlgorithmChoice, CreditLagIsLongerOnlyWhereRanksShareFewCpus) {
+  Tuning own, shared;
+  shared.few_shared_cpus = true;
+  EXPECT_EQ(eager_credit_lag(4, own), eager_credit_period(4));
+  EXPECT_EQ(eager_credit_lag(2, shared), eager_credit_period(2));
+  EXPECT_EQ(eager_credit_lag(4, shared), kCreditLagPeriods * eager_credit_period(4));
+  EXPECT_EQ(eager_credit_lag(11, shared), kCreditLagPeriods * eager_credit_period(11));
+  EXPECT_EQ(eager_credit_period(4), 32u);
+  EXPECT_EQ(eager_credit_period(11), 80u);
+}
+
 // Over TCP above 2 ranks the epoch's tuning makes broadcasts eager up to
 // 256 KiB: a 64 KiB one goes down the chain, not direct from the root, and a
 // 256 KiB one (two frames) too; one byte more is acknowledged again.

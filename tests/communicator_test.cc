@@ -475,13 +475,20 @@ TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
 
 // What holds an eager root back is the completion credits: with rank 3 of 4
 // holding back its ops, root 0 gets through the first broadcast (a credit
-// point) and the K - 1 after it, and stops at op K + 1, a period later, where
-// it needs rank 3's credit for op 1. (Without credits it finishes all 3K + 8
-// broadcasts at once: they are 1 KiB each, far less than the socket buffers
-// hold.) Then rank 3 goes, and every broadcast arrives everywhere.
+// point) and the L - 1 after it, L being the credit lag, and stops at op
+// L + 1, where it needs rank 3's credit for op 1. (Without credits it finishes
+// all 3L + 8 broadcasts at once: they are 1 KiB each, far less than the
+// socket buffers hold.) L is a period or, where the ranks share at most 2
+// CPUs, kCreditLagPeriods periods: so the root gets at least a period ahead
+// and no further than the longer lag. Then rank 3 goes, and every broadcast
+// arrives everywhere.
 TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
   const uint64_t period = eager_credit_period(4);
-  const size_t count = 3 * period + 8;
+  Tuning shared;
+  shared.few_shared_cpus = true;
+  const uint64_t longest_lag = eager_credit_lag(4, shared);
+  ASSERT_EQ(longest_lag, kCreditLagPeriods * period);
+  const size_t count = 3 * longest_lag + 8;
   std::atomic<bool> release{false};
   run_ranks(4, [&](Communicator& c) {
     const int r = c.rank();
@@ -498,7 +505,7 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
       // Ops are numbered from 1: op K is the last one before the wait.
       EXPECT_TRUE(works[period - 1].wait(5000ms).ok());
       std::this_thread::sleep_for(300ms);
-      EXPECT_FALSE(works[period].done()) << "root 0 ran more than a credit period ahead of rank 3";
+      EXPECT_FALSE(works[longest_lag].done()) << "root 0 ran more than the longest credit lag ahead of rank 3";
       release = true;
     }
     for (Work& w : works) ASSERT_TRUE(w.wait().ok());

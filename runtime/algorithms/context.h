@@ -295,16 +295,32 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // (the first one at all, or after a recovery) is a credit point: every rank,
 // once it has the op, sends every other rank an empty frame (step
 // kCreditStep) and posts a receive for theirs, and waits for both no earlier
-// than one period later. The credits say that every rank has every collective
-// up to the credit point, so the replay log can let go of them, and waiting
-// for them keeps a root within about a period of the slowest rank, without
-// the rendezvous an acknowledgement costs. 2(p - 1) frames per rank per
-// period: the period grows with the group so that stays at most 1/4 frame
-// per op. Only with recovery on (without, nothing is kept for a peer, and the
-// socket buffers bound how far a root runs ahead). The frames ride the data
-// connections in order, so point-to-point ops must be issued in the same
-// order relative to collectives on both ends (as NCCL requires).
+// than eager_credit_lag later. The credits say that every rank has every
+// collective up to the credit point, so the replay log can let go of them,
+// and waiting for them keeps a root within about a lag of the slowest rank,
+// without the rendezvous an acknowledgement costs. 2(p - 1) frames per rank
+// per period: the period grows with the group so that stays at most 1/4
+// frame per op. Only with recovery on (without, nothing is kept for a peer,
+// and the socket buffers bound how far a root runs ahead). The frames ride
+// the data connections in order, so point-to-point ops must be issued in the
+// same order relative to collectives on both ends (as NCCL requires).
 inline uint64_t eager_credit_period(int size) { return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1); }
+// How many collective sequence numbers after a credit point a rank waits for
+// its credits (when they have not all come in by then). Which op waits is
+// this rank's own affair (the frames were posted at agreed places), so this
+// may depend on what only this rank sees. One period, except where more than
+// 2 ranks share at most 2 CPUs (Tuning::few_shared_cpus): there a root that
+// stops every period to wait for the chain's last rank leaves a CPU idle
+// while that rank catches up, and a longer lag keeps every rank busy. 4
+// ranks on 2 CPUs, TCP, 4 KiB eager broadcasts back to back, time per op
+// over the loop (4 alternating rounds of 10000): a lag of 1 period 26-39 us,
+// 8 periods 23-31 us; per-op medians unchanged. At 2 ranks (no CPU to share
+// out) 8 periods was no faster. At most kCreditLagPeriods periods: the
+// pending credit points' ring has that many slots.
+inline constexpr uint64_t kCreditLagPeriods = 8;
+inline uint64_t eager_credit_lag(int size, const Tuning& tuning) {
+  return eager_credit_period(size) * (size > 2 && tuning.few_shared_cpus ? kCreditLagPeriods : 1);
+}
 // Bytes per slice of a broadcast: a 2-rank chain and a star forward nothing,
 // so their frames are as large as the link allows (Tuning::stream_piece_bytes).
 size_t broadcast_piece_bytes(const Op& op, int size, const Tuning& tuning);
