@@ -30,9 +30,10 @@ bool parse(const char* text, long lo, long hi, long* out) {
 
 int main(int argc, char** argv) {
   long bytes = 4096, iters = 10000, root = 0;
-  if (argc > 4 || (argc > 1 && !parse(argv[1], 4, 1L << 30, &bytes)) || (argc > 2 && !parse(argv[2], 1, 1L << 30, &iters)) ||
-      (argc > 3 && !parse(argv[3], 0, 1L << 20, &root))) {
-    std::fprintf(stderr, "usage: rcoll-run -n N -- rcoll-loop-bench [BYTES (>= 4) [ITERS (>= 1) [ROOT]]]\n");
+  // Float32 elements; one timing per iteration is kept (8 bytes each).
+  if (argc > 4 || (argc > 1 && (!parse(argv[1], 4, 1L << 30, &bytes) || bytes % 4 != 0)) ||
+      (argc > 2 && !parse(argv[2], 1, 1L << 26, &iters)) || (argc > 3 && !parse(argv[3], 0, 1L << 20, &root))) {
+    std::fprintf(stderr, "usage: rcoll-run -n N -- rcoll-loop-bench [BYTES (a multiple of 4, 4 to 2^30) [ITERS (1 to 2^26) [ROOT]]]\n");
     return 2;
   }
   try {

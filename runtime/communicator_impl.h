@@ -215,7 +215,8 @@ class CommunicatorImpl : public ProgressGuard {
   // Completion credits of the credit points not yet collected, oldest first
   // (eager_credit_period and eager_credit_lag in runtime/algorithms/context.h):
   // posted once the op completed here (normally, not in a recovery), collected
-  // by the first collective at least a lag later or by the closing barrier,
+  // by the first collective a lag later (a period later where the backups
+  // pass half the budget) or by the closing barrier,
   // dropped with the transport that carried them. Declared before transport_:
   // their requests outlive the transport.
   struct Credits {

@@ -343,8 +343,8 @@ int CommunicatorImpl::first_dead_peer() const {
 // its last slices. Its tail inputs are copied now, because the caller owns its
 // buffers from here on. In a ring every slice needs every rank, so no rank is
 // more than a window ahead of the slowest: two windows of tail suffice. A send
-// or an eager broadcast can be ahead of its receiver by what the socket
-// buffers hold. Receives and acknowledged broadcasts (which complete only when
+// can be ahead of its receiver by what the socket buffers hold, an eager
+// broadcast's root by what the completion credits allow (collect_credits). Receives and acknowledged broadcasts (which complete only when
 // everyone downstream acknowledged) are never re-run for a peer.
 void CommunicatorImpl::record_completion(OpRecord rec) {
   const Op& op = rec.op;
@@ -463,8 +463,10 @@ bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
 void CommunicatorImpl::post_credits(const Op& op) {
   const int p = size_;
   if (credits_pending_ == credits_.size()) {
-    // Cannot happen: the credit point a lag earlier was collected before this
-    // one ran (or dropped by a recovery, which makes this no credit point).
+    // Cannot happen: points are at least a period apart, and each is
+    // collected by the op a lag (at most kCreditLagPeriods periods) after it,
+    // before that op can post another (or dropped by a recovery, which makes
+    // this no credit point).
     RCOLL_LOG(kError, "%s: the completion credits of collective seq %llu were never collected; sending none for this one "
               "(peers that do will see a desync, and a recovery follows)",
               op.describe().c_str(), static_cast<unsigned long long>(credits_[credits_first_].seq));

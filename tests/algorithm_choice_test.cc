@@ -124,6 +124,7 @@ TEST(AlgorithmChoice, CreditLagIsLongerOnlyWhereRanksShareFewCpus) {
   shared.few_shared_cpus = true;
   EXPECT_EQ(eager_credit_lag(4, own), eager_credit_period(4));
   EXPECT_EQ(eager_credit_lag(2, shared), eager_credit_period(2));
+  EXPECT_EQ(eager_credit_lag(3, shared), kCreditLagPeriods * eager_credit_period(3));
   EXPECT_EQ(eager_credit_lag(4, shared), kCreditLagPeriods * eager_credit_period(4));
   EXPECT_EQ(eager_credit_lag(11, shared), kCreditLagPeriods * eager_credit_period(11));
   EXPECT_EQ(eager_credit_period(4), 32u);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cstdlib>
 
@@ -478,17 +479,19 @@ TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
 // point) and the L - 1 after it, L being the credit lag, and stops at op
 // L + 1, where it needs rank 3's credit for op 1. (Without credits it finishes
 // all 3L + 8 broadcasts at once: they are 1 KiB each, far less than the
-// socket buffers hold.) L is a period or, where the ranks share at most 2
-// CPUs, kCreditLagPeriods periods: so the root gets at least a period ahead
-// and no further than the longer lag. Then rank 3 goes, and every broadcast
-// arrives everywhere.
+// socket buffers hold.) L is a period, or kCreditLagPeriods periods where the
+// ranks (threads here) share at most kStarBroadcastCpus CPUs: this process's
+// CPU mask says which. Then rank 3 goes, and every broadcast arrives
+// everywhere.
 TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
-  const uint64_t period = eager_credit_period(4);
-  Tuning shared;
-  shared.few_shared_cpus = true;
-  const uint64_t longest_lag = eager_credit_lag(4, shared);
-  ASSERT_EQ(longest_lag, kCreditLagPeriods * period);
-  const size_t count = 3 * longest_lag + 8;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
+  Tuning here;
+  here.few_shared_cpus = CPU_COUNT(&mask) <= kStarBroadcastCpus;
+  const uint64_t lag = eager_credit_lag(4, here);
+  ASSERT_EQ(lag, (here.few_shared_cpus ? kCreditLagPeriods : 1) * eager_credit_period(4));
+  const size_t count = 3 * lag + 8;
   std::atomic<bool> release{false};
   run_ranks(4, [&](Communicator& c) {
     const int r = c.rank();
@@ -502,10 +505,10 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
       works.push_back(c.broadcast_async(Buffer::of(bufs[k]), 0));
     }
     if (r == 0) {
-      // Ops are numbered from 1: op K is the last one before the wait.
-      EXPECT_TRUE(works[period - 1].wait(5000ms).ok());
+      // Ops are numbered from 1: op L is the last one before the wait.
+      EXPECT_TRUE(works[lag - 1].wait(5000ms).ok()) << "root 0 stopped short of the credit lag (" << lag << " ops)";
       std::this_thread::sleep_for(300ms);
-      EXPECT_FALSE(works[longest_lag].done()) << "root 0 ran more than the longest credit lag ahead of rank 3";
+      EXPECT_FALSE(works[lag].done()) << "root 0 ran more than the credit lag (" << lag << " ops) ahead of rank 3";
       release = true;
     }
     for (Work& w : works) ASSERT_TRUE(w.wait().ok());

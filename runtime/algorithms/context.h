@@ -294,8 +294,9 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // least this many collective sequence numbers after the last credit point
 // (the first one at all, or after a recovery) is a credit point: every rank,
 // once it has the op, sends every other rank an empty frame (step
-// kCreditStep) and posts a receive for theirs, and waits for both no earlier
-// than eager_credit_lag later. The credits say that every rank has every
+// kCreditStep) and posts a receive for theirs, and waits for both
+// eager_credit_lag later (at least a period later where its backups pass half
+// the budget). The credits say that every rank has every
 // collective up to the credit point, so the replay log can let go of them,
 // and waiting for them keeps a root within about a lag of the slowest rank,
 // without the rendezvous an acknowledgement costs. 2(p - 1) frames per rank
@@ -316,7 +317,8 @@ inline uint64_t eager_credit_period(int size) { return size <= 5 ? 32 : 8 * stat
 // over the loop (4 alternating rounds of 10000): a lag of 1 period 26-39 us,
 // 8 periods 23-31 us; per-op medians unchanged. At 2 ranks (no CPU to share
 // out) 8 periods was no faster. At most kCreditLagPeriods periods: the
-// pending credit points' ring has that many slots.
+// pending credit points' ring has that many slots (credit points are at least
+// a period apart, and each is collected before the one a lag later is posted).
 inline constexpr uint64_t kCreditLagPeriods = 8;
 inline uint64_t eager_credit_lag(int size, const Tuning& tuning) {
   return eager_credit_period(size) * (size > 2 && tuning.few_shared_cpus ? kCreditLagPeriods : 1);
