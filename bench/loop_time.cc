@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
+#include <exception>
 #include <vector>
 
 namespace {

@@ -216,9 +216,9 @@ class CommunicatorImpl : public ProgressGuard {
   // (eager_credit_period and eager_credit_lag in runtime/algorithms/context.h):
   // posted once the op completed here (normally, not in a recovery), collected
   // by the first collective a lag later (a period later where the backups
-  // pass half the budget) or by the closing barrier,
-  // dropped with the transport that carried them. Declared before transport_:
-  // their requests outlive the transport.
+  // pass half the budget) or by the closing barrier, dropped with the
+  // transport that carried them. Declared before transport_: their requests
+  // outlive the transport.
   struct Credits {
     uint64_t seq = 0;  // the credit point's match seq
     // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.

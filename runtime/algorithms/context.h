@@ -296,10 +296,10 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // once it has the op, sends every other rank an empty frame (step
 // kCreditStep) and posts a receive for theirs, and waits for both
 // eager_credit_lag later (at least a period later where its backups pass half
-// the budget). The credits say that every rank has every
-// collective up to the credit point, so the replay log can let go of them,
-// and waiting for them keeps a root within about a lag of the slowest rank,
-// without the rendezvous an acknowledgement costs. 2(p - 1) frames per rank
+// the budget). The credits say that every rank has every collective up to the
+// credit point, so the replay log can let go of them, and waiting for them
+// keeps a root within about a lag of the slowest rank, without the rendezvous
+// an acknowledgement costs. 2(p - 1) frames per rank
 // per period: the period grows with the group so that stays at most 1/4
 // frame per op. Only with recovery on (without, nothing is kept for a peer,
 // and the socket buffers bound how far a root runs ahead). The frames ride
