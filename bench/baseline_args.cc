@@ -59,6 +59,8 @@ BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std:
       c.iters = int_flag(f, args.value(), 1);
     } else if (f == "--warmup") {
       c.warmup = int_flag(f, args.value(), 0);
+    } else if (f == "--time") {
+      c.timing = parse_timing(args.value());
     } else if (f == "--check") {
       c.check = true;
     } else if (f == "--json") {
@@ -95,7 +97,8 @@ std::string baseline_usage(const std::vector<std::string>& ops) {
          "                 size = bytes per rank of the op's main buffer, as in nccl-tests\n"
          "  --dtype T      float32 only;  --redop R: sum only\n"
          "  --iters N      timed iterations per size  [20]\n"
-         "  --warmup N     untimed iterations before them  [5]\n"
+         "  --warmup N     untimed iterations before them  [5]\n" +
+         std::string(kTimingUsage) +
          "  --check        after the timed iterations run one more op and verify every element\n"
          "  --json FILE    rank 0 writes the rows as JSON (rcoll-bench's format)\n"
          "  --root R       broadcast root  [0]\n"

@@ -21,11 +21,12 @@ struct BaselineConfig {
   bool check = false;
   std::string json;
   int root = 0;
+  Timing timing = Timing::kMedian;
   bool help = false;
 };
 
 // Parses --op (one of `ops`, or all), --sizes, --dtype float32, --redop sum,
-// --iters, --warmup, --check, --json, --root, --help. Any other flag goes to
+// --iters, --warmup, --time, --check, --json, --root, --help. Any other flag goes to
 // `extra`, which returns false if it does not know it. Throws UsageError.
 BaselineConfig parse_baseline_args(int argc, char** argv, const std::vector<std::string>& ops,
                                    const std::function<bool(ArgReader&)>& extra);

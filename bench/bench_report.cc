@@ -128,6 +128,37 @@ double median(std::vector<double>& v) {
   return m;
 }
 
+Timing parse_timing(std::string_view text) {
+  if (text == "median") return Timing::kMedian;
+  if (text == "mean") return Timing::kMean;
+  if (text == "sync") return Timing::kSync;
+  throw UsageError("--time: '" + std::string(text) + "' is not median, mean or sync");
+}
+
+const char* to_string(Timing t) {
+  switch (t) {
+    case Timing::kMedian: return "median";
+    case Timing::kMean: return "mean";
+    case Timing::kSync: return "sync";
+  }
+  return "?";
+}
+
+const char* describe(Timing t) {
+  switch (t) {
+    case Timing::kMedian: return "median of per-iteration times per rank (ops back to back)";
+    case Timing::kMean: return "loop wall time over iters per rank (ops back to back)";
+    case Timing::kSync: return "median of per-iteration times per rank, a barrier before each op";
+  }
+  return "?";
+}
+
+const char* const kTimingUsage =
+    "  --time T       median|mean|sync: a rank's time per op is the median of ops timed back to\n"
+    "                 back, the loop's wall time over them (nccl-tests; counts a peer's catch-up\n"
+    "                 that the median misses), or the median with a barrier before each op\n"
+    "                 (OSU's latency)  [median]\n";
+
 double bus_factor(std::string_view op, int nranks) {
   const double n = nranks;
   if (op == "allreduce") return nranks > 0 ? 2 * (n - 1) / n : 0;
@@ -234,8 +265,9 @@ void Report::write_json(const std::string& path, uint64_t recoveries, uint64_t f
     if (!r.library.empty()) std::fprintf(f.get(), ", \"library\": %s", json_string(r.library).c_str());
     std::fprintf(f.get(), "}");
   }
-  std::fprintf(f.get(), "\n], \"recoveries\": %llu, \"fallbacks\": %llu, \"ranks\": %d}\n",
-               static_cast<unsigned long long>(recoveries), static_cast<unsigned long long>(fallbacks), ranks);
+  std::fprintf(f.get(), "\n], \"recoveries\": %llu, \"fallbacks\": %llu, \"ranks\": %d, \"time\": \"%s\"}\n",
+               static_cast<unsigned long long>(recoveries), static_cast<unsigned long long>(fallbacks), ranks,
+               to_string(timing_));
   if (std::fflush(f.get()) != 0 || std::ferror(f.get())) {
     throw std::runtime_error("cannot write --json file '" + path + "': " + std::strerror(errno));
   }

@@ -53,20 +53,47 @@ class ArgReader {
 // Median of per-iteration times (the input is reordered).
 double median(std::vector<double>& v);
 
-// Runs `warmup` untimed calls of op(), then `iters` calls timed one by one;
-// returns the per-iteration times in microseconds.
-template <typename Op>
-std::vector<double> time_iterations(int warmup, int iters, Op&& op) {
+// How a rank's time per op is measured (--time). Back-to-back ops let a rank
+// that returns before its peers have the data (a broadcast's root, an eager
+// send) run ahead of them, and their catch-up then lands in a few long
+// iterations that the median does not see; the loop's wall time does.
+enum class Timing {
+  kMedian,  // ops back to back, each timed; the median
+  kMean,    // ops back to back; the loop's wall time over the ops (nccl-tests)
+  kSync,    // a barrier, not timed, before each timed op; the median (OSU's latency)
+};
+
+// "median", "mean", "sync". Throws UsageError naming --time otherwise.
+Timing parse_timing(std::string_view text);
+const char* to_string(Timing t);
+// For a table's preamble: "median of per-iteration times per rank" and the like.
+const char* describe(Timing t);
+// The usage line of --time (ends in a newline).
+extern const char* const kTimingUsage;
+
+// This rank's time per op in microseconds: `warmup` untimed calls of op(),
+// then `iters` timed as `how` says. sync() is a barrier across the ranks: it
+// runs before the timed loop (kMean) or before each timed op (kSync).
+template <typename Op, typename Sync>
+double time_per_op(Timing how, int warmup, int iters, Op&& op, Sync&& sync) {
+  using Clock = std::chrono::steady_clock;
+  const auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
   for (int i = 0; i < warmup; ++i) op();
-  std::vector<double> us;
-  us.reserve(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    const auto t1 = std::chrono::steady_clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  if (how == Timing::kMean) {
+    sync();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) op();
+    return iters > 0 ? us(Clock::now() - t0) / iters : 0;
   }
-  return us;
+  std::vector<double> times;
+  times.reserve(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    if (how == Timing::kSync) sync();
+    const auto t0 = Clock::now();
+    op();
+    times.push_back(us(Clock::now() - t0));
+  }
+  return median(times);
 }
 
 // nccl-tests' bus bandwidth factor for an op at `nranks` ranks: allreduce
@@ -81,7 +108,7 @@ struct Row {
   std::string dtype;
   std::string redop;   // "none" for ops that do not reduce
   int root = -1;
-  double time_us = 0;  // max over ranks of each rank's median iteration time
+  double time_us = 0;  // max over ranks of each rank's time per op (Timing)
   double algbw = 0;    // GB/s = 1e9 B/s
   double busbw = 0;
   uint64_t wrong = 0;
@@ -99,7 +126,9 @@ class Report {
  public:
   // `algo_column`: add an "algo" column to the table and an "algo" key to the JSON rows.
   // `checked`: #wrong holds a count (otherwise the table shows N/A).
-  Report(bool algo_column, bool checked) : algo_column_(algo_column), checked_(checked) {}
+  // `timing`: how time_us was measured (the JSON's "time").
+  Report(bool algo_column, bool checked, Timing timing)
+      : algo_column_(algo_column), checked_(checked), timing_(timing) {}
 
   // Comment lines ("# ...") that describe the run, then the column headings.
   void print_header(const std::vector<std::string>& preamble) const;
@@ -113,6 +142,7 @@ class Report {
  private:
   bool algo_column_;
   bool checked_;
+  Timing timing_;
   std::vector<Row> rows_;
 };
 

@@ -101,7 +101,8 @@ std::vector<std::string> baseline_argv(const CompareOptions& o, const std::strin
   }
   argv.insert(argv.end(),
               {"--op", o.op, "--sizes", o.sizes, "--iters", std::to_string(o.iters), "--warmup",
-               std::to_string(o.warmup), "--root", std::to_string(o.root), "--json", json});
+               std::to_string(o.warmup), "--root", std::to_string(o.root), "--time", to_string(o.timing),
+               "--json", json});
   if (o.check) argv.push_back("--check");
   return argv;
 }
@@ -138,9 +139,15 @@ BaselineResult run_one(const CompareOptions& o, const std::string& library, Work
         program + " " + exit.describe() + (exit.timed_out ? " (--compare-timeout)" : "");
   } else {
     try {
-      result.rows = read_row_json(json).rows;
+      RowFile file = read_row_json(json);
+      result.rows = std::move(file.rows);
       for (auto& r : result.rows) {
         if (r.library.empty()) r.library = library;
+      }
+      // Times measured another way would make the ratios meaningless.
+      if (file.timing != to_string(o.timing)) {
+        result.rows.clear();
+        result.failure = program + " measured time as '" + file.timing + "', not --time " + to_string(o.timing);
       }
     } catch (const std::runtime_error& e) {
       result.failure = program + " exited 0 but its rows cannot be read: " + e.what();
@@ -237,7 +244,7 @@ BaselinePrograms find_baseline_programs(const std::vector<std::string>& librarie
 
 std::vector<BaselineResult> run_baselines(const CompareOptions& options) {
   WorkDir dir(options.dir);
-  std::printf("# --compare: the same ops, sizes, iters and warmup with");
+  std::printf("# --compare: the same ops, sizes, iters, warmup and --time %s with", to_string(options.timing));
   for (const auto& lib : options.libraries) std::printf(" %s", lib.c_str());
   std::printf(", one after the other; their output (NAME.log) and rows (NAME.json) go to %s%s\n",
               dir.path().c_str(), dir.temporary() ? ", removed at the end unless one fails" : "");

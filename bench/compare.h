@@ -46,6 +46,7 @@ struct CompareOptions {
   int iters = 0;
   int warmup = 0;
   int root = 0;
+  Timing timing = Timing::kMedian;
   bool check = false;
   std::string
       dir;  // for each library NAME.log (its output) and NAME.json; "" = a temporary directory

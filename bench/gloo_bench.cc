@@ -7,7 +7,7 @@
 //
 // Gloo has several algorithms per op and no automatic choice between them; at
 // every size each one is measured the same way as rcoll-bench measures an op
-// (warmup, then iterations timed one by one, median per rank, max over ranks)
+// (warmup, then iterations timed as --time says, max over ranks)
 // and the row reports the fastest, named in the "algo" column. Each algorithm
 // runs on a context (a full mesh of TCP pairs) of its own: with one shared
 // context, Gloo's new-style ring allreduce ran ~100x slower at every size after
@@ -368,8 +368,8 @@ std::optional<Row> GlooBench::run(const std::string& op, uint64_t size) {
   size_t best = 0;
   for (size_t k = 0; k < cands.size(); ++k) {
     barrier();
-    std::vector<double> us = rcoll::bench::time_iterations(cfg_.warmup, cfg_.iters, cands[k].run);
-    const double t = reduce_scalar(rcoll::bench::median(us), true);
+    const double mine = rcoll::bench::time_per_op(cfg_.timing, cfg_.warmup, cfg_.iters, cands[k].run, [this] { barrier(); });
+    const double t = reduce_scalar(mine, true);
     if (k == 0 || t < best_us) {
       best_us = t;
       best = k;
@@ -409,7 +409,7 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
   const double json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-gloo-bench") ? 1 : 0;
   if (bench.reduce_scalar(json_bad, true) > 0) return 2;
 
-  rcoll::bench::Report report(true, cfg.check);
+  rcoll::bench::Report report(true, cfg.check, cfg.timing);
   if (leader) {
     std::string op_list, algo_list;
     for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
@@ -423,7 +423,8 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
         "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
             "  check: " + (cfg.check ? "on" : "off") + "  algorithms tried: " + algo_list,
-        "time: median of per-iteration times per rank, max over ranks, fastest algorithm; busbw as in nccl-tests"});
+        std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+            ", max over ranks, fastest algorithm; busbw as in nccl-tests"});
   }
   uint64_t wrong = 0;
   for (const auto& op : cfg.ops) {

@@ -1,7 +1,7 @@
 // rcoll-mpi-bench: rcoll-bench's table and JSON for MPI's collectives
 // (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast), float32
-// sum, measured the same way: warmup, then iterations timed one by one, median
-// per rank, max over ranks. With Open MPI on one host, force the TCP path so the
+// sum, measured the same way: warmup, then iterations timed as --time says
+// (bench_report.h: Timing), max over ranks. With Open MPI on one host, force the TCP path so the
 // comparison with rcoll's TCP transport is fair:
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl tcp,self
@@ -150,8 +150,10 @@ Row MpiBench::run(const std::string& op, uint64_t size, const std::string& trans
   }
 
   mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
-  std::vector<double> us = rcoll::bench::time_iterations(cfg_.warmup, cfg_.iters, [&] { run_once(op); });
-  double mine = rcoll::bench::median(us), time_us = 0;
+  double mine = rcoll::bench::time_per_op(
+      cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); },
+      [] { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); });
+  double time_us = 0;
   mpi_check(MPI_Allreduce(&mine, &time_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   unsigned long long wrong = 0;
   if (cfg_.check) {
@@ -178,7 +180,7 @@ int run_bench(const BaselineConfig& cfg) {
   std::string lib(version, static_cast<size_t>(len));
   lib = lib.substr(0, lib.find_first_of(",\n"));
 
-  rcoll::bench::Report report(false, cfg.check);
+  rcoll::bench::Report report(false, cfg.check, cfg.timing);
   if (leader) {
     std::string op_list;
     for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
@@ -187,7 +189,8 @@ int run_bench(const BaselineConfig& cfg) {
                          "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
                          "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
                              "  check: " + (cfg.check ? "on" : "off") + "  out-of-place",
-                         "time: median of per-iteration times per rank, max over ranks; busbw as in nccl-tests"});
+                         std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+                             ", max over ranks; busbw as in nccl-tests"});
   }
   // An unwritable --json file is a bad argument: find out before measuring, on every rank.
   int json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-mpi-bench") ? 1 : 0, any_bad = 0;

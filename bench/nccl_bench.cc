@@ -1,8 +1,8 @@
 // rcoll-nccl-bench: rcoll-bench's table and JSON for raw NCCL (ncclAllReduce,
 // ncclAllGather, ncclReduceScatter, ncclBroadcast) on device buffers, float32
 // sum, measured as rcoll-bench --memory cuda measures rcoll: warmup, then
-// iterations timed one by one, each a call plus cudaStreamSynchronize (what a
-// blocking rcoll op waits for), median per rank, max over ranks. So
+// iterations timed as --time says, each a call plus cudaStreamSynchronize
+// (what a blocking rcoll op waits for), max over ranks. So
 // `rcoll-bench --memory cuda --compare nccl` gives rcoll's overhead over NCCL
 // on the same ranks. One process per rank, under rcoll-run; the unique id goes
 // through rcoll-run's store. Processes that share one GPU are separate NCCL
@@ -165,8 +165,9 @@ Row NcclBench::run(const std::string& op, uint64_t size) {
   upload(dout_, out);
 
   reduce_scalar(0, true);  // a barrier
-  std::vector<double> us = rcoll::bench::time_iterations(cfg_.warmup, cfg_.iters, [&] { run_once(op); });
-  const double time_us = reduce_scalar(rcoll::bench::median(us), true);
+  const double mine = rcoll::bench::time_per_op(
+      cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); }, [this] { reduce_scalar(0, true); });
+  const double time_us = reduce_scalar(mine, true);
   const auto wrong = cfg_.check ? static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op)), false)) : 0;
 
   return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, "nccl", "nccl", n_);
@@ -220,7 +221,7 @@ int run_bench(const BaselineConfig& cfg) {
     NcclBench bench(cfg, rank, size, comm, stream);
     const double json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-nccl-bench") ? 1 : 0;
     if (bench.reduce_scalar(json_bad, true) > 0) return 2;
-    rcoll::bench::Report report(false, cfg.check);
+    rcoll::bench::Report report(false, cfg.check, cfg.timing);
     if (leader) {
       std::string op_list;
       for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
@@ -230,7 +231,8 @@ int run_bench(const BaselineConfig& cfg) {
                            "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
                            "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
                                "  check: " + (cfg.check ? "on" : "off") + "  device buffers",
-                           "time: median of per-iteration times (call + stream synchronize) per rank, max over ranks"});
+                           std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+                               ", each op a call + stream synchronize, max over ranks"});
     }
     uint64_t wrong = 0;
     for (const auto& op : cfg.ops) {

@@ -3,9 +3,10 @@
 //
 //   rcoll-run -n 4 -- rcoll-bench --op all --sizes 8:64M --check --json out.json
 //
-// Per size: `warmup` untimed ops, then `iters` ops timed one by one. A rank's
-// time is the median of its per-iteration times; the reported time is the
-// maximum of that over ranks (an allreduce outside the timed region). algbw is
+// Per size: `warmup` untimed ops, then `iters` ops timed as --time says
+// (bench_report.h: Timing; by default the median of per-iteration times); the
+// reported time is the maximum of that over ranks (an allreduce outside the
+// timed region). algbw is
 // size / time; busbw scales it with nccl-tests' factor for the op, so that it
 // reads as the speed each link would need.
 //
@@ -49,7 +50,8 @@ using rcoll::bench::Row;
 using rcoll::bench::split_list;
 using rcoll::bench::UsageError;
 
-constexpr const char* kUsage =
+// kUsageHead, --time's line, kUsageTail.
+constexpr const char* kUsageHead =
     "usage: rcoll-bench [options]      (one process per rank: rcoll-run -n N -- rcoll-bench ...)\n"
     "  --op OP        allreduce|allgather|reduce_scatter|broadcast|sendrecv|barrier|all  [allreduce]\n"
     "  --sizes LIST   MIN:MAX (doubling) or a comma list; suffixes K, M, G (x1024)  [8:64M]\n"
@@ -59,7 +61,8 @@ constexpr const char* kUsage =
     "  --dtype T      int8|uint8|int32|uint32|int64|uint64|float16|bfloat16|float32|float64  [float32]\n"
     "  --redop R      sum|prod|min|max|avg (allreduce, reduce_scatter)  [sum]\n"
     "  --iters N      timed iterations per size  [20]\n"
-    "  --warmup N     untimed iterations before them  [5]\n"
+    "  --warmup N     untimed iterations before them  [5]\n";
+constexpr const char* kUsageTail =
     "  --check        after the timed iterations run one more op and verify every element\n"
     "  --json FILE    rank 0 writes the rows as JSON, each with \"library\": rcoll, gloo or mpi\n"
     "  --root R       broadcast root  [0]\n"
@@ -76,9 +79,10 @@ constexpr const char* kUsage =
     "  --compare LIST gloo, mpi or gloo,mpi (host memory), or nccl (--memory cuda: raw NCCL,\n"
     "                 rcoll-nccl-bench): afterwards rank 0 runs the same ops (of those, the ones\n"
     "                 they measure: allreduce, allgather, reduce_scatter, broadcast), sizes, iters,\n"
-    "                 warmup, root and --check with rcoll-gloo-bench (Gloo over TCP, under rcoll-run)\n"
-    "                 and rcoll-mpi-bench (Open MPI, mpirun --mca btl tcp,self), both built next to\n"
-    "                 rcoll-bench, then prints busbw, rcoll/LIB busbw ratios and times side by side.\n"
+    "                 warmup, root, --time and --check with rcoll-gloo-bench (Gloo over TCP, under\n"
+    "                 rcoll-run) and rcoll-mpi-bench (Open MPI, mpirun --mca btl tcp,self), both\n"
+    "                 built next to rcoll-bench, then prints busbw, rcoll/LIB busbw ratios and\n"
+    "                 times side by side.\n"
     "                 Needs --dtype float32, --redop sum, one --transport; --inplace, --chunk,\n"
     "                 --window and --algo apply to rcoll only\n"
     "  --compare-dir D   where the baselines' output (NAME.log) and rows (NAME.json) go\n"
@@ -87,11 +91,16 @@ constexpr const char* kUsage =
     "  --plot FILE    rank 0 draws a PNG with gnuplot: busbw against size, one panel per op, one\n"
     "                 line per library (and per transport)\n"
     "  --help         this text\n"
-    "Time: median of per-iteration times on each rank, max over ranks. GB/s = 1e9 B/s.\n"
+    "Time: per --time on each rank, max over ranks. GB/s = 1e9 B/s.\n"
     "Exit: 0 ok, 1 wrong results (--check) or --json/--plot not written, 2 bad arguments,\n"
     "3 rcoll error or a --compare baseline failed (its columns show n/a), 77 --memory cuda\n"
     "without a usable GPU (nothing measured). Once measured, rank 0\n"
     "alone goes on (baselines, files, plot) and its exit code is the run's; the others exit 0.\n";
+
+const std::string& usage() {
+  static const std::string text = std::string(kUsageHead) + rcoll::bench::kTimingUsage + kUsageTail;
+  return text;
+}
 
 enum class OpId { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kSendRecv, kBarrier };
 constexpr OpId kAllOps[] = {OpId::kAllreduce, OpId::kAllgather, OpId::kReduceScatter,
@@ -120,6 +129,7 @@ struct Config {
   ReduceOp redop = ReduceOp::kSum;
   int iters = 20;
   int warmup = 5;
+  rcoll::bench::Timing timing = rcoll::bench::Timing::kMedian;
   bool check = false;
   std::string json;
   int root = 0;
@@ -210,6 +220,8 @@ Config parse_args(int argc, char** argv) {
       c.iters = parse_int(f, args.value(), 1, 1 << 30);
     } else if (f == "--warmup") {
       c.warmup = parse_int(f, args.value(), 0, 1 << 30);
+    } else if (f == "--time") {
+      c.timing = rcoll::bench::parse_timing(args.value());
     } else if (f == "--check") {
       c.check = true;
     } else if (f == "--json") {
@@ -680,8 +692,8 @@ uint64_t Bench::check(OpId op) {
 Row Bench::run(OpId op, uint64_t size) {
   setup(op, layout(op, size));
   comm_.barrier();
-  std::vector<double> times = rcoll::bench::time_iterations(cfg_.warmup, cfg_.iters, [&] { run_once(op); });
-  double time_us = rcoll::bench::median(times);
+  double time_us = rcoll::bench::time_per_op(
+      cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); }, [this] { comm_.barrier(); });
   comm_.allreduce(Buffer{&time_us, 1, DataType::kFloat64}, ReduceOp::kMax);
 
   int64_t wrong = cfg_.check ? static_cast<int64_t>(check(op)) : 0;
@@ -757,7 +769,7 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   std::vector<OpId> ops = cfg.ops;
   std::vector<std::string> notes;
   if (cfg.root >= n) {
-    if (leader) std::fprintf(stderr, "rcoll-bench: --root %d is not a rank (0..%d)\n%s", cfg.root, n - 1, kUsage);
+    if (leader) std::fprintf(stderr, "rcoll-bench: --root %d is not a rank (0..%d)\n%s", cfg.root, n - 1, usage().c_str());
     comm.barrier();  // so that the launcher does not stop rank 0 before it has said why
     return 2;
   }
@@ -788,7 +800,7 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   if (!files_ok) return 2;
 
   const std::string transport = comm.counters().transport;
-  rcoll::bench::Report report(false, cfg.check);
+  rcoll::bench::Report report(false, cfg.check, cfg.timing);
   if (leader) {
     std::string op_list;
     for (OpId op : ops) op_list += std::string(op_list.empty() ? "" : ",") + op_name(op);
@@ -802,7 +814,7 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
         "options: chunk_bytes " + auto_or(cfg.chunk) + "  pipeline_depth " + auto_or(static_cast<uint64_t>(cfg.window)) +
             "  allreduce_algorithm " +
             (cfg.algo == AllreduceAlgorithm::kRing ? "ring" : cfg.algo == AllreduceAlgorithm::kDirect ? "direct" : cfg.algo == AllreduceAlgorithm::kHalvingDoubling ? "hd" : cfg.algo == AllreduceAlgorithm::kRecursiveDoubling ? "rd" : "auto"),
-        "time: median of per-iteration times per rank, max over ranks; busbw as in nccl-tests"};
+        std::string("time: ") + rcoll::bench::describe(cfg.timing) + ", max over ranks; busbw as in nccl-tests"};
     for (const auto& note : notes) pre.push_back("note: " + note);
     report.print_header(pre);
   }
@@ -893,6 +905,7 @@ rcoll::bench::CompareOptions compare_options(const Config& cfg, int ranks) {
   o.iters = cfg.iters;
   o.warmup = cfg.warmup;
   o.root = cfg.root;
+  o.timing = cfg.timing;
   o.check = cfg.check;
   o.dir = cfg.compare_dir;
   o.timeout = std::chrono::seconds(cfg.compare_timeout_s);
@@ -927,7 +940,7 @@ int run_bench(const Config& cfg) {
     }
   }
   if (!cfg.json.empty()) {
-    rcoll::bench::Report all(false, cfg.check);
+    rcoll::bench::Report all(false, cfg.check, cfg.timing);
     for (const auto& r : rows) all.keep(r);
     try {
       all.write_json(cfg.json, totals.recoveries, totals.fallbacks, totals.ranks);
@@ -956,11 +969,11 @@ int main(int argc, char** argv) {
   try {
     cfg = parse_args(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "rcoll-bench: %s\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "rcoll-bench: %s\n%s", e.what(), usage().c_str());
     return 2;
   }
   if (cfg.help) {
-    std::fputs(kUsage, stdout);
+    std::fputs(usage().c_str(), stdout);
     return 0;
   }
   try {

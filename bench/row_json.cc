@@ -31,6 +31,8 @@ class Parser {
         array([&] { out.rows.push_back(row()); });
       } else if (key == "ranks") {
         out.ranks = static_cast<int>(whole(scalar(), key));
+      } else if (key == "time") {
+        out.timing = text(scalar(), key);
       } else {
         scalar();
       }

@@ -142,12 +142,18 @@ if(TARGET rcoll-bench)
   add_test(NAME bench_compare_gloo_mpi COMMAND ${RCOLL_BENCH_COMPARE} all ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
   # A baseline that fails (a fake mpirun that exits 5): exit 3, named, n/a in its columns.
   add_test(NAME bench_compare_baseline_fails COMMAND ${RCOLL_BENCH_COMPARE} fails ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
-  set_tests_properties(bench_compare_gloo_mpi bench_compare_baseline_fails
+  # --time sync passed to MPI and said in both tables and the JSON; a baseline
+  # whose rows were timed another way is refused (a fake mpirun).
+  add_test(NAME bench_compare_time COMMAND ${RCOLL_BENCH_COMPARE} time ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
+  set_tests_properties(bench_compare_gloo_mpi bench_compare_baseline_fails bench_compare_time
                        PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS multiprocess)
   add_test(NAME bench_compare_unknown_library
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 2 "--compare: unknown library 'foo'" 30 --
                    ${RCOLL_RUN} -n 2 -- $<TARGET_FILE:rcoll-bench> --compare foo)
-  set_tests_properties(bench_compare_unknown_library PROPERTIES TIMEOUT 60 LABELS multiprocess)
+  add_test(NAME bench_unknown_time
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 2 "--time: 'Mean' is not median, mean or sync" 30 --
+                   ${RCOLL_RUN} -n 2 -- $<TARGET_FILE:rcoll-bench> --time Mean)
+  set_tests_properties(bench_compare_unknown_library bench_unknown_time PROPERTIES TIMEOUT 60 LABELS multiprocess)
 endif()
 
 # The README's C++ example is compiled from the README itself and run at 2 ranks.

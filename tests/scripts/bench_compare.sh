@@ -8,6 +8,10 @@
 #   MODE fails: --compare mpi with a fake mpirun first on PATH that exits 5;
 #               passes when rcoll-bench exits 3 naming mpi, the exit status and
 #               the kept log, and the table shows n/a for mpi only.
+#   MODE time:  --time sync --compare mpi: both tables say how time was taken
+#               and the JSON carries it; then a fake mpirun whose rows were
+#               timed another way (median, where --time mean was asked):
+#               exit 3, naming the mismatch.
 # Exits 77 (ctest: skipped) with the reason when a program it needs is missing.
 set -u
 mode=$1 run=$2 bench=$3
@@ -72,8 +76,46 @@ case $mode in
         has_line "^\[0\] +allreduce +$size +$num +n/a +n/a +$num +n/a\$"
     done
     ;;
+  time)
+    need rcoll-mpi-bench "an MPI (libopenmpi-dev)"
+    command -v mpirun >/dev/null || skip "mpirun is not on PATH (openmpi-bin)"
+    sync_line="time: median of per-iteration times per rank, a barrier before each op"
+    "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --time sync --compare mpi \
+      --compare-dir "$tmp/logs" --json "$tmp/x.json" >"$tmp/out" 2>&1
+    code=$?
+    cat "$tmp/out"
+    check "exit code 0 (got $code)" test "$code" -eq 0
+    check "rcoll-bench's preamble says how time was taken" has_line "$sync_line"
+    check "rcoll-mpi-bench was asked for the same" has_line "rcoll-mpi-bench .*--time sync"
+    check "rcoll-mpi-bench's preamble says the same" grep -q "$sync_line" "$tmp/logs/mpi.log"
+    check "the JSON says \"time\": \"sync\"" \
+      python3 -c "import json, sys; sys.exit(json.load(open(sys.argv[1]))['time'] != 'sync')" "$tmp/x.json"
+    for size in 4096 65536; do
+      # busbw x2, ratio, time x2
+      check "table line for allreduce $size with 5 numbers" has_line "^\[0\] +allreduce +$size( +$num){5}\$"
+    done
+
+    mkdir "$tmp/fake"
+    cat >"$tmp/fake/mpirun" <<'FAKE'
+#!/bin/sh
+# Rows timed by the median whatever --time says.
+while [ $# -gt 0 ]; do
+  [ "$1" = --json ] && json=$2
+  shift
+done
+printf '{"rows": [{"op": "allreduce", "size": 4096, "time_us": 9, "busbw": 1}], "time": "median"}\n' >"$json"
+FAKE
+    chmod +x "$tmp/fake/mpirun"
+    PATH=$tmp/fake:$PATH "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --time mean --compare mpi \
+      >"$tmp/out" 2>&1
+    code=$?
+    cat "$tmp/out"
+    check "rows timed another way: exit code 3 (got $code)" test "$code" -eq 3
+    check "names the mismatch" has_line "--compare mpi failed after .*: mpirun measured time as 'median', not --time mean"
+    check "table line for allreduce 4096: mpi n/a" has_line "^\[0\] +allreduce +4096 +$num +n/a +n/a +$num +n/a\$"
+    ;;
   *)
-    echo "bench_compare.sh: unknown mode '$mode' (all, fails)"
+    echo "bench_compare.sh: unknown mode '$mode' (all, fails, time)"
     exit 2
     ;;
 esac
