@@ -50,13 +50,23 @@ const char* level_name(Level level) {
 }
 
 thread_local std::string t_identity;
+// What set_thread_rank last wrote into t_identity ({-1, -1}: something else is
+// there): a blocking op sets it on every call, and the string need not be rebuilt.
+thread_local int t_rank = -1;
+thread_local int t_size = -1;
 
 }  // namespace
 
-void set_thread_identity(const std::string& identity) { t_identity = identity; }
+void set_thread_identity(const std::string& identity) {
+  t_identity = identity;
+  t_rank = t_size = -1;
+}
 
 void set_thread_rank(int rank, int size) {
+  if (rank == t_rank && size == t_size) return;
   set_thread_identity("rank " + std::to_string(rank) + "/" + std::to_string(size));
+  t_rank = rank;
+  t_size = size;
 }
 
 bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(logger().level); }
