@@ -1,6 +1,7 @@
 # Sourced by bench/compare.sh and bench/compare_transports.sh: finds the build,
 # sets up OUTDIR and the common rcoll-bench arguments, and defines measure().
-# Expects: out, root, sizes, iters, warmup, and `me` (the script's name for messages).
+# Expects: out, root, sizes, iters, warmup, and `me` (the script's name for messages);
+# TIME, if set, is passed as --time (median, mean or sync).
 build=${RCOLL_BUILD_DIR:-}
 if [[ -z $build ]]; then
   for d in "$root/build-bench" "$root/build"; do
@@ -13,7 +14,8 @@ if [[ -z $build || ! -x $build/bench/rcoll-bench || ! -x $build/tools/rcoll-run 
 fi
 run=$build/tools/rcoll-run
 mkdir -p "$out"
-common=(--op allreduce --dtype float32 --redop sum --sizes "$sizes" --iters "$iters" --warmup "$warmup")
+common=(--op allreduce --dtype float32 --redop sum --sizes "$sizes" --iters "$iters" --warmup "$warmup"
+        ${TIME:+--time "$TIME"})
 
 # Runs one benchmark; its table goes to NAME.log, its rows to NAME.json.
 measure() {

@@ -72,12 +72,14 @@ const char* describe(Timing t);
 extern const char* const kTimingUsage;
 
 // This rank's time per op in microseconds: `warmup` untimed calls of op(),
-// then `iters` timed as `how` says. sync() is a barrier across the ranks: it
+// then `iters` (>= 0; none gives 0) timed as `how` says. sync() is a barrier across the ranks: it
 // runs before the timed loop (kMean) or before each timed op (kSync).
 template <typename Op, typename Sync>
 double time_per_op(Timing how, int warmup, int iters, Op&& op, Sync&& sync) {
   using Clock = std::chrono::steady_clock;
-  const auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  const auto us = [](Clock::duration d) {
+    return std::chrono::duration<double, std::micro>(d).count();
+  };
   for (int i = 0; i < warmup; ++i) op();
   if (how == Timing::kMean) {
     sync();

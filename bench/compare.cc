@@ -99,10 +99,9 @@ std::vector<std::string> baseline_argv(const CompareOptions& o, const std::strin
     argv.insert(argv.end(),
                 {"--oversubscribe", "-np", n, "--mca", "btl", "tcp,self", o.programs.mpi_bench});
   }
-  argv.insert(argv.end(),
-              {"--op", o.op, "--sizes", o.sizes, "--iters", std::to_string(o.iters), "--warmup",
-               std::to_string(o.warmup), "--root", std::to_string(o.root), "--time", to_string(o.timing),
-               "--json", json});
+  argv.insert(argv.end(), {"--op", o.op, "--sizes", o.sizes, "--iters", std::to_string(o.iters),
+                           "--warmup", std::to_string(o.warmup), "--root", std::to_string(o.root),
+                           "--time", to_string(o.timing), "--json", json});
   if (o.check) argv.push_back("--check");
   return argv;
 }
@@ -147,7 +146,12 @@ BaselineResult run_one(const CompareOptions& o, const std::string& library, Work
       // Times measured another way would make the ratios meaningless.
       if (file.timing != to_string(o.timing)) {
         result.rows.clear();
-        result.failure = program + " measured time as '" + file.timing + "', not --time " + to_string(o.timing);
+        result.failure =
+            file.timing.empty()
+                ? library + ".json has no \"time\" (a baseline built before --time?); --time " +
+                      to_string(o.timing) + " was asked for"
+                : library + "'s rows were timed by --time " + file.timing + ", not --time " +
+                      to_string(o.timing);
       }
     } catch (const std::runtime_error& e) {
       result.failure = program + " exited 0 but its rows cannot be read: " + e.what();
@@ -244,7 +248,8 @@ BaselinePrograms find_baseline_programs(const std::vector<std::string>& librarie
 
 std::vector<BaselineResult> run_baselines(const CompareOptions& options) {
   WorkDir dir(options.dir);
-  std::printf("# --compare: the same ops, sizes, iters, warmup and --time %s with", to_string(options.timing));
+  std::printf("# --compare: the same ops, sizes, iters, warmup and --time %s with",
+              to_string(options.timing));
   for (const auto& lib : options.libraries) std::printf(" %s", lib.c_str());
   std::printf(", one after the other; their output (NAME.log) and rows (NAME.json) go to %s%s\n",
               dir.path().c_str(), dir.temporary() ? ", removed at the end unless one fails" : "");
@@ -257,7 +262,7 @@ std::vector<BaselineResult> run_baselines(const CompareOptions& options) {
 }
 
 void print_comparison(const std::vector<Row>& rcoll_rows,
-                      const std::vector<BaselineResult>& baselines) {
+                      const std::vector<BaselineResult>& baselines, Timing timing) {
   auto cell = [](char* buf, size_t size, const char* fmt, double v) {
     std::snprintf(buf, size, fmt, v);
     return buf;
@@ -272,7 +277,8 @@ void print_comparison(const std::vector<Row>& rcoll_rows,
   }
   std::printf(
       "# comparison: busbw in GB/s; rcoll/LIB = rcoll's busbw / LIB's (> 1: rcoll faster); time in "
-      "us\n");
+      "us (--time %s)\n",
+      to_string(timing));
   std::printf("%s\n", who.c_str());
   std::printf("# %14s %12s %12s", "op", "size (B)", "rcoll GB/s");
   for (const auto& b : baselines) std::printf(" %12s", (b.library + " GB/s").c_str());

@@ -1,4 +1,4 @@
-// rcoll-bench --compare: the same ops, sizes, iterations and warmup measured by
+// rcoll-bench --compare: the same ops, sizes, iterations, warmup and --time measured by
 // the baseline benchmarks built next to rcoll-bench (rcoll-gloo-bench: Gloo's
 // TCP transport, under rcoll-run; rcoll-mpi-bench: Open MPI with the tcp BTL,
 // under mpirun; rcoll-nccl-bench: raw NCCL on device buffers, under rcoll-run,
@@ -69,8 +69,9 @@ struct BaselineResult {
 std::vector<BaselineResult> run_baselines(const CompareOptions& options);
 
 // One line per op the baselines measure and size: busbw of rcoll and each
-// library, the ratios of rcoll's busbw to theirs, and each one's time.
+// library, the ratios of rcoll's busbw to theirs, and each one's time (taken
+// as `timing` says, which the heading names).
 void print_comparison(const std::vector<Row>& rcoll_rows,
-                      const std::vector<BaselineResult>& baselines);
+                      const std::vector<BaselineResult>& baselines, Timing timing);
 
 }  // namespace rcoll::bench

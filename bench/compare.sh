@@ -14,7 +14,7 @@
 #
 # Environment: RCOLL_BUILD_DIR (where the binaries are; default: build-bench,
 # then build, under the repository root), RANKS ("2 4"), SIZES (4K:64M),
-# ITERS (20), WARMUP (5).
+# ITERS (20), WARMUP (5), TIME (rcoll-bench --time: median, mean or sync; median).
 set -euo pipefail
 
 out=${1:-./bench-results}

@@ -368,7 +368,8 @@ std::optional<Row> GlooBench::run(const std::string& op, uint64_t size) {
   size_t best = 0;
   for (size_t k = 0; k < cands.size(); ++k) {
     barrier();
-    const double mine = rcoll::bench::time_per_op(cfg_.timing, cfg_.warmup, cfg_.iters, cands[k].run, [this] { barrier(); });
+    const double mine = rcoll::bench::time_per_op(cfg_.timing, cfg_.warmup, cfg_.iters,
+                                                  cands[k].run, [this] { barrier(); });
     const double t = reduce_scalar(mine, true);
     if (k == 0 || t < best_us) {
       best_us = t;
@@ -416,15 +417,18 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
     for (const auto& a : algos) {
       if (std::find(cfg.ops.begin(), cfg.ops.end(), op_of(a)) != cfg.ops.end()) algo_list += (algo_list.empty() ? "" : ",") + a;
     }
-    report.print_header({
-        "rcoll-gloo-bench  Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
-            std::to_string(GLOO_VERSION_PATCH) + " (system libgloo), TCP transport on 127.0.0.1",
-        "ranks: " + std::to_string(size) + "  transport: gloo/tcp  ops: " + op_list + "  rendezvous: " + store_what,
-        "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
-        "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-            "  check: " + (cfg.check ? "on" : "off") + "  algorithms tried: " + algo_list,
-        std::string("time: ") + rcoll::bench::describe(cfg.timing) +
-            ", max over ranks, fastest algorithm; busbw as in nccl-tests"});
+    report.print_header(
+        {"rcoll-gloo-bench  Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
+             std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) +
+             " (system libgloo), TCP transport on 127.0.0.1",
+         "ranks: " + std::to_string(size) + "  transport: gloo/tcp  ops: " + op_list +
+             "  rendezvous: " + store_what,
+         "sizes: " + cfg.sizes_text +
+             "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
+         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
+             "  check: " + (cfg.check ? "on" : "off") + "  algorithms tried: " + algo_list,
+         std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+             ", max over ranks, fastest algorithm; busbw as in nccl-tests"});
   }
   uint64_t wrong = 0;
   for (const auto& op : cfg.ops) {

@@ -1,8 +1,8 @@
 // rcoll-mpi-bench: rcoll-bench's table and JSON for MPI's collectives
 // (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast), float32
 // sum, measured the same way: warmup, then iterations timed as --time says
-// (bench_report.h: Timing), max over ranks. With Open MPI on one host, force the TCP path so the
-// comparison with rcoll's TCP transport is fair:
+// (bench_report.h: Timing), max over ranks. With Open MPI on one host, force
+// the TCP path so the comparison with rcoll's TCP transport is fair:
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl tcp,self
 //          rcoll-mpi-bench --op all --sizes 4K:64M --json mpi.json
@@ -184,13 +184,15 @@ int run_bench(const BaselineConfig& cfg) {
   if (leader) {
     std::string op_list;
     for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
-    report.print_header({"rcoll-mpi-bench  " + lib,
-                         "ranks: " + std::to_string(size) + "  transport: " + transport + "  ops: " + op_list,
-                         "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
-                         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-                             "  check: " + (cfg.check ? "on" : "off") + "  out-of-place",
-                         std::string("time: ") + rcoll::bench::describe(cfg.timing) +
-                             ", max over ranks; busbw as in nccl-tests"});
+    report.print_header(
+        {"rcoll-mpi-bench  " + lib,
+         "ranks: " + std::to_string(size) + "  transport: " + transport + "  ops: " + op_list,
+         "sizes: " + cfg.sizes_text +
+             "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
+         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
+             "  check: " + (cfg.check ? "on" : "off") + "  out-of-place",
+         std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+             ", max over ranks; busbw as in nccl-tests"});
   }
   // An unwritable --json file is a bad argument: find out before measuring, on every rank.
   int json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-mpi-bench") ? 1 : 0, any_bad = 0;

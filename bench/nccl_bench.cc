@@ -59,7 +59,10 @@ class NcclBench {
  public:
   NcclBench(const BaselineConfig& cfg, int rank, int size, ncclComm_t comm, cudaStream_t stream)
       : cfg_(cfg), rank_(rank), n_(size), comm_(comm), stream_(stream) {}
-  ~NcclBench() { release(); }
+  ~NcclBench() {
+    release();
+    cudaFree(scalar_);
+  }
   Row run(const std::string& op, uint64_t size);
   // Max (or sum) over ranks of one host value, through NCCL.
   double reduce_scalar(double v, bool max);
@@ -90,6 +93,7 @@ class NcclBench {
   size_t in_count_ = 0, out_count_ = 0;
   float* din_ = nullptr;
   float* dout_ = nullptr;
+  double* scalar_ = nullptr;  // reduce_scalar's, kept: under --time sync it runs before every op
 };
 
 void NcclBench::run_once(const std::string& op) {
@@ -106,13 +110,13 @@ void NcclBench::run_once(const std::string& op) {
 }
 
 double NcclBench::reduce_scalar(double v, bool max) {
-  double* d = nullptr;
-  cuda_check(cudaMalloc(&d, sizeof(double)), "cudaMalloc");
-  cuda_check(cudaMemcpy(d, &v, sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
-  nccl_check(ncclAllReduce(d, d, 1, ncclFloat64, max ? ncclMax : ncclSum, comm_, stream_), "ncclAllReduce");
+  if (scalar_ == nullptr) cuda_check(cudaMalloc(&scalar_, sizeof(double)), "cudaMalloc");
+  cuda_check(cudaMemcpy(scalar_, &v, sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
+  nccl_check(
+      ncclAllReduce(scalar_, scalar_, 1, ncclFloat64, max ? ncclMax : ncclSum, comm_, stream_),
+      "ncclAllReduce");
   cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  cuda_check(cudaMemcpy(&v, d, sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  cudaFree(d);
+  cuda_check(cudaMemcpy(&v, scalar_, sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy");
   return v;
 }
 
@@ -166,7 +170,8 @@ Row NcclBench::run(const std::string& op, uint64_t size) {
 
   reduce_scalar(0, true);  // a barrier
   const double mine = rcoll::bench::time_per_op(
-      cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); }, [this] { reduce_scalar(0, true); });
+      cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); },
+      [this] { reduce_scalar(0, true); });
   const double time_us = reduce_scalar(mine, true);
   const auto wrong = cfg_.check ? static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op)), false)) : 0;
 
@@ -225,14 +230,16 @@ int run_bench(const BaselineConfig& cfg) {
     if (leader) {
       std::string op_list;
       for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
-      report.print_header({"rcoll-nccl-bench  NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
-                               "." + std::to_string(version % 100),
-                           "ranks: " + std::to_string(size) + "  transport: nccl  ops: " + op_list,
-                           "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
-                           "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-                               "  check: " + (cfg.check ? "on" : "off") + "  device buffers",
-                           std::string("time: ") + rcoll::bench::describe(cfg.timing) +
-                               ", each op a call + stream synchronize, max over ranks"});
+      report.print_header(
+          {"rcoll-nccl-bench  NCCL " + std::to_string(version / 10000) + "." +
+               std::to_string(version / 100 % 100) + "." + std::to_string(version % 100),
+           "ranks: " + std::to_string(size) + "  transport: nccl  ops: " + op_list,
+           "sizes: " + cfg.sizes_text +
+               "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
+           "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
+               "  check: " + (cfg.check ? "on" : "off") + "  device buffers",
+           std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+               ", each op a call + stream synchronize, max over ranks"});
     }
     uint64_t wrong = 0;
     for (const auto& op : cfg.ops) {

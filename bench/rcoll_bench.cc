@@ -6,9 +6,8 @@
 // Per size: `warmup` untimed ops, then `iters` ops timed as --time says
 // (bench_report.h: Timing; by default the median of per-iteration times); the
 // reported time is the maximum of that over ranks (an allreduce outside the
-// timed region). algbw is
-// size / time; busbw scales it with nccl-tests' factor for the op, so that it
-// reads as the speed each link would need.
+// timed region). algbw is size / time; busbw scales it with nccl-tests' factor
+// for the op, so that it reads as the speed each link would need.
 //
 // --compare runs the baselines (Gloo, MPI) on the same sizes afterwards
 // (bench/compare.h); --plot draws every row with gnuplot (bench/plot.h).
@@ -53,12 +52,14 @@ using rcoll::bench::UsageError;
 // kUsageHead, --time's line, kUsageTail.
 constexpr const char* kUsageHead =
     "usage: rcoll-bench [options]      (one process per rank: rcoll-run -n N -- rcoll-bench ...)\n"
-    "  --op OP        allreduce|allgather|reduce_scatter|broadcast|sendrecv|barrier|all  [allreduce]\n"
+    "  --op OP        allreduce|allgather|reduce_scatter|broadcast|sendrecv|barrier|all  "
+    "[allreduce]\n"
     "  --sizes LIST   MIN:MAX (doubling) or a comma list; suffixes K, M, G (x1024)  [8:64M]\n"
     "                 size = bytes per rank of the op's main buffer, as in nccl-tests: the buffer\n"
     "                 (allreduce, broadcast), the output (allgather), the input (reduce_scatter),\n"
     "                 the message (sendrecv: rank r sends to r+1 and receives from r-1)\n"
-    "  --dtype T      int8|uint8|int32|uint32|int64|uint64|float16|bfloat16|float32|float64  [float32]\n"
+    "  --dtype T      int8|uint8|int32|uint32|int64|uint64|float16|bfloat16|float32|float64  "
+    "[float32]\n"
     "  --redop R      sum|prod|min|max|avg (allreduce, reduce_scatter)  [sum]\n"
     "  --iters N      timed iterations per size  [20]\n"
     "  --warmup N     untimed iterations before them  [5]\n";
@@ -78,8 +79,10 @@ constexpr const char* kUsageTail =
     "                 (busbw, time, ratio to the first) follows  [auto: the fallback chain]\n"
     "  --compare LIST gloo, mpi or gloo,mpi (host memory), or nccl (--memory cuda: raw NCCL,\n"
     "                 rcoll-nccl-bench): afterwards rank 0 runs the same ops (of those, the ones\n"
-    "                 they measure: allreduce, allgather, reduce_scatter, broadcast), sizes, iters,\n"
-    "                 warmup, root, --time and --check with rcoll-gloo-bench (Gloo over TCP, under\n"
+    "                 they measure: allreduce, allgather, reduce_scatter, broadcast), sizes, "
+    "iters,\n"
+    "                 warmup, root, --time and --check with rcoll-gloo-bench (Gloo over TCP, "
+    "under\n"
     "                 rcoll-run) and rcoll-mpi-bench (Open MPI, mpirun --mca btl tcp,self), both\n"
     "                 built next to rcoll-bench, then prints busbw, rcoll/LIB busbw ratios and\n"
     "                 times side by side.\n"
@@ -769,7 +772,9 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
   std::vector<OpId> ops = cfg.ops;
   std::vector<std::string> notes;
   if (cfg.root >= n) {
-    if (leader) std::fprintf(stderr, "rcoll-bench: --root %d is not a rank (0..%d)\n%s", cfg.root, n - 1, usage().c_str());
+    if (leader)
+      std::fprintf(stderr, "rcoll-bench: --root %d is not a rank (0..%d)\n%s", cfg.root, n - 1,
+                   usage().c_str());
     comm.barrier();  // so that the launcher does not stop rank 0 before it has said why
     return 2;
   }
@@ -810,11 +815,17 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
         "sizes: " + describe_sizes(cfg) + "  dtype: " + rcoll::to_string(cfg.dtype) +
             "  redop: " + rcoll::to_string(cfg.redop) + "  root: " + std::to_string(cfg.root),
         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-            "  check: " + (cfg.check ? "on" : "off") + "  " + (cfg.inplace ? "in-place" : "out-of-place"),
-        "options: chunk_bytes " + auto_or(cfg.chunk) + "  pipeline_depth " + auto_or(static_cast<uint64_t>(cfg.window)) +
-            "  allreduce_algorithm " +
-            (cfg.algo == AllreduceAlgorithm::kRing ? "ring" : cfg.algo == AllreduceAlgorithm::kDirect ? "direct" : cfg.algo == AllreduceAlgorithm::kHalvingDoubling ? "hd" : cfg.algo == AllreduceAlgorithm::kRecursiveDoubling ? "rd" : "auto"),
-        std::string("time: ") + rcoll::bench::describe(cfg.timing) + ", max over ranks; busbw as in nccl-tests"};
+            "  check: " + (cfg.check ? "on" : "off") + "  " +
+            (cfg.inplace ? "in-place" : "out-of-place"),
+        "options: chunk_bytes " + auto_or(cfg.chunk) + "  pipeline_depth " +
+            auto_or(static_cast<uint64_t>(cfg.window)) + "  allreduce_algorithm " +
+            (cfg.algo == AllreduceAlgorithm::kRing                ? "ring"
+             : cfg.algo == AllreduceAlgorithm::kDirect            ? "direct"
+             : cfg.algo == AllreduceAlgorithm::kHalvingDoubling   ? "hd"
+             : cfg.algo == AllreduceAlgorithm::kRecursiveDoubling ? "rd"
+                                                                  : "auto"),
+        std::string("time: ") + rcoll::bench::describe(cfg.timing) +
+            ", max over ranks; busbw as in nccl-tests"};
     for (const auto& note : notes) pre.push_back("note: " + note);
     report.print_header(pre);
   }
@@ -929,7 +940,7 @@ int run_bench(const Config& cfg) {
   if (!cfg.compare.empty()) {
     try {
       const auto baselines = rcoll::bench::run_baselines(compare_options(cfg, totals.ranks));
-      rcoll::bench::print_comparison(rows, baselines);
+      rcoll::bench::print_comparison(rows, baselines, cfg.timing);
       for (const auto& b : baselines) {
         rows.insert(rows.end(), b.rows.begin(), b.rows.end());
         if (!b.ok()) rc = 3;

@@ -18,19 +18,28 @@ import sys
 
 
 def load(directory):
+    """Rows per (ranks, transport), and how each file's times were taken ("time", by
+    rcoll-bench --time; files written before it have none and were timed by the median)."""
     runs = {}  # (ranks, transport) -> [rows of one run]
+    timings = {}  # --time -> files
     for path in sorted(glob.glob(os.path.join(directory, "np*-*-*.json"))):
         m = re.match(r"np(\d+)-(\w+)-(\d+)\.json$", os.path.basename(path))
         if not m:
             continue
         try:
             with open(path) as f:
-                rows = json.load(f)["rows"]
+                data = json.load(f)
+            rows = data["rows"]
         except (OSError, ValueError, KeyError) as e:
             print(f"results_table: skipping {path}: {e}", file=sys.stderr)
             continue
         runs.setdefault((int(m.group(1)), m.group(2)), []).append(rows)
-    return runs
+        timings.setdefault(data.get("time", "median"), []).append(os.path.basename(path))
+    if len(timings) > 1:
+        # Medians over runs timed different ways would mean nothing.
+        ways = "; ".join(f"--time {t}: {', '.join(files)}" for t, files in sorted(timings.items()))
+        sys.exit(f"results_table: the files were timed different ways ({ways})")
+    return runs, next(iter(timings), "median")
 
 
 ORDER = ["allreduce", "allgather", "reduce_scatter", "broadcast"]
@@ -68,12 +77,13 @@ def size_label(b):
 
 
 def main():
-    runs = load(sys.argv[1] if len(sys.argv) > 1 else ".")
+    runs, timing = load(sys.argv[1] if len(sys.argv) > 1 else ".")
     misses = []
     for (ranks, transport) in sorted(runs):
         t = table(runs[(ranks, transport)])
         n = len(runs[(ranks, transport)])
-        print(f"### {ranks} ranks, rcoll on {transport} (median of {n} runs; busbw GB/s; ratio = rcoll/other)")
+        print(f"### {ranks} ranks, rcoll on {transport} (median of {n} runs; --time {timing}; busbw GB/s; "
+              "ratio = rcoll/other)")
         print("| op | size | rcoll | gloo | mpi | /gloo | /mpi | us rcoll | us mpi |")
         print("|---|---|---|---|---|---|---|---|---|")
         for op, size in sorted(t, key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 99, k[1])):

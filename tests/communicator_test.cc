@@ -4,11 +4,16 @@
 // the op and the offending value and must leave the communicator usable;
 // timeouts, desyncs and mismatched send/recv must end in a typed error, not a
 // hang. Loopback (127.0.0.1, interface lo) only.
+#include <gtest/gtest.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <latch>
@@ -18,14 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <sched.h>
-
-#include <cstdlib>
-
 #include "kernels/cuda_memory.h"
-#include "runtime/algorithms/context.h"
 #include "rcoll/rcoll.h"
+#include "runtime/algorithms/context.h"
 
 namespace rcoll {
 namespace {
@@ -518,23 +518,39 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
   });
 }
 
+// Pins the calling thread, and the threads it starts from then on, to at most 2
+// of its CPUs; puts its mask back when it goes.
+class OnTwoCpus {
+ public:
+  OnTwoCpus() {
+    CPU_ZERO(&before_);
+    if (::sched_getaffinity(0, sizeof(before_), &before_) != 0) return;
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    for (int cpu = 0, n = 0; cpu < CPU_SETSIZE && n < 2; ++cpu) {
+      if (CPU_ISSET(cpu, &before_)) {
+        CPU_SET(cpu, &two);
+        ++n;
+      }
+    }
+    pinned_ = ::sched_setaffinity(0, sizeof(two), &two) == 0;
+  }
+  ~OnTwoCpus() {
+    if (pinned_) ::sched_setaffinity(0, sizeof(before_), &before_);
+  }
+  OnTwoCpus(const OnTwoCpus&) = delete;
+  OnTwoCpus& operator=(const OnTwoCpus&) = delete;
+  bool pinned() const { return pinned_; }
+
+ private:
+  cpu_set_t before_;
+  bool pinned_ = false;
+};
+
 // Where the replay log's backups pass half its budget, a rank collects a credit
 // point's credits a period after it, however long the lag otherwise is: the
 // root stops a period ahead of a held-back rank, not a lag ahead.
 TEST(CommunicatorTest, EagerBroadcastRootWaitsSoonerWhenBackupsPassHalfTheBudget) {
-  // The lag is longer than a period only where the ranks share at most 2 CPUs:
-  // this test's ranks get 2 of this process's CPUs (threads inherit the mask).
-  cpu_set_t before, two;
-  CPU_ZERO(&before);
-  CPU_ZERO(&two);
-  ASSERT_EQ(::sched_getaffinity(0, sizeof(before), &before), 0);
-  for (int cpu = 0, n = 0; cpu < CPU_SETSIZE && n < 2; ++cpu) {
-    if (CPU_ISSET(cpu, &before)) {
-      CPU_SET(cpu, &two);
-      ++n;
-    }
-  }
-  ASSERT_EQ(::sched_setaffinity(0, sizeof(two), &two), 0);
   Tuning shared;
   shared.few_shared_cpus = true;
   const uint64_t period = eager_credit_period(4);
@@ -542,36 +558,60 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsSoonerWhenBackupsPassHalfTheBudget
   // A period of 4 KiB broadcasts backs up 128 KiB at the root, more than half
   // of this budget; the lag's would be far more than all of it.
   constexpr size_t kInts = 1024;
-  const size_t budget = period * kInts * sizeof(int32_t) * 3 / 2;
+  const size_t small_budget = period * kInts * sizeof(int32_t) * 3 / 2;
   const size_t count = 2 * period + 8;
-  std::atomic<bool> release{false};
-  run_ranks(
-      4,
-      [&](Communicator& c) {
-        const int r = c.rank();
-        if (r == 3) {
-          while (!release.load()) std::this_thread::sleep_for(1ms);
-        }
-        std::vector<std::vector<int32_t>> bufs(count, std::vector<int32_t>(kInts));
-        std::vector<Work> works;
-        for (size_t k = 0; k < count; ++k) {
-          for (size_t i = 0; i < kInts; ++i) bufs[k][i] = r == 0 ? static_cast<int32_t>(k * 1000 + i) : -1;
-          works.push_back(c.broadcast_async(Buffer::of(bufs[k]), 0));
-        }
-        if (r == 0) {
-          EXPECT_TRUE(works[period - 1].wait(5000ms).ok()) << "root 0 stopped short of a period (" << period << " ops)";
-          std::this_thread::sleep_for(300ms);
-          EXPECT_FALSE(works[period].done())
-              << "root 0 ran more than a period (" << period << " ops) ahead of rank 3 with its backups past half the budget";
-          release = true;
-        }
-        for (Work& w : works) ASSERT_TRUE(w.wait().ok());
-        for (size_t k = 0; k < count; ++k)
-          EXPECT_TRUE(matches(bufs[k], [&](size_t i) { return static_cast<int32_t>(k * 1000 + i); },
-                              "broadcast " + std::to_string(k)));
-      },
-      [&](int, Options& o) { o.backup_bytes = budget; });
-  ASSERT_EQ(::sched_setaffinity(0, sizeof(before), &before), 0);
+  // The lag is longer than a period only where the ranks share at most 2 CPUs.
+  OnTwoCpus pin;
+  ASSERT_TRUE(pin.pinned()) << "sched_setaffinity: " << std::strerror(errno);
+
+  // Rank 3 starts only once the root has been checked: with `budget` the root
+  // either runs all `count` ops ahead of it (the control: the lag is longer
+  // than them) or stops after a period.
+  auto run = [&](size_t budget, bool stops_after_a_period) {
+    std::atomic<bool> release{false};
+    run_ranks(
+        4,
+        [&](Communicator& c) {
+          const int r = c.rank();
+          if (r == 3) {
+            const auto give_up = std::chrono::steady_clock::now() + 20s;
+            while (!release.load() && std::chrono::steady_clock::now() < give_up)
+              std::this_thread::sleep_for(1ms);
+            EXPECT_TRUE(release.load()) << "rank 3 was never released by the root";
+          }
+          std::vector<std::vector<int32_t>> bufs(count, std::vector<int32_t>(kInts));
+          std::vector<Work> works;
+          for (size_t k = 0; k < count; ++k) {
+            for (size_t i = 0; i < kInts; ++i)
+              bufs[k][i] = r == 0 ? static_cast<int32_t>(k * 1000 + i) : -1;
+            works.push_back(c.broadcast_async(Buffer::of(bufs[k]), 0));
+          }
+          if (r == 0) {
+            if (stops_after_a_period) {
+              EXPECT_TRUE(works[period - 1].wait(5000ms).ok())
+                  << "root 0 stopped short of a period (" << period << " ops)";
+              std::this_thread::sleep_for(300ms);
+              EXPECT_FALSE(works[period].done())
+                  << "root 0 ran more than a period (" << period
+                  << " ops) ahead of rank 3 with its backups past half the budget";
+            } else {
+              EXPECT_TRUE(works[count - 1].wait(5000ms).ok())
+                  << "with the default budget root 0 stopped within " << count
+                  << " ops of rank 3: the credit lag is no longer than that here, so the test "
+                     "below proves nothing";
+            }
+            release = true;
+          }
+          for (Work& w : works) ASSERT_TRUE(w.wait().ok());
+          for (size_t k = 0; k < count; ++k)
+            EXPECT_TRUE(matches(
+                bufs[k], [&](size_t i) { return static_cast<int32_t>(k * 1000 + i); },
+                "broadcast " + std::to_string(k)));
+        },
+        [&](int, Options& o) { o.backup_bytes = budget; });
+  };
+  run(Options{}.backup_bytes, false);
+  run(small_budget, true);
 }
 
 // ---- Async forms ---------------------------------------------------------------

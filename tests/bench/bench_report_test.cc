@@ -1,15 +1,17 @@
 // What rcoll-bench and its baselines share (bench/bench_report.h): how a
 // rank's time per op is taken (--time) and the JSON that carries it to
 // rcoll-bench --compare.
+#include "bench/bench_report.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
-#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
-#include "bench/bench_report.h"
 #include "bench/row_json.h"
 
 namespace rcoll::bench {
@@ -19,7 +21,8 @@ TEST(Timing, ParsesEachStatisticAndNamesTheFlagOtherwise) {
   EXPECT_EQ(parse_timing("median"), Timing::kMedian);
   EXPECT_EQ(parse_timing("mean"), Timing::kMean);
   EXPECT_EQ(parse_timing("sync"), Timing::kSync);
-  for (Timing t : {Timing::kMedian, Timing::kMean, Timing::kSync}) EXPECT_EQ(parse_timing(to_string(t)), t);
+  for (Timing t : {Timing::kMedian, Timing::kMean, Timing::kSync})
+    EXPECT_EQ(parse_timing(to_string(t)), t);
   try {
     parse_timing("Mean");
     FAIL() << "parse_timing(\"Mean\") returned";
@@ -42,6 +45,15 @@ TEST(TimePerOp, BarriersWhereEachStatisticSaysAndNowhereElse) {
   EXPECT_EQ(calls(Timing::kMedian, 2, 3), "wwooo");
   EXPECT_EQ(calls(Timing::kMean, 2, 3), "wwsooo");
   EXPECT_EQ(calls(Timing::kSync, 2, 3), "wwsososo");
+  // No timed ops: the warmup and the mean's barrier still run, and the time is 0.
+  EXPECT_EQ(calls(Timing::kMean, 2, 0), "wws");
+  EXPECT_EQ(calls(Timing::kSync, 1, 0), "w");
+  EXPECT_EQ(time_per_op(
+                Timing::kMean, 0, 0, [] {}, [] {}),
+            0.0);
+  EXPECT_EQ(time_per_op(
+                Timing::kMedian, 0, 0, [] {}, [] {}),
+            0.0);
 }
 
 // One slow iteration of five (a peer's catch-up, say): the loop's time per op
@@ -56,14 +68,34 @@ TEST(TimePerOp, TheMeanCountsASlowIterationThatTheMedianLeavesOut) {
   const double mean = time_per_op(Timing::kMean, 0, 5, slow_third(), [] {});
   const double median = time_per_op(Timing::kMedian, 0, 5, slow_third(), [] {});
   EXPECT_GE(mean, 50'000.0 / 5);  // the sleep alone, spread over 5 ops
-  EXPECT_LT(median, 10'000.0);     // four ops that do nothing
+  EXPECT_LT(median, 10'000.0);    // four ops that do nothing
 }
 
+// A file under the test's temporary directory, removed when it goes.
+class TempFile {
+ public:
+  TempFile() : path_(::testing::TempDir() + "rcoll_bench_report_test.XXXXXX") {
+    const int fd = ::mkstemp(path_.data());
+    if (fd >= 0) ::close(fd);
+    made_ = fd >= 0;
+  }
+  ~TempFile() {
+    if (made_) ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  bool made() const { return made_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool made_ = false;
+};
+
 TEST(Report, TheJsonSaysHowTimeWasMeasured) {
-  char path[] = "/tmp/rcoll_bench_report_test.XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
+  TempFile tmp;
+  ASSERT_TRUE(tmp.made()) << tmp.path() << ": " << std::strerror(errno);
+  const std::string& path = tmp.path();
   for (Timing t : {Timing::kMedian, Timing::kMean, Timing::kSync}) {
     Report report(false, false, t);
     Row row;
@@ -78,7 +110,6 @@ TEST(Report, TheJsonSaysHowTimeWasMeasured) {
     ASSERT_EQ(file.rows.size(), 1u);
     EXPECT_DOUBLE_EQ(file.rows[0].time_us, 12.5);
   }
-  ::unlink(path);
 }
 
 }  // namespace

@@ -107,11 +107,11 @@ printf '{"rows": [{"op": "allreduce", "size": 4096, "time_us": 9, "busbw": 1}], 
 FAKE
     chmod +x "$tmp/fake/mpirun"
     PATH=$tmp/fake:$PATH "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --time mean --compare mpi \
-      >"$tmp/out" 2>&1
+      --compare-dir "$tmp/logs2" >"$tmp/out" 2>&1
     code=$?
     cat "$tmp/out"
     check "rows timed another way: exit code 3 (got $code)" test "$code" -eq 3
-    check "names the mismatch" has_line "--compare mpi failed after .*: mpirun measured time as 'median', not --time mean"
+    check "names the mismatch" has_line "--compare mpi failed after .*: mpi's rows were timed by --time median, not --time mean"
     check "table line for allreduce 4096: mpi n/a" has_line "^\[0\] +allreduce +4096 +$num +n/a +n/a +$num +n/a\$"
     ;;
   *)
