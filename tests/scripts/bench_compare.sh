@@ -28,6 +28,13 @@ check() {  # check DESCRIPTION COMMAND...
 has_line() { grep -Eq -- "$1" "$tmp/out"; }
 
 common=(--sizes 4K,64K --iters 2 --warmup 1)
+# rcoll-bench ARGS... at 2 ranks with $tmp/fake (a fake mpirun) first on PATH:
+# its output in $tmp/out (and shown), its exit status in $code.
+bench_with_fake_mpirun() {
+  PATH=$tmp/fake:$PATH "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" "$@" >"$tmp/out" 2>&1
+  code=$?
+  cat "$tmp/out"
+}
 # A line of the comparison table as rcoll-run relays it: "[0]  op  size  then numbers".
 num='[0-9]+\.[0-9]+'
 
@@ -62,10 +69,7 @@ case $mode in
     mkdir "$tmp/fake"
     printf '#!/bin/sh\necho "fake mpirun: failing on purpose"\nexit 5\n' >"$tmp/fake/mpirun"
     chmod +x "$tmp/fake/mpirun"
-    PATH=$tmp/fake:$PATH "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --compare mpi \
-      --compare-dir "$tmp/logs" >"$tmp/out" 2>&1
-    code=$?
-    cat "$tmp/out"
+    bench_with_fake_mpirun --compare mpi --compare-dir "$tmp/logs"
     check "exit code 3 (got $code)" test "$code" -eq 3
     check "names mpi and its exit status" has_line "--compare mpi failed after .*: mpirun exited with code 5"
     check "names its log" has_line "mpi's output is in $tmp/logs/mpi.log"
@@ -106,10 +110,7 @@ done
 printf '{"rows": [{"op": "allreduce", "size": 4096, "time_us": 9, "busbw": 1}], "time": "median"}\n' >"$json"
 FAKE
     chmod +x "$tmp/fake/mpirun"
-    PATH=$tmp/fake:$PATH "$run" -n 2 --timeout 120 -- "$bench" "${common[@]}" --time mean --compare mpi \
-      --compare-dir "$tmp/logs2" >"$tmp/out" 2>&1
-    code=$?
-    cat "$tmp/out"
+    bench_with_fake_mpirun --time mean --compare mpi --compare-dir "$tmp/logs2"
     check "rows timed another way: exit code 3 (got $code)" test "$code" -eq 3
     check "names the mismatch" has_line "--compare mpi failed after .*: mpi's rows were timed by --time median, not --time mean"
     check "table line for allreduce 4096: mpi n/a" has_line "^\[0\] +allreduce +4096 +$num +n/a +n/a +$num +n/a\$"
