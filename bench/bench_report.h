@@ -72,8 +72,9 @@ const char* describe(Timing t);
 extern const char* const kTimingUsage;
 
 // This rank's time per op in microseconds: `warmup` untimed calls of op(),
-// then `iters` (>= 0; none gives 0) timed as `how` says. sync() is a barrier across the ranks: it
-// runs before the timed loop (kMean) or before each timed op (kSync).
+// then `iters` (>= 0; none gives 0) timed as `how` says. sync() is a barrier
+// across the ranks: it runs before the timed loop (kMean) or before each timed
+// op (kSync).
 template <typename Op, typename Sync>
 double time_per_op(Timing how, int warmup, int iters, Op&& op, Sync&& sync) {
   using Clock = std::chrono::steady_clock;

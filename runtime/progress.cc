@@ -344,8 +344,9 @@ int CommunicatorImpl::first_dead_peer() const {
 // buffers from here on. In a ring every slice needs every rank, so no rank is
 // more than a window ahead of the slowest: two windows of tail suffice. A send
 // can be ahead of its receiver by what the socket buffers hold, an eager
-// broadcast's root by what the completion credits allow (collect_credits). Receives and acknowledged broadcasts (which complete only when
-// everyone downstream acknowledged) are never re-run for a peer.
+// broadcast's root by what the completion credits allow (collect_credits).
+// Receives and acknowledged broadcasts (which complete only when everyone
+// downstream acknowledged) are never re-run for a peer.
 void CommunicatorImpl::record_completion(OpRecord rec) {
   const Op& op = rec.op;
   if (op.kind == OpKind::kSendRecv) {

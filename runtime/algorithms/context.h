@@ -299,12 +299,12 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // the budget). The credits say that every rank has every collective up to the
 // credit point, so the replay log can let go of them, and waiting for them
 // keeps a root within about a lag of the slowest rank, without the rendezvous
-// an acknowledgement costs. 2(p - 1) frames per rank
-// per period: the period grows with the group so that stays at most 1/4
-// frame per op. Only with recovery on (without, nothing is kept for a peer,
-// and the socket buffers bound how far a root runs ahead). The frames ride
-// the data connections in order, so point-to-point ops must be issued in the
-// same order relative to collectives on both ends (as NCCL requires).
+// an acknowledgement costs. 2(p - 1) frames per rank per period: the period
+// grows with the group so that stays at most 1/4 frame per op. Only with
+// recovery on (without, nothing is kept for a peer, and the socket buffers
+// bound how far a root runs ahead). The frames ride the data connections in
+// order, so point-to-point ops must be issued in the same order relative to
+// collectives on both ends (as NCCL requires).
 inline uint64_t eager_credit_period(int size) { return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1); }
 // How many collective sequence numbers after a credit point a rank waits for
 // its credits (when they have not all come in by then). Which op waits is
