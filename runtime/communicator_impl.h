@@ -221,6 +221,8 @@ class CommunicatorImpl : public ProgressGuard {
   // outlive the transport.
   struct Credits {
     uint64_t seq = 0;  // the credit point's match seq
+    uint64_t period = 0;  // eager_credit_period of the credit point
+    uint64_t lag = 0;     // eager_credit_lag of the credit point
     // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
     std::vector<Request> reqs;
   };
@@ -229,9 +231,10 @@ class CommunicatorImpl : public ProgressGuard {
     const int p = size_, d = static_cast<int>(k / 2) + 1;
     return k % 2 == 1 ? (rank_ + d) % p : (rank_ - d + p) % p;
   }
-  // A ring: at most lag / period credit points are ever pending. A slot's
+  // A ring: at most lag / period credit points are pending while the period
+  // stays the same, and the oldest is collected when it is full. A slot's
   // requests stay where they are while the transport holds them.
-  std::array<Credits, kCreditLagPeriods> credits_;
+  std::array<Credits, kCreditLagPeriods + 1> credits_;
   size_t credits_first_ = 0;    // the oldest pending credit point's slot
   size_t credits_pending_ = 0;  // credit points posted, not yet collected
   // Set by recover(): the first collective no rank had started, so a credit
@@ -243,7 +246,7 @@ class CommunicatorImpl : public ProgressGuard {
   uint64_t next_credit_seq_ = 0;
   bool closing_barrier_running_ = false;
   bool is_credit_point(const OpRecord& rec) const;
-  void post_credits(const Op& op);
+  void post_credits(const OpRecord& rec);
   // Waits (under ctx's guard) for the pending credits if `op` is due to.
   Status collect_credits(const Op& op, AlgoContext& ctx);
   void drop_credits();

@@ -309,7 +309,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = nullptr;
   recorder_.finished(op.seq, true);
-  if (is_credit_point(rec)) post_credits(op);
+  if (is_credit_point(rec)) post_credits(rec);
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
   const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
@@ -461,13 +461,13 @@ bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
 // Every rank posts its credits at the same place in its stream of frames to
 // each peer (after the credit point's frames, before the next op's), so the
 // transports' in-order matching pairs them like any other frame.
-void CommunicatorImpl::post_credits(const Op& op) {
+void CommunicatorImpl::post_credits(const OpRecord& rec) {
+  const Op& op = rec.op;
   const int p = size_;
   if (credits_pending_ == credits_.size()) {
-    // Cannot happen: points are at least a period apart, and each is
-    // collected by the op a lag (at most kCreditLagPeriods periods) after it,
-    // before that op can post another (or dropped by a recovery, which makes
-    // this no credit point).
+    // Cannot happen: the op collected the oldest credit point if the ring was
+    // full when it started (or a recovery dropped them all, which makes this
+    // no credit point).
     RCOLL_LOG(kError, "%s: the completion credits of collective seq %llu were never collected; sending none for this one "
               "(peers that do will see a desync, and a recovery follows)",
               op.describe().c_str(), static_cast<unsigned long long>(credits_[credits_first_].seq));
@@ -481,12 +481,14 @@ void CommunicatorImpl::post_credits(const Op& op) {
     if (k % 2 == 1) {
       transport_->post_send(credit_peer(k), h, nullptr, &c.reqs[k]);
     } else {
-      transport_->post_recv(credit_peer(k), h, nullptr, &c.reqs[k]);
+      transport_->post_background_recv(credit_peer(k), h, &c.reqs[k]);
     }
   }
   c.seq = op.match_seq;
+  c.period = eager_credit_period(p, op.out.bytes());
+  c.lag = eager_credit_lag(p, op.out.bytes(), rec.tuning);
   ++credits_pending_;
-  next_credit_seq_ = op.match_seq + eager_credit_period(p);
+  next_credit_seq_ = op.match_seq + c.period;
 }
 
 Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
@@ -494,9 +496,12 @@ Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
   while (credits_pending_ > 0) {
     Credits& c = credits_[credits_first_];
     // Sooner where the log's backups near the budget (which would leave the
-    // oldest ops unreplayable): at least the first period's, as ever.
-    const bool due = closing_barrier_running_ || op.match_seq >= c.seq + eager_credit_lag(size_, ctx.tuning()) ||
-                     (op.match_seq >= c.seq + eager_credit_period(size_) && log_.bytes() > log_.budget() / 2);
+    // oldest ops unreplayable): at least the first period's, as ever. And
+    // where the ring is full (a newer point's period was shorter): this op
+    // may be a credit point.
+    const bool due = closing_barrier_running_ || credits_pending_ == credits_.size() ||
+                     op.match_seq >= c.seq + c.lag ||
+                     (op.match_seq >= c.seq + c.period && log_.bytes() > log_.budget() / 2);
     if (!due) return Status();
     for (size_t k = 0; k < c.reqs.size(); ++k) {
       if (Status s = ctx.wait_for_credit(c.reqs[k], credit_peer(k), k % 2 == 1, c.seq); !s.ok()) return s;

@@ -478,20 +478,20 @@ TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
 // holding back its ops, root 0 gets through the first broadcast (a credit
 // point) and the L - 1 after it, L being the credit lag, and stops at op
 // L + 1, where it needs rank 3's credit for op 1. (Without credits it finishes
-// all 3L + 8 broadcasts at once: they are 1 KiB each, far less than the
-// socket buffers hold.) L is a period, or kCreditLagPeriods periods where the
-// ranks (threads here) share at most kStarBroadcastCpus CPUs: this process's
-// CPU mask says which. Then rank 3 goes, and every broadcast arrives
-// everywhere.
+// all L + 64 broadcasts at once: they are 1 KiB each, less than the socket
+// buffers hold.) L is a period (kMaxCreditPeriod ops at 1 KiB), or
+// kCreditLagPeriods periods where the ranks (threads here) share at most
+// kStarBroadcastCpus CPUs: this process's CPU mask says which. Then rank 3
+// goes, and every broadcast arrives everywhere.
 TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
   ASSERT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
   Tuning here;
   here.few_shared_cpus = CPU_COUNT(&mask) <= kStarBroadcastCpus;
-  const uint64_t lag = eager_credit_lag(4, here);
-  ASSERT_EQ(lag, (here.few_shared_cpus ? kCreditLagPeriods : 1) * eager_credit_period(4));
-  const size_t count = 3 * lag + 8;
+  const uint64_t lag = eager_credit_lag(4, 1024, here);
+  ASSERT_EQ(lag, (here.few_shared_cpus ? kCreditLagPeriods : 1) * eager_credit_period(4, 1024));
+  const size_t count = lag + 64;
   std::atomic<bool> release{false};
   run_ranks(4, [&](Communicator& c) {
     const int r = c.rank();
@@ -553,11 +553,11 @@ class OnTwoCpus {
 TEST(CommunicatorTest, EagerBroadcastRootWaitsSoonerWhenBackupsPassHalfTheBudget) {
   Tuning shared;
   shared.few_shared_cpus = true;
-  const uint64_t period = eager_credit_period(4);
-  ASSERT_GT(eager_credit_lag(4, shared), 2 * period);
-  // A period of 4 KiB broadcasts backs up 128 KiB at the root, more than half
-  // of this budget; the lag's would be far more than all of it.
   constexpr size_t kInts = 1024;
+  const uint64_t period = eager_credit_period(4, kInts * sizeof(int32_t));
+  ASSERT_GT(eager_credit_lag(4, kInts * sizeof(int32_t), shared), 2 * period);
+  // A period of 4 KiB broadcasts backs up a period's bytes at the root, more
+  // than half of this budget; the lag's would be far more than all of it.
   const size_t small_budget = period * kInts * sizeof(int32_t) * 3 / 2;
   const size_t count = 2 * period + 8;
   // The lag is longer than a period only where the ranks share at most 2 CPUs.
@@ -612,6 +612,42 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsSoonerWhenBackupsPassHalfTheBudget
   };
   run(Options{}.backup_bytes, false);
   run(small_budget, true);
+}
+
+// A small broadcast's credit point has a long period (and lag); larger
+// broadcasts after it have credit points a short period apart, more than the
+// ring of pending points holds before the first is due. The oldest is then
+// collected early: every credit point still sends its credits (no rank logs
+// one it could not post) and none recovers. 4 ranks on 2 CPUs (the lag is
+// kCreditLagPeriods periods).
+TEST(CommunicatorTest, EagerCreditPointsOfShorterPeriodsDoNotOverflowTheRing) {
+  Tuning shared;
+  shared.few_shared_cpus = true;
+  constexpr size_t kSmall = 256,
+                   kLarge = 2048;  // int32: 1 KiB and 8 KiB (eager on every transport)
+  const uint64_t small_lag = eager_credit_lag(4, kSmall * sizeof(int32_t), shared);
+  const uint64_t large_period = eager_credit_period(4, kLarge * sizeof(int32_t));
+  // More points than the ring has slots come due within the small one's lag.
+  const size_t count = 1 + (kCreditLagPeriods + 2) * large_period;
+  ASSERT_LT(count, small_lag);
+  OnTwoCpus pin;
+  ASSERT_TRUE(pin.pinned()) << "sched_setaffinity: " << std::strerror(errno);
+  testing::internal::CaptureStderr();
+  run_ranks(4, [&](Communicator& c) {
+    const int r = c.rank();
+    auto value = [](size_t k, size_t i) { return static_cast<int32_t>(k * 100000 + i); };
+    std::vector<int32_t> buf;
+    for (size_t k = 0; k < count; ++k) {
+      buf.assign(k == 0 ? kSmall : kLarge, 0);
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = r == 1 ? value(k, i) : -1;
+      ASSERT_TRUE(c.broadcast_async(Buffer::of(buf), 1).wait().ok()) << "broadcast " << k;
+      ASSERT_TRUE(matches(
+          buf, [&](size_t i) { return value(k, i); }, "broadcast " + std::to_string(k)));
+    }
+    EXPECT_EQ(c.counters().recoveries, 0u) << "rank " << r << " recovered";
+  });
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("never collected"), std::string::npos) << log;
 }
 
 // ---- Async forms ---------------------------------------------------------------

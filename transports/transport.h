@@ -43,6 +43,14 @@ class Transport {
   // connection is poisoned.
   virtual void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) = 0;
 
+  // A receive of an empty frame that may come long after it is posted and
+  // that nothing waits on until then (completion credits). Matched in post
+  // order with the peer's other receives, as post_recv; but a transport that
+  // polls its connections one by one need not look for it on every poll.
+  virtual void post_background_recv(int peer, const FrameHeader& expected, Request* req) {
+    post_recv(peer, expected, nullptr, req);
+  }
+
   // Moves bytes until at least one request finishes or `until` passes.
   virtual void progress(Deadline until) = 0;
 

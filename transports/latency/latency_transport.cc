@@ -21,11 +21,11 @@ class LatencyTransport final : public Transport {
 
   // The frame lands in `dst` when it arrives; the caller learns of it `delay_` later.
   void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) override {
-    req->state = Request::State::kPending;
-    held_.emplace_back();
-    Held& h = held_.back();
-    h.outer = req;
-    inner_->post_recv(peer, expected, dst, &h.inner);
+    inner_->post_recv(peer, expected, dst, hold(req));
+  }
+
+  void post_background_recv(int peer, const FrameHeader& expected, Request* req) override {
+    inner_->post_background_recv(peer, expected, hold(req));
   }
 
   void progress(Deadline until) override {
@@ -65,6 +65,14 @@ class LatencyTransport final : public Transport {
     bool arrived = false;
     Clock::time_point due;
   };
+
+  // The inner request standing for the caller's `req` until it is handed over.
+  Request* hold(Request* req) {
+    req->state = Request::State::kPending;
+    held_.emplace_back();
+    held_.back().outer = req;
+    return &held_.back().inner;
+  }
 
   // Stamps new arrivals and hands over those due (failures at once). True when
   // a caller's request finished; *arrived when a frame arrived but is held.
