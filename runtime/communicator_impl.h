@@ -221,8 +221,6 @@ class CommunicatorImpl : public ProgressGuard {
   // outlive the transport.
   struct Credits {
     uint64_t seq = 0;  // the credit point's match seq
-    uint64_t period = 0;  // eager_credit_period of the credit point
-    uint64_t lag = 0;     // eager_credit_lag of the credit point
     // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
     std::vector<Request> reqs;
   };
@@ -231,19 +229,22 @@ class CommunicatorImpl : public ProgressGuard {
     const int p = size_, d = static_cast<int>(k / 2) + 1;
     return k % 2 == 1 ? (rank_ + d) % p : (rank_ - d + p) % p;
   }
-  // A ring: at most lag / period credit points are pending while the period
-  // stays the same, and the oldest is collected when it is full. A slot's
-  // requests stay where they are while the transport holds them.
+  // A ring: at most eager_credit_lag_points + 1 credit points are pending (the
+  // oldest is collected before more). A slot's requests stay where they are
+  // while the transport holds them.
   std::array<Credits, kCreditLagPeriods + 1> credits_;
   size_t credits_first_ = 0;    // the oldest pending credit point's slot
   size_t credits_pending_ = 0;  // credit points posted, not yet collected
   // Set by recover(): the first collective no rank had started, so a credit
   // point every rank runs whole in the new epoch.
   uint64_t credits_from_seq_ = 0;
-  // A period after the last credit point (0 after a recovery): the first eager
-  // broadcast from here on is the next. Evolves with the op sequence alone, so
-  // alike on every rank.
+  // A minimum period after the last credit point (0 after a recovery): the
+  // first eager broadcast from here on may be the next, and is from
+  // latest_credit_seq_ on or once credit_bytes_ reach kCreditPeriodBytes.
+  // Evolve with the op sequence alone, so alike on every rank.
   uint64_t next_credit_seq_ = 0;
+  uint64_t latest_credit_seq_ = 0;
+  uint64_t credit_bytes_ = 0;  // of the eager broadcasts since the last credit point
   bool closing_barrier_running_ = false;
   bool is_credit_point(const OpRecord& rec) const;
   void post_credits(const OpRecord& rec);

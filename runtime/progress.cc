@@ -309,7 +309,11 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = nullptr;
   recorder_.finished(op.seq, true);
-  if (is_credit_point(rec)) post_credits(rec);
+  if (is_credit_point(rec)) {
+    post_credits(rec);
+  } else if (options_.recovery && !rec.nccl && broadcast_is_eager(op, rec.tuning)) {
+    credit_bytes_ += op.out.bytes();
+  }
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
   const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
@@ -454,8 +458,12 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
 
 bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
   const Op& op = rec.op;
-  return options_.recovery && size_ > 1 && !rec.nccl && broadcast_is_eager(op, rec.tuning) &&
-         op.match_seq >= std::max(credits_from_seq_, next_credit_seq_);
+  if (!options_.recovery || size_ == 1 || rec.nccl || !broadcast_is_eager(op, rec.tuning))
+    return false;
+  if (op.match_seq < std::max(credits_from_seq_, next_credit_seq_)) return false;
+  // The first at all or after a recovery, or a period's worth since the last.
+  return next_credit_seq_ == 0 || op.match_seq >= latest_credit_seq_ ||
+         credit_bytes_ + op.out.bytes() >= kCreditPeriodBytes;
 }
 
 // Every rank posts its credits at the same place in its stream of frames to
@@ -465,9 +473,9 @@ void CommunicatorImpl::post_credits(const OpRecord& rec) {
   const Op& op = rec.op;
   const int p = size_;
   if (credits_pending_ == credits_.size()) {
-    // Cannot happen: the op collected the oldest credit point if the ring was
-    // full when it started (or a recovery dropped them all, which makes this
-    // no credit point).
+    // Cannot happen: the op collected the oldest credit point if more than a
+    // lag's were pending when it started (or a recovery dropped them all,
+    // which makes this no credit point).
     RCOLL_LOG(kError, "%s: the completion credits of collective seq %llu were never collected; sending none for this one "
               "(peers that do will see a desync, and a recovery follows)",
               op.describe().c_str(), static_cast<unsigned long long>(credits_[credits_first_].seq));
@@ -485,10 +493,10 @@ void CommunicatorImpl::post_credits(const OpRecord& rec) {
     }
   }
   c.seq = op.match_seq;
-  c.period = eager_credit_period(p, op.out.bytes());
-  c.lag = eager_credit_lag(p, op.out.bytes(), rec.tuning);
   ++credits_pending_;
-  next_credit_seq_ = op.match_seq + c.period;
+  next_credit_seq_ = op.match_seq + eager_credit_min_period(p);
+  latest_credit_seq_ = op.match_seq + std::max(kMaxCreditPeriod, eager_credit_min_period(p));
+  credit_bytes_ = 0;
 }
 
 Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
@@ -496,12 +504,12 @@ Status CommunicatorImpl::collect_credits(const Op& op, AlgoContext& ctx) {
   while (credits_pending_ > 0) {
     Credits& c = credits_[credits_first_];
     // Sooner where the log's backups near the budget (which would leave the
-    // oldest ops unreplayable): at least the first period's, as ever. And
-    // where the ring is full (a newer point's period was shorter): this op
-    // may be a credit point.
-    const bool due = closing_barrier_running_ || credits_pending_ == credits_.size() ||
-                     op.match_seq >= c.seq + c.lag ||
-                     (op.match_seq >= c.seq + c.period && log_.bytes() > log_.budget() / 2);
+    // oldest ops unreplayable): at least a minimum period's, as ever.
+    const bool due = closing_barrier_running_ ||
+                     credits_pending_ > eager_credit_lag_points(size_, ctx.tuning()) ||
+                     op.match_seq >= c.seq + eager_credit_lag_ops(size_, ctx.tuning()) ||
+                     (op.match_seq >= c.seq + eager_credit_min_period(size_) &&
+                      log_.bytes() > log_.budget() / 2);
     if (!due) return Status();
     for (size_t k = 0; k < c.reqs.size(); ++k) {
       if (Status s = ctx.wait_for_credit(c.reqs[k], credit_peer(k), k % 2 == 1, c.seq); !s.ok()) return s;

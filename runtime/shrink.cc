@@ -97,7 +97,8 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
                                " ranks, which shrank after a rank died; not run"));
   }
   log_.reset(new_size);
-  credits_from_seq_ = next_credit_seq_ = 0;  // sequences start over
+  // Sequences start over.
+  credits_from_seq_ = next_credit_seq_ = latest_credit_seq_ = credit_bytes_ = 0;
   dead_.reset();
   fatal_ = Status();
   epoch_failed_seen_ = false;

@@ -107,7 +107,7 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   // Eager at every sequence number (credit points included: the credits
   // follow the op, they do not change it) up to 8 KiB.
   for (uint64_t seq :
-       {uint64_t{16}, uint64_t{32}, eager_credit_period(4, 8192), eager_credit_period(11, 8192)})
+       {uint64_t{16}, uint64_t{32}, eager_credit_min_period(4), eager_credit_min_period(11)})
     EXPECT_TRUE(broadcast_is_eager(broadcast_of(8192, 1, seq), t)) << "seq " << seq;
   // Larger broadcasts of one frame are acknowledged and go direct from the root.
   const Op acked = broadcast_of(8192 + 4, 1, 3);
@@ -117,44 +117,28 @@ TEST(AlgorithmChoice, EagerBroadcastFirstPeers) {
   EXPECT_FALSE(broadcast_is_star(eager, 4, t));
 }
 
-// Credits are collected a period after their credit point, or
-// kCreditLagPeriods periods where more than 2 ranks share at most 2 CPUs.
+// Credits are collected a point after their credit point, or
+// kCreditLagPeriods points where more than 2 ranks share at most 2 CPUs; with
+// fewer eager broadcasts, as many longest periods after it.
 TEST(AlgorithmChoice, CreditLagIsLongerOnlyWhereRanksShareFewCpus) {
   Tuning own, shared;
   shared.few_shared_cpus = true;
-  for (size_t bytes : {size_t{4} << 10, size_t{64} << 10}) {
-    EXPECT_EQ(eager_credit_lag(4, bytes, own), eager_credit_period(4, bytes)) << bytes;
-    EXPECT_EQ(eager_credit_lag(2, bytes, shared), eager_credit_period(2, bytes)) << bytes;
-    EXPECT_EQ(eager_credit_lag(3, bytes, shared), kCreditLagPeriods * eager_credit_period(3, bytes))
-        << bytes;
-    EXPECT_EQ(eager_credit_lag(4, bytes, shared), kCreditLagPeriods * eager_credit_period(4, bytes))
-        << bytes;
-    EXPECT_EQ(eager_credit_lag(11, bytes, shared),
-              kCreditLagPeriods * eager_credit_period(11, bytes))
-        << bytes;
-  }
+  EXPECT_EQ(eager_credit_lag_points(4, own), 1u);
+  EXPECT_EQ(eager_credit_lag_points(2, shared), 1u);
+  EXPECT_EQ(eager_credit_lag_points(3, shared), kCreditLagPeriods);
+  EXPECT_EQ(eager_credit_lag_points(11, shared), kCreditLagPeriods);
+  EXPECT_EQ(eager_credit_lag_ops(4, own), kMaxCreditPeriod);
+  EXPECT_EQ(eager_credit_lag_ops(4, shared), kCreditLagPeriods * kMaxCreditPeriod);
+  EXPECT_EQ(eager_credit_lag_ops(40, shared), kCreditLagPeriods * eager_credit_min_period(40));
 }
 
-// A period is 32 ops up to 5 ranks and 8(p - 1) above (at most 1/4 credit
-// frame per op), longer for small broadcasts: up to kMaxCreditPeriod ops while
-// a period's data stays within kCreditPeriodBytes.
-TEST(AlgorithmChoice, CreditPeriodGrowsForSmallBroadcasts) {
-  EXPECT_EQ(eager_credit_period(4, 64u << 10), 32u);
-  EXPECT_EQ(eager_credit_period(4, 256u << 10), 32u);
-  EXPECT_EQ(eager_credit_period(4, 32u << 10), 32u);
-  EXPECT_EQ(eager_credit_period(4, 8u << 10), 128u);
-  EXPECT_EQ(eager_credit_period(4, 4u << 10), 256u);
-  EXPECT_EQ(eager_credit_period(4, 4), kMaxCreditPeriod);
-  EXPECT_EQ(eager_credit_period(4, 0), kMaxCreditPeriod);
-  EXPECT_EQ(eager_credit_period(11, 64u << 10), 80u);
-  EXPECT_EQ(eager_credit_period(11, 4u << 10), 256u);
-  EXPECT_EQ(eager_credit_period(40, 4), 312u);
-  // The root's backups over the longest lag stay within kCreditLagPeriods
-  // periods of kCreditPeriodBytes wherever the bytes set the period.
-  for (size_t bytes = 4; bytes <= (32u << 10); bytes *= 2)
-    EXPECT_LE(eager_credit_period(4, bytes) * bytes,
-              std::max<uint64_t>(kCreditPeriodBytes, 32 * bytes))
-        << bytes;
+// Credit points are at least 32 collectives apart up to 5 ranks, 8(p - 1)
+// above (at most 1/4 credit frame per op).
+TEST(AlgorithmChoice, CreditPointsAreAtLeastAMinimumPeriodApart) {
+  EXPECT_EQ(eager_credit_min_period(2), 32u);
+  EXPECT_EQ(eager_credit_min_period(5), 32u);
+  EXPECT_EQ(eager_credit_min_period(11), 80u);
+  EXPECT_EQ(eager_credit_min_period(40), 312u);
 }
 
 // Over TCP above 2 ranks the epoch's tuning makes broadcasts eager up to

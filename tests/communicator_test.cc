@@ -26,6 +26,7 @@
 #include "kernels/cuda_memory.h"
 #include "rcoll/rcoll.h"
 #include "runtime/algorithms/context.h"
+#include "tests/thread_ranks.h"
 
 namespace rcoll {
 namespace {
@@ -47,6 +48,20 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// Options of rank `rank` for in-process ranks on loopback, with timeouts of a
+// few seconds.
+Options options_for(int rank, int size, std::shared_ptr<Store> store, const std::string& name) {
+  Options o;
+  o.rank = rank;
+  o.world_size = size;
+  o.store = std::move(store);
+  o.name = name;
+  o.socket_ifname = "=lo";
+  o.connect_timeout = 5000ms;
+  o.op_timeout = 10000ms;  // a broken op fails the test instead of hanging it
+  return o;
+}
+
 // Runs `body` on `size` ranks, one thread each, with communicators created
 // concurrently against one TCP store server on loopback. `tweak` may adjust
 // each rank's Options before creation. Every wait in here is bounded: the
@@ -54,46 +69,19 @@ bool contains(const std::string& haystack, const std::string& needle) {
 // test instead of hanging it.
 void run_ranks(int size, const std::function<void(Communicator&)>& body,
                const std::function<void(int rank, Options&)>& tweak = {}) {
-  TcpStoreOptions server_opts;
-  server_opts.host = "127.0.0.1";
-  server_opts.port = 0;
-  auto server = start_tcp_store_server(server_opts);
-  ASSERT_TRUE(server.ok()) << server.status().to_string();
-  const uint16_t port = server.value()->port();
   const std::string name = unique_name();
-
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      TcpStoreOptions so;
-      so.host = "127.0.0.1";
-      so.port = port;
-      so.connect_timeout = 5000ms;
-      auto store = connect_tcp_store(so);
-      if (!store.ok()) {
-        ADD_FAILURE() << "rank " << r << ": " << store.status().to_string();
-        return;
-      }
-      Options o;
-      o.rank = r;
-      o.world_size = size;
-      o.store = store.value();
-      o.name = name;
-      o.socket_ifname = "=lo";
-      o.connect_timeout = 5000ms;
-      o.op_timeout = 10000ms;  // a broken op fails the test instead of hanging it
-      if (tweak) tweak(r, o);
-      try {
-        Communicator comm = Communicator::create(o);
-        EXPECT_EQ(comm.rank(), r);
-        EXPECT_EQ(comm.size(), size);
-        body(comm);
-      } catch (const Error& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing_support::run_thread_ranks(size, [&](int r, std::shared_ptr<Store> store) {
+    Options o = options_for(r, size, std::move(store), name);
+    if (tweak) tweak(r, o);
+    try {
+      Communicator comm = Communicator::create(o);
+      EXPECT_EQ(comm.rank(), r);
+      EXPECT_EQ(comm.size(), size);
+      body(comm);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+    }
+  });
 }
 
 // Element-by-element comparison that reports the first few mismatches only.
@@ -479,7 +467,8 @@ TEST(CommunicatorTest, EagerBroadcastsDownTheBinomialTreeAtElevenRanks) {
 // point) and the L - 1 after it, L being the credit lag, and stops at op
 // L + 1, where it needs rank 3's credit for op 1. (Without credits it finishes
 // all L + 64 broadcasts at once: they are 1 KiB each, less than the socket
-// buffers hold.) L is a period (kMaxCreditPeriod ops at 1 KiB), or
+// buffers hold.) L is kMaxCreditPeriod collectives (the longest period: 1 KiB
+// broadcasts carry 256 KiB in it), or
 // kCreditLagPeriods periods where the ranks (threads here) share at most
 // kStarBroadcastCpus CPUs: this process's CPU mask says which. Then rank 3
 // goes, and every broadcast arrives everywhere.
@@ -489,8 +478,8 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsForCreditsOfASlowRank) {
   ASSERT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
   Tuning here;
   here.few_shared_cpus = CPU_COUNT(&mask) <= kStarBroadcastCpus;
-  const uint64_t lag = eager_credit_lag(4, 1024, here);
-  ASSERT_EQ(lag, (here.few_shared_cpus ? kCreditLagPeriods : 1) * eager_credit_period(4, 1024));
+  const uint64_t lag = eager_credit_lag_ops(4, here);
+  ASSERT_EQ(lag, (here.few_shared_cpus ? kCreditLagPeriods : 1) * kMaxCreditPeriod);
   const size_t count = lag + 64;
   std::atomic<bool> release{false};
   run_ranks(4, [&](Communicator& c) {
@@ -548,16 +537,16 @@ class OnTwoCpus {
 };
 
 // Where the replay log's backups pass half its budget, a rank collects a credit
-// point's credits a period after it, however long the lag otherwise is: the
-// root stops a period ahead of a held-back rank, not a lag ahead.
+// point's credits a minimum period after it, however long the lag otherwise
+// is: the root stops a minimum period ahead of a held-back rank, not a lag ahead.
 TEST(CommunicatorTest, EagerBroadcastRootWaitsSoonerWhenBackupsPassHalfTheBudget) {
   Tuning shared;
   shared.few_shared_cpus = true;
   constexpr size_t kInts = 1024;
-  const uint64_t period = eager_credit_period(4, kInts * sizeof(int32_t));
-  ASSERT_GT(eager_credit_lag(4, kInts * sizeof(int32_t), shared), 2 * period);
-  // A period of 4 KiB broadcasts backs up a period's bytes at the root, more
-  // than half of this budget; the lag's would be far more than all of it.
+  const uint64_t period = eager_credit_min_period(4);
+  ASSERT_GT(eager_credit_lag_ops(4, shared), 2 * period);
+  // A minimum period of 4 KiB broadcasts backs up more than half of this
+  // budget at the root; the lag's would be far more than all of it.
   const size_t small_budget = period * kInts * sizeof(int32_t) * 3 / 2;
   const size_t count = 2 * period + 8;
   // The lag is longer than a period only where the ranks share at most 2 CPUs.
@@ -614,22 +603,22 @@ TEST(CommunicatorTest, EagerBroadcastRootWaitsSoonerWhenBackupsPassHalfTheBudget
   run(small_budget, true);
 }
 
-// A small broadcast's credit point has a long period (and lag); larger
-// broadcasts after it have credit points a short period apart, more than the
-// ring of pending points holds before the first is due. The oldest is then
-// collected early: every credit point still sends its credits (no rank logs
-// one it could not post) and none recovers. 4 ranks on 2 CPUs (the lag is
-// kCreditLagPeriods periods).
-TEST(CommunicatorTest, EagerCreditPointsOfShorterPeriodsDoNotOverflowTheRing) {
+// After a small broadcast's credit point come larger broadcasts whose periods
+// end by bytes (8 KiB: 128 collectives), so more credit points than the lag
+// (kCreditLagPeriods points, 4 ranks on 2 CPUs) are posted before the lag in
+// collectives has passed. A rank collects the oldest once a lag's points are
+// pending: every credit point still sends its credits (no rank logs one it
+// could not post: the ring has one slot more than the lag) and none recovers.
+TEST(CommunicatorTest, EagerCreditLagCountsPointsWhenPeriodsEndByBytes) {
   Tuning shared;
   shared.few_shared_cpus = true;
   constexpr size_t kSmall = 256,
                    kLarge = 2048;  // int32: 1 KiB and 8 KiB (eager on every transport)
-  const uint64_t small_lag = eager_credit_lag(4, kSmall * sizeof(int32_t), shared);
-  const uint64_t large_period = eager_credit_period(4, kLarge * sizeof(int32_t));
-  // More points than the ring has slots come due within the small one's lag.
+  const uint64_t large_period = kCreditPeriodBytes / (kLarge * sizeof(int32_t));
+  ASSERT_GE(large_period, eager_credit_min_period(4));
+  // Two points more than the ring holds, within the lag in collectives.
   const size_t count = 1 + (kCreditLagPeriods + 2) * large_period;
-  ASSERT_LT(count, small_lag);
+  ASSERT_LT(count, eager_credit_lag_ops(4, shared));
   OnTwoCpus pin;
   ASSERT_TRUE(pin.pinned()) << "sched_setaffinity: " << std::strerror(errno);
   testing::internal::CaptureStderr();
@@ -1280,43 +1269,16 @@ TEST(CommunicatorTest, CountersGrowWithOpsAndBytes) {
 // ---- Several communicators on one store --------------------------------------------
 
 // Runs body(rank, store, name) on `size` threads sharing one store server.
-void run_with_store(int size, const std::function<void(int, std::shared_ptr<Store>, const std::string&)>& body) {
-  TcpStoreOptions server_opts;
-  server_opts.host = "127.0.0.1";
-  auto server = start_tcp_store_server(server_opts);
-  ASSERT_TRUE(server.ok()) << server.status().to_string();
+void run_with_store(
+    int size, const std::function<void(int, std::shared_ptr<Store>, const std::string&)>& body) {
   const std::string name = unique_name();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      TcpStoreOptions so;
-      so.host = "127.0.0.1";
-      so.port = server.value()->port();
-      auto store = connect_tcp_store(so);
-      if (!store.ok()) {
-        ADD_FAILURE() << store.status().to_string();
-        return;
-      }
-      try {
-        body(r, store.value(), name);
-      } catch (const Error& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-Options options_for(int rank, int size, std::shared_ptr<Store> store, const std::string& name) {
-  Options o;
-  o.rank = rank;
-  o.world_size = size;
-  o.store = std::move(store);
-  o.name = name;
-  o.socket_ifname = "=lo";
-  o.connect_timeout = 5000ms;
-  o.op_timeout = 10000ms;
-  return o;
+  testing_support::run_thread_ranks(size, [&](int r, std::shared_ptr<Store> store) {
+    try {
+      body(r, std::move(store), name);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+    }
+  });
 }
 
 TEST(CommunicatorTest, TwoCommunicatorsShareAStoreAndInterleave) {

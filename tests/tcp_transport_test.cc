@@ -13,47 +13,32 @@
 #include <vector>
 
 #include "rcoll/store.h"
+#include "tests/thread_ranks.h"
 
 namespace rcoll {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Runs body(transport) on `size` connected TCP transports, one thread each.
-void run_transports(int size, const std::function<void(Transport&)>& body) {
-  TcpStoreOptions server_opts;
-  server_opts.host = "127.0.0.1";
-  server_opts.port = 0;
-  auto server = start_tcp_store_server(server_opts);
-  ASSERT_TRUE(server.ok()) << server.status().to_string();
-  const uint16_t port = server.value()->port();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      TcpStoreOptions so;
-      so.host = "127.0.0.1";
-      so.port = port;
-      so.connect_timeout = 5000ms;
-      auto store = connect_tcp_store(so);
-      if (!store.ok()) {
-        ADD_FAILURE() << "rank " << r << ": " << store.status().to_string();
-        return;
-      }
-      TcpConnectParams p;
-      p.rank = r;
-      p.size = size;
-      p.store = store.value();
-      p.ifname_spec = "=lo";
-      p.deadline = Deadline::after(5000ms);
-      auto t = connect_tcp_transport(p);
-      if (!t.ok()) {
-        ADD_FAILURE() << "rank " << r << ": " << t.status().to_string();
-        return;
-      }
-      body(*t.value());
-    });
-  }
-  for (auto& t : threads) t.join();
+// Runs body(transport) on `size` connected TCP transports, one thread each,
+// polling for `spin` before a wait sleeps.
+void run_transports(int size, const std::function<void(Transport&)>& body,
+                    std::chrono::microseconds spin = std::chrono::microseconds(50)) {
+  testing_support::run_thread_ranks(size, [&](int r, std::shared_ptr<Store> store) {
+    TcpConnectParams p;
+    p.rank = r;
+    p.size = size;
+    p.store = std::move(store);
+    p.ifname_spec = "=lo";
+    p.deadline = Deadline::after(5000ms);
+    p.spin = spin;
+    auto t = connect_tcp_transport(p);
+    if (!t.ok()) {
+      ADD_FAILURE() << "rank " << r << ": " << t.status().to_string();
+      return;
+    }
+    body(*t.value());
+  });
 }
 
 FrameHeader frame(uint16_t step, uint64_t payload) {
@@ -81,35 +66,56 @@ bool wait_all(Transport& t, std::initializer_list<Request*> reqs) {
 
 constexpr uint16_t kCredit = 0xFFFE, kData = 0;
 
-// Rank 0 waits on rank 1's data frame (sent 50 ms late) while rank 2's credit
-// frame, posted as a background receive, comes in at once: both complete.
+// Rank 0 waits on rank 1's data frame (sent 200 ms late) while rank 2's
+// credit frame, posted as a background receive, comes in at once: the credit
+// completes first, both when a wait sleeps in ppoll (after 50 us of polling)
+// and when it never sleeps (it polls for 10 s), where only every 32nd poll
+// reads rank 2.
+void check_background_while_awaiting(std::chrono::microseconds spin) {
+  run_transports(
+      3,
+      [&](Transport& t) {
+        std::vector<char> data(4096);
+        Request send, recv, credit;
+        if (t.rank() == 0) {
+          t.post_background_recv(2, frame(kCredit, 0), &credit);
+          t.post_recv(1, frame(kData, data.size()), data.data(), &recv);
+          const Deadline give_up = Deadline::after(5000ms);
+          bool credit_first = false;
+          while (!(credit.finished() && recv.finished()) && !give_up.expired()) {
+            t.progress(Deadline::after(100ms));
+            if (credit.finished() && !recv.finished()) credit_first = true;
+          }
+          ASSERT_TRUE(credit.finished() && recv.finished())
+              << "credit " << credit.finished() << ", data " << recv.finished();
+          EXPECT_TRUE(credit_first) << "the credit was read only once the awaited frame came";
+          EXPECT_FALSE(credit.failed()) << credit.status.to_string();
+          EXPECT_FALSE(recv.failed()) << recv.status.to_string();
+          for (size_t i = 0; i < data.size(); ++i)
+            ASSERT_EQ(data[i], static_cast<char>(i * 7)) << i;
+        } else if (t.rank() == 1) {
+          for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+          std::this_thread::sleep_for(200ms);
+          t.post_send(0, frame(kData, data.size()), data.data(), &send);
+          ASSERT_TRUE(wait_all(t, {&send}));
+          EXPECT_FALSE(send.failed()) << send.status.to_string();
+        } else {
+          t.post_send(0, frame(kCredit, 0), nullptr, &send);
+          ASSERT_TRUE(wait_all(t, {&send}));
+          EXPECT_FALSE(send.failed()) << send.status.to_string();
+        }
+        // Every rank stays until rank 0 has both, so no connection closes early.
+        std::this_thread::sleep_for(300ms);
+      },
+      spin);
+}
+
 TEST(TcpTransportTest, BackgroundReceiveCompletesWhileAnotherPeerIsAwaited) {
-  std::atomic<bool> credit_done_first{false};
-  run_transports(3, [&](Transport& t) {
-    std::vector<char> data(4096);
-    Request send, recv, credit;
-    if (t.rank() == 0) {
-      t.post_background_recv(2, frame(kCredit, 0), &credit);
-      t.post_recv(1, frame(kData, data.size()), data.data(), &recv);
-      ASSERT_TRUE(wait_all(t, {&credit, &recv}))
-          << "credit " << credit.finished() << ", data " << recv.finished();
-      EXPECT_FALSE(credit.failed()) << credit.status.to_string();
-      EXPECT_FALSE(recv.failed()) << recv.status.to_string();
-      for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], static_cast<char>(i * 7)) << i;
-    } else if (t.rank() == 1) {
-      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
-      std::this_thread::sleep_for(50ms);
-      t.post_send(0, frame(kData, data.size()), data.data(), &send);
-      ASSERT_TRUE(wait_all(t, {&send}));
-      EXPECT_FALSE(send.failed()) << send.status.to_string();
-    } else {
-      t.post_send(0, frame(kCredit, 0), nullptr, &send);
-      ASSERT_TRUE(wait_all(t, {&send}));
-      EXPECT_FALSE(send.failed()) << send.status.to_string();
-    }
-    // Every rank stays until rank 0 has both, so no connection closes early.
-    std::this_thread::sleep_for(200ms);
-  });
+  check_background_while_awaiting(std::chrono::microseconds(50));
+}
+
+TEST(TcpTransportTest, BackgroundReceiveCompletesWhileAWaitPollsWithoutSleeping) {
+  check_background_while_awaiting(std::chrono::microseconds(10'000'000));
 }
 
 // A background receive and a later ordinary one from the same peer match the

@@ -291,13 +291,17 @@ int broadcast_first_peer(const Op& op, int rank, int size, const Tuning& tuning)
 // to 0.2x) and over UCX (4 ranks, 64-256 KiB: 0.4-0.5x, its rendezvous
 // protocol already waits for the receiver) the acknowledged broadcast wins.
 bool broadcast_is_eager(const Op& op, const Tuning& tuning);
-// Completion credits (runtime/progress.cc). The first eager broadcast at
-// least this many collective sequence numbers after the last credit point
-// (the first one at all, or after a recovery) is a credit point: every rank,
-// once it has the op, sends every other rank an empty frame (step
-// kCreditStep) and posts a receive for theirs, and waits for both
-// eager_credit_lag later (at least a period later where its backups pass half
-// the budget). The credits say that every rank has every collective up to the
+// Completion credits (runtime/progress.cc). The first eager broadcast is a
+// credit point (at all, or after a recovery), and then the first one a period
+// after the last: at least eager_credit_min_period collective sequence
+// numbers after it, and once kMaxCreditPeriod have passed or the eager
+// broadcasts since it (this one included) carried kCreditPeriodBytes. Every
+// rank sees the same ops, so all agree. At a credit point every rank, once it
+// has the op, sends every other rank an empty frame (step kCreditStep) and
+// posts a receive for theirs, and waits for both a lag later
+// (eager_credit_lag_points, eager_credit_lag_ops; at least a minimum period
+// later where its backups pass half the budget).
+// The credits say that every rank has every collective up to the
 // credit point, so the replay log can let go of them, and waiting for them
 // keeps a root within about a lag of the slowest rank, without the rendezvous
 // an acknowledgement costs. 2(p - 1) frames per rank per period: the period
@@ -307,44 +311,41 @@ bool broadcast_is_eager(const Op& op, const Tuning& tuning);
 // order, so point-to-point ops must be issued in the same order relative to
 // collectives on both ends (as NCCL requires).
 //
-// Small broadcasts get longer periods, up to kMaxCreditPeriod ops while a
-// period's data stays within kCreditPeriodBytes (the credit point's bytes
-// decide, alike on every rank): fewer credit frames, and a root that may run
-// further ahead. Ahead by more than the receiver's next reads, its frames wait
-// in the socket and leave together, which costs every rank less per frame than
-// one send each. 4 ranks on 2 CPUs, TCP, 4 KiB broadcasts back to back, time
-// per op over the loop (--time mean), 4 alternating rounds of 20000: a period
-// of 32 ops 18.3-21.4 us, 128 ops 15.7-19.1, 256 ops 14.8-18.5; per-op medians
-// unchanged, 2 ranks 0-10% faster. The lag's backups at the root are then at
-// most kCreditLagPeriods x kCreditPeriodBytes (8 MiB) for broadcasts of up to
-// kCreditPeriodBytes / 32 (32 KiB), as before above.
+// Small broadcasts get periods of up to kMaxCreditPeriod ops: fewer credit
+// frames, and a root that may run further ahead. Ahead by more than the
+// receiver's next reads, its frames wait in the socket and leave together,
+// which costs every rank less per frame than one send each. 4 ranks on 2 CPUs,
+// TCP, 4 KiB broadcasts back to back, time per op over the loop (--time mean),
+// 4 alternating rounds of 20000 with a fixed period: 32 ops 18.3-21.4 us, 128
+// ops 15.7-19.1, 256 ops 14.8-18.5; per-op medians unchanged. Periods end by
+// bytes whatever mix of sizes runs, so the backups a root holds over a lag stay
+// within the lag's points x max(kCreditPeriodBytes, a minimum period of its
+// largest broadcasts), 9 MiB for 4 KiB broadcasts where the lag is 8 periods.
 inline constexpr uint64_t kMaxCreditPeriod = 256;
 inline constexpr uint64_t kCreditPeriodBytes = 1u << 20;
-inline uint64_t eager_credit_period(int size, size_t op_bytes) {
-  const uint64_t by_group = size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1);
-  const uint64_t by_bytes =
-      std::min<uint64_t>(kMaxCreditPeriod, kCreditPeriodBytes / std::max<size_t>(op_bytes, 1));
-  return std::max(by_group, by_bytes);
+inline uint64_t eager_credit_min_period(int size) {
+  return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1);
 }
-// How many collective sequence numbers after a credit point a rank waits for
-// its credits (when they have not all come in by then). Which op waits is
-// this rank's own affair (the frames were posted at agreed places), so this
-// may depend on what only this rank sees. One period, except where more than
-// 2 ranks share at most 2 CPUs (Tuning::few_shared_cpus): there a root that
-// stops every period to wait for the chain's last rank leaves a CPU idle
-// while that rank catches up, and a longer lag keeps every rank busy. 4
+// How many credit points a rank lets pass before it waits for the oldest's
+// credits (when they have not all come in by then); or, with fewer eager
+// broadcasts, how many collectives after it (eager_credit_lag_ops). Which op
+// waits is this rank's own affair (the frames were posted at agreed places),
+// so this may depend on what only this rank sees. One period, except where
+// more than 2 ranks share at most 2 CPUs (Tuning::few_shared_cpus): there a
+// root that stops every period to wait for the chain's last rank leaves a CPU
+// idle while that rank catches up, and a longer lag keeps every rank busy. 4
 // ranks on 2 CPUs, TCP, 4 KiB eager broadcasts back to back, time per op
 // over the loop (4 alternating rounds of 10000): a lag of 1 period 26-39 us,
 // 8 periods 23-31 us; per-op medians unchanged. At 2 ranks (no CPU to share
-// out) 8 periods was no faster. At most kCreditLagPeriods periods: the
-// pending credit points' ring has a slot more than that (credit points are at
-// least their own period apart, and each is collected before the one a lag
-// later is posted); where a point's period is shorter than an older one's
-// (larger broadcasts), the oldest is collected when the ring is full.
+// out) 8 periods was no faster. The pending credit points' ring has a slot
+// more than the longest lag.
 inline constexpr uint64_t kCreditLagPeriods = 8;
-inline uint64_t eager_credit_lag(int size, size_t op_bytes, const Tuning& tuning) {
-  return eager_credit_period(size, op_bytes) *
-         (size > 2 && tuning.few_shared_cpus ? kCreditLagPeriods : 1);
+inline uint64_t eager_credit_lag_points(int size, const Tuning& tuning) {
+  return size > 2 && tuning.few_shared_cpus ? kCreditLagPeriods : 1;
+}
+inline uint64_t eager_credit_lag_ops(int size, const Tuning& tuning) {
+  return eager_credit_lag_points(size, tuning) *
+         std::max(kMaxCreditPeriod, eager_credit_min_period(size));
 }
 // Bytes per slice of a broadcast: a 2-rank chain and a star forward nothing,
 // so their frames are as large as the link allows (Tuning::stream_piece_bytes).

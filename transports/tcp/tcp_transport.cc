@@ -183,7 +183,11 @@ class TcpTransport final : public Transport {
     for (int p = 0; p < size_; ++p) {
       Peer& pr = peers_[p];
       if (!pr.sendq.empty()) moved |= send_some(p);
-      if (!pr.recvq.empty() && (pr.foreground_recvs > 0 || background)) moved |= recv_some(p);
+      // A header already read into the inbox costs no call to take, and no
+      // ppoll would wake for it.
+      const bool buffered = pr.inbox_end - pr.inbox_begin >= kFrameHeaderBytes;
+      if (!pr.recvq.empty() && (pr.foreground_recvs > 0 || background || buffered))
+        moved |= recv_some(p);
     }
     return moved;
   }
