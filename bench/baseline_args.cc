@@ -4,6 +4,7 @@
 #include <cstring>
 #include <cstdio>
 #include <cerrno>
+#include <utility>
 
 namespace rcoll::bench {
 
@@ -89,6 +90,21 @@ std::optional<int> parse_baseline_or_exit(int argc, char** argv, const std::vect
     return 0;
   }
   return std::nullopt;
+}
+
+std::string op_list(const BaselineConfig& cfg) {
+  std::string list;
+  for (const auto& op : cfg.ops) list += (list.empty() ? "" : ",") + op;
+  return list;
+}
+
+std::vector<std::string> baseline_preamble(const BaselineConfig& cfg, std::string title, std::string ranks,
+                                           const std::string& setup_note, const std::string& time_note) {
+  return {std::move(title), std::move(ranks),
+          "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
+          "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
+              "  check: " + (cfg.check ? "on" : "off") + "  " + setup_note,
+          std::string("time: ") + describe(cfg.timing) + ", " + time_note};
 }
 
 std::string baseline_usage(const std::vector<std::string>& ops) {

@@ -412,23 +412,17 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
 
   rcoll::bench::Report report(true, cfg.check, cfg.timing);
   if (leader) {
-    std::string op_list, algo_list;
-    for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
+    std::string algo_list;
     for (const auto& a : algos) {
       if (std::find(cfg.ops.begin(), cfg.ops.end(), op_of(a)) != cfg.ops.end()) algo_list += (algo_list.empty() ? "" : ",") + a;
     }
-    report.print_header(
-        {"rcoll-gloo-bench  Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
-             std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) +
-             " (system libgloo), TCP transport on 127.0.0.1",
-         "ranks: " + std::to_string(size) + "  transport: gloo/tcp  ops: " + op_list +
-             "  rendezvous: " + store_what,
-         "sizes: " + cfg.sizes_text +
-             "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
-         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-             "  check: " + (cfg.check ? "on" : "off") + "  algorithms tried: " + algo_list,
-         std::string("time: ") + rcoll::bench::describe(cfg.timing) +
-             ", max over ranks, fastest algorithm; busbw as in nccl-tests"});
+    report.print_header(rcoll::bench::baseline_preamble(
+        cfg,
+        "rcoll-gloo-bench  Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) +
+            "." + std::to_string(GLOO_VERSION_PATCH) + " (system libgloo), TCP transport on 127.0.0.1",
+        "ranks: " + std::to_string(size) + "  transport: gloo/tcp  ops: " + rcoll::bench::op_list(cfg) +
+            "  rendezvous: " + store_what,
+        "algorithms tried: " + algo_list, "max over ranks, fastest algorithm; busbw as in nccl-tests"));
   }
   uint64_t wrong = 0;
   for (const auto& op : cfg.ops) {

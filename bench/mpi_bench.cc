@@ -182,17 +182,10 @@ int run_bench(const BaselineConfig& cfg) {
 
   rcoll::bench::Report report(false, cfg.check, cfg.timing);
   if (leader) {
-    std::string op_list;
-    for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
-    report.print_header(
-        {"rcoll-mpi-bench  " + lib,
-         "ranks: " + std::to_string(size) + "  transport: " + transport + "  ops: " + op_list,
-         "sizes: " + cfg.sizes_text +
-             "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
-         "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-             "  check: " + (cfg.check ? "on" : "off") + "  out-of-place",
-         std::string("time: ") + rcoll::bench::describe(cfg.timing) +
-             ", max over ranks; busbw as in nccl-tests"});
+    report.print_header(rcoll::bench::baseline_preamble(
+        cfg, "rcoll-mpi-bench  " + lib,
+        "ranks: " + std::to_string(size) + "  transport: " + transport + "  ops: " + rcoll::bench::op_list(cfg),
+        "out-of-place", "max over ranks; busbw as in nccl-tests"));
   }
   // An unwritable --json file is a bad argument: find out before measuring, on every rank.
   int json_bad = leader && !rcoll::bench::json_file_writable(cfg.json, "rcoll-mpi-bench") ? 1 : 0, any_bad = 0;

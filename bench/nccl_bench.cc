@@ -228,18 +228,12 @@ int run_bench(const BaselineConfig& cfg) {
     if (bench.reduce_scalar(json_bad, true) > 0) return 2;
     rcoll::bench::Report report(false, cfg.check, cfg.timing);
     if (leader) {
-      std::string op_list;
-      for (const auto& op : cfg.ops) op_list += (op_list.empty() ? "" : ",") + op;
-      report.print_header(
-          {"rcoll-nccl-bench  NCCL " + std::to_string(version / 10000) + "." +
-               std::to_string(version / 100 % 100) + "." + std::to_string(version % 100),
-           "ranks: " + std::to_string(size) + "  transport: nccl  ops: " + op_list,
-           "sizes: " + cfg.sizes_text +
-               "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
-           "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
-               "  check: " + (cfg.check ? "on" : "off") + "  device buffers",
-           std::string("time: ") + rcoll::bench::describe(cfg.timing) +
-               ", each op a call + stream synchronize, max over ranks"});
+      report.print_header(rcoll::bench::baseline_preamble(
+          cfg,
+          "rcoll-nccl-bench  NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
+              "." + std::to_string(version % 100),
+          "ranks: " + std::to_string(size) + "  transport: nccl  ops: " + rcoll::bench::op_list(cfg), "device buffers",
+          "each op a call + stream synchronize, max over ranks"));
     }
     uint64_t wrong = 0;
     for (const auto& op : cfg.ops) {

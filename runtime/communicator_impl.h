@@ -213,12 +213,12 @@ class CommunicatorImpl : public ProgressGuard {
   uint64_t nccl_backup_seq_ = 0;
   int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
   // Completion credits of the credit points not yet collected, oldest first
-  // (eager_credit_period and eager_credit_lag in runtime/algorithms/context.h):
-  // posted once the op completed here (normally, not in a recovery), collected
-  // by the first collective a lag later (a period later where the backups
-  // pass half the budget) or by the closing barrier, dropped with the
-  // transport that carried them. Declared before transport_: their requests
-  // outlive the transport.
+  // (eager_credit_min_period and eager_credit_lag_points in
+  // runtime/algorithms/context.h): posted once the op completed here
+  // (normally, not in a recovery), collected by the first collective a lag
+  // later (a minimum period later where the backups pass half the budget) or
+  // by the closing barrier, dropped with the transport that carried them. Declared before
+  // transport_: their requests outlive the transport.
   struct Credits {
     uint64_t seq = 0;  // the credit point's match seq
     // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
@@ -238,15 +238,16 @@ class CommunicatorImpl : public ProgressGuard {
   // Set by recover(): the first collective no rank had started, so a credit
   // point every rank runs whole in the new epoch.
   uint64_t credits_from_seq_ = 0;
-  // A minimum period after the last credit point (0 after a recovery): the
-  // first eager broadcast from here on may be the next, and is from
-  // latest_credit_seq_ on or once credit_bytes_ reach kCreditPeriodBytes.
-  // Evolve with the op sequence alone, so alike on every rank.
-  uint64_t next_credit_seq_ = 0;
-  uint64_t latest_credit_seq_ = 0;
-  uint64_t credit_bytes_ = 0;  // of the eager broadcasts since the last credit point
+  // The last credit point's match seq (0: none since the start or the last
+  // recovery), and the bytes of the eager broadcasts since it: they decide
+  // the next (is_credit_point). Evolve with the op sequence alone, so alike on
+  // every rank.
+  uint64_t last_credit_seq_ = 0;
+  uint64_t credit_bytes_ = 0;
   bool closing_barrier_running_ = false;
-  bool is_credit_point(const OpRecord& rec) const;
+  // An op that may be a credit point: an eager broadcast off NCCL, recovery on.
+  bool carries_credits(const OpRecord& rec) const;
+  bool is_credit_point(const OpRecord& rec) const;  // of an op that carries_credits
   void post_credits(const OpRecord& rec);
   // Waits (under ctx's guard) for the pending credits if `op` is due to.
   Status collect_credits(const Op& op, AlgoContext& ctx);

@@ -309,10 +309,12 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = nullptr;
   recorder_.finished(op.seq, true);
-  if (is_credit_point(rec)) {
-    post_credits(rec);
-  } else if (options_.recovery && !rec.nccl && broadcast_is_eager(op, rec.tuning)) {
-    credit_bytes_ += op.out.bytes();
+  if (carries_credits(rec)) {
+    if (is_credit_point(rec)) {
+      post_credits(rec);
+    } else {
+      credit_bytes_ += op.out.bytes();
+    }
   }
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
@@ -456,14 +458,19 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   return s;
 }
 
+bool CommunicatorImpl::carries_credits(const OpRecord& rec) const {
+  return options_.recovery && size_ > 1 && !rec.nccl && broadcast_is_eager(rec.op, rec.tuning);
+}
+
 bool CommunicatorImpl::is_credit_point(const OpRecord& rec) const {
   const Op& op = rec.op;
-  if (!options_.recovery || size_ == 1 || rec.nccl || !broadcast_is_eager(op, rec.tuning))
-    return false;
-  if (op.match_seq < std::max(credits_from_seq_, next_credit_seq_)) return false;
-  // The first at all or after a recovery, or a period's worth since the last.
-  return next_credit_seq_ == 0 || op.match_seq >= latest_credit_seq_ ||
-         credit_bytes_ + op.out.bytes() >= kCreditPeriodBytes;
+  if (op.match_seq < credits_from_seq_) return false;
+  if (last_credit_seq_ == 0) return true;  // the first at all, or after a recovery
+  // A period's worth since the last.
+  const uint64_t since = op.match_seq - last_credit_seq_;
+  return since >= eager_credit_min_period(size_) &&
+         (since >= eager_credit_max_period(size_) ||
+          credit_bytes_ + op.out.bytes() >= kCreditPeriodBytes);
 }
 
 // Every rank posts its credits at the same place in its stream of frames to
@@ -494,8 +501,7 @@ void CommunicatorImpl::post_credits(const OpRecord& rec) {
   }
   c.seq = op.match_seq;
   ++credits_pending_;
-  next_credit_seq_ = op.match_seq + eager_credit_min_period(p);
-  latest_credit_seq_ = op.match_seq + std::max(kMaxCreditPeriod, eager_credit_min_period(p));
+  last_credit_seq_ = op.match_seq;
   credit_bytes_ = 0;
 }
 

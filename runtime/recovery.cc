@@ -207,7 +207,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // longer arrive anywhere.
   tune_from_seq_ = plan.value().collectives_started + 1;
   credits_from_seq_ = tune_from_seq_;
-  next_credit_seq_ = 0;
+  last_credit_seq_ = 0;
   if (Status s = connect_epoch(failed + 1, deadline); !s.ok()) {
     return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " + std::to_string(failed + 1) + ": " + s.message());
   }

@@ -326,6 +326,11 @@ inline constexpr uint64_t kCreditPeriodBytes = 1u << 20;
 inline uint64_t eager_credit_min_period(int size) {
   return size <= 5 ? 32 : 8 * static_cast<uint64_t>(size - 1);
 }
+// The longest period: a credit point comes this many collectives after the
+// last at the latest (given an eager broadcast there).
+inline uint64_t eager_credit_max_period(int size) {
+  return std::max(kMaxCreditPeriod, eager_credit_min_period(size));
+}
 // How many credit points a rank lets pass before it waits for the oldest's
 // credits (when they have not all come in by then); or, with fewer eager
 // broadcasts, how many collectives after it (eager_credit_lag_ops). Which op
@@ -344,8 +349,7 @@ inline uint64_t eager_credit_lag_points(int size, const Tuning& tuning) {
   return size > 2 && tuning.few_shared_cpus ? kCreditLagPeriods : 1;
 }
 inline uint64_t eager_credit_lag_ops(int size, const Tuning& tuning) {
-  return eager_credit_lag_points(size, tuning) *
-         std::max(kMaxCreditPeriod, eager_credit_min_period(size));
+  return eager_credit_lag_points(size, tuning) * eager_credit_max_period(size);
 }
 // Bytes per slice of a broadcast: a 2-rank chain and a star forward nothing,
 // so their frames are as large as the link allows (Tuning::stream_piece_bytes).

@@ -64,16 +64,11 @@ class TcpTransport final : public Transport {
   }
 
   void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) override {
-    req->state = Request::State::kPending;
-    if (Status s = check_peer(peer); !s.ok()) return fail_request(req, std::move(s));
-    peers_[peer].recvq.push_back(RecvItem{expected, static_cast<char*>(dst), req, false});
-    ++peers_[peer].foreground_recvs;
+    queue_recv(peer, RecvItem{expected, static_cast<char*>(dst), req, false});
   }
 
   void post_background_recv(int peer, const FrameHeader& expected, Request* req) override {
-    req->state = Request::State::kPending;
-    if (Status s = check_peer(peer); !s.ok()) return fail_request(req, std::move(s));
-    peers_[peer].recvq.push_back(RecvItem{expected, nullptr, req, true});
+    queue_recv(peer, RecvItem{expected, nullptr, req, true});
   }
 
   void progress(Deadline until) override {
@@ -166,6 +161,13 @@ class TcpTransport final : public Transport {
   void complete_request(Request* req) {
     req->state = Request::State::kDone;
     ++completions_;
+  }
+
+  void queue_recv(int peer, RecvItem item) {
+    item.req->state = Request::State::kPending;
+    if (Status s = check_peer(peer); !s.ok()) return fail_request(item.req, std::move(s));
+    if (!item.background) ++peers_[peer].foreground_recvs;
+    peers_[peer].recvq.push_back(item);
   }
 
   // One pass over every peer with work queued; true if any bytes moved. A
