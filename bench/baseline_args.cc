@@ -1,9 +1,9 @@
 #include "bench/baseline_args.h"
 
 #include <algorithm>
-#include <cstring>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 
 namespace rcoll::bench {
@@ -98,10 +98,12 @@ std::string op_list(const BaselineConfig& cfg) {
   return list;
 }
 
-std::vector<std::string> baseline_preamble(const BaselineConfig& cfg, std::string title, std::string ranks,
-                                           const std::string& setup_note, const std::string& time_note) {
+std::vector<std::string> baseline_preamble(const BaselineConfig& cfg, std::string title,
+                                           std::string ranks, const std::string& setup_note,
+                                           const std::string& time_note) {
   return {std::move(title), std::move(ranks),
-          "sizes: " + cfg.sizes_text + "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
+          "sizes: " + cfg.sizes_text +
+              "  dtype: float32  redop: sum  root: " + std::to_string(cfg.root),
           "warmup: " + std::to_string(cfg.warmup) + "  iters: " + std::to_string(cfg.iters) +
               "  check: " + (cfg.check ? "on" : "off") + "  " + setup_note,
           std::string("time: ") + describe(cfg.timing) + ", " + time_note};

@@ -45,8 +45,9 @@ std::string op_list(const BaselineConfig& cfg);
 // A baseline's preamble: `title`, `ranks` (ranks, transport, ops), then the
 // lines every baseline prints alike: sizes, dtype, redop and root; warmup,
 // iters and check, then `setup_note`; the --time statistic, then `time_note`.
-std::vector<std::string> baseline_preamble(const BaselineConfig& cfg, std::string title, std::string ranks,
-                                           const std::string& setup_note, const std::string& time_note);
+std::vector<std::string> baseline_preamble(const BaselineConfig& cfg, std::string title,
+                                           std::string ranks, const std::string& setup_note,
+                                           const std::string& time_note);
 
 // The usage lines of those flags.
 std::string baseline_usage(const std::vector<std::string>& ops);

@@ -418,11 +418,13 @@ int run_bench(const BaselineConfig& cfg, const std::vector<std::string>& algos, 
     }
     report.print_header(rcoll::bench::baseline_preamble(
         cfg,
-        "rcoll-gloo-bench  Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) +
-            "." + std::to_string(GLOO_VERSION_PATCH) + " (system libgloo), TCP transport on 127.0.0.1",
-        "ranks: " + std::to_string(size) + "  transport: gloo/tcp  ops: " + rcoll::bench::op_list(cfg) +
-            "  rendezvous: " + store_what,
-        "algorithms tried: " + algo_list, "max over ranks, fastest algorithm; busbw as in nccl-tests"));
+        "rcoll-gloo-bench  Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
+            std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) +
+            " (system libgloo), TCP transport on 127.0.0.1",
+        "ranks: " + std::to_string(size) + "  transport: gloo/tcp  ops: " +
+            rcoll::bench::op_list(cfg) + "  rendezvous: " + store_what,
+        "algorithms tried: " + algo_list,
+        "max over ranks, fastest algorithm; busbw as in nccl-tests"));
   }
   uint64_t wrong = 0;
   for (const auto& op : cfg.ops) {

@@ -184,7 +184,8 @@ int run_bench(const BaselineConfig& cfg) {
   if (leader) {
     report.print_header(rcoll::bench::baseline_preamble(
         cfg, "rcoll-mpi-bench  " + lib,
-        "ranks: " + std::to_string(size) + "  transport: " + transport + "  ops: " + rcoll::bench::op_list(cfg),
+        "ranks: " + std::to_string(size) + "  transport: " + transport +
+            "  ops: " + rcoll::bench::op_list(cfg),
         "out-of-place", "max over ranks; busbw as in nccl-tests"));
   }
   // An unwritable --json file is a bad argument: find out before measuring, on every rank.

@@ -230,10 +230,11 @@ int run_bench(const BaselineConfig& cfg) {
     if (leader) {
       report.print_header(rcoll::bench::baseline_preamble(
           cfg,
-          "rcoll-nccl-bench  NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
-              "." + std::to_string(version % 100),
-          "ranks: " + std::to_string(size) + "  transport: nccl  ops: " + rcoll::bench::op_list(cfg), "device buffers",
-          "each op a call + stream synchronize, max over ranks"));
+          "rcoll-nccl-bench  NCCL " + std::to_string(version / 10000) + "." +
+              std::to_string(version / 100 % 100) + "." + std::to_string(version % 100),
+          "ranks: " + std::to_string(size) +
+              "  transport: nccl  ops: " + rcoll::bench::op_list(cfg),
+          "device buffers", "each op a call + stream synchronize, max over ranks"));
     }
     uint64_t wrong = 0;
     for (const auto& op : cfg.ops) {
