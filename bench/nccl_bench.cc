@@ -198,10 +198,16 @@ int run_bench(const BaselineConfig& cfg) {
     throw std::runtime_error("no usable CUDA device: rcoll-nccl-bench needs a GPU");
   }
   cuda_check(cudaSetDevice(env_int("RCOLL_LOCAL_RANK", 0) % devices), "cudaSetDevice");
-  const std::string host_id = "rcoll-nccl-bench-" + std::to_string(rank);
-  setenv("NCCL_HOSTID", host_id.c_str(), 0);
-  setenv("NCCL_NET", "Socket", 0);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  if (env_int("RCOLL_LOCAL_WORLD_SIZE", 1) > devices) {
+    // NCCL refuses two ranks on one GPU of one host: ranks sharing a GPU are
+    // each their own NCCL "host", over sockets on loopback. The host id is
+    // this rank's whatever was inherited (rcoll-bench --compare's rank 0 has
+    // set its own, and one id for every rank is the refused case).
+    const std::string host_id = "rcoll-nccl-bench-" + std::to_string(rank);
+    setenv("NCCL_HOSTID", host_id.c_str(), 1);
+    setenv("NCCL_NET", "Socket", 0);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  }
 
   auto store = connect_store();
   ncclUniqueId id;
