@@ -3,8 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <thread>
-
 namespace rcoll::kernels::cuda {
 namespace {
 
@@ -135,9 +133,11 @@ Result<bool> event_done(void* event) {
 }
 
 Status wait_event(void* event, Deadline deadline, const std::string& what) {
-  // Poll, yielding; after a while sleep between polls so a long wait (the
-  // caller's own kernels still running) does not hold a core.
+  // Poll, yielding for 1 ms; then sleeping between polls, a little more the
+  // longer it takes, so a long wait (the caller's own kernels still running)
+  // does not hold a core.
   const auto started = Clock::now();
+  PollPause pause(Millis(1));
   for (;;) {
     auto done = event_done(event);
     if (!done.ok()) return Status(done.status().code(), what + ": " + done.status().message());
@@ -147,11 +147,7 @@ Status wait_event(void* event, Deadline deadline, const std::string& what) {
                     what + ": not done after " +
                         std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) + " ms");
     }
-    if (Clock::now() - started < std::chrono::milliseconds(1)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    pause();
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace rcoll {
 
@@ -40,6 +41,30 @@ class Deadline {
  private:
   explicit Deadline(Clock::time_point t) : at_(t) {}
   Clock::time_point at_;
+};
+
+// The pause between two polls of something a device finishes (a CUDA event,
+// NCCL's enqueue): a yield for the first `spin` of the wait, then a sleep of
+// a sixteenth of the time waited so far, at most 1 ms. So a wait ends within
+// a few percent of what it waits for (a fixed sleep after a fixed spin adds
+// the sleep to every op just longer than the spin), and a long one leaves
+// its core alone.
+class PollPause {
+ public:
+  explicit PollPause(Clock::duration spin) : spin_(spin) {}
+  void restart() { since_ = Clock::now(); }  // progress: yield again
+  void operator()() const {
+    const Clock::duration waited = Clock::now() - since_;
+    if (waited < spin_) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, Millis(1)));
+    }
+  }
+
+ private:
+  Clock::duration spin_;
+  Clock::time_point since_ = Clock::now();
 };
 
 }  // namespace rcoll

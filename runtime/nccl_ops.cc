@@ -18,11 +18,12 @@
 //     input aside (device memory, same stream) before the slice runs, and a
 //     re-run puts it back first; other ops never write what they read. So any
 //     slice can run again on any rank, whatever an aborted kernel left behind.
-//   - Every op ends with a confirmation all-reduce, issued once this rank has
-//     seen all its slices done. Once it is done here, every rank has seen the
-//     same: the op is never re-run for a peer, and keeps nothing after it
-//     returns. It carries the op's fingerprint, so ranks that ran different
-//     ops learn it (a desync) instead of returning garbage.
+//   - Every op ends with a confirmation all-reduce, queued on the stream
+//     behind its slices, so each rank contributes only once its slices are
+//     done. Once it is done here, every rank's are: the op is never re-run
+//     for a peer, and keeps nothing after it returns. It carries the op's
+//     fingerprint, so ranks that ran different ops learn it (a desync)
+//     instead of returning garbage.
 //   - No slice completing for the op's progress budget is a stall, judged as
 //     for any op (straggler: wait; silent or hung: recover; dead: error). A
 //     peer's abort notice or an NCCL error aborts the communicator at once.
@@ -45,6 +46,8 @@ using nccl::Call;
 constexpr Millis kNcclInitFloor{30000};
 constexpr size_t kNcclInitFailuresToDrop = 2;
 constexpr Millis kStoreWaitSlice{50};
+// How long a wait for an op's NCCL calls polls without sleeping.
+constexpr std::chrono::microseconds kNcclSpin{1000};
 using nccl::CallKind;
 
 ElementRange slice_range(const Op& op, size_t k, size_t slices) {
@@ -459,41 +462,52 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     tickets.push_back({t.value(), k});
   }
 
-  // Poll in order; a completion is progress. Tight at first (small ops), then
-  // sleeping between polls so a long op does not hold a core.
-  for (size_t next = 0; next < tickets.size();) {
-    auto done = comm.poll(tickets[next].first);
-    if (!done.ok()) return fail(done.status());
-    if (done.value()) {
-      rec.done = tickets[next].second + 1;
-      ++next;
-      last_progress = Clock::now();
-      if (abort_after_first && next == 1) {
-        ++injected_;
-        return fail(Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)"));
-      }
-      continue;
+  // The confirmation goes right behind the slices on the stream: it runs,
+  // and contributes this rank's fingerprint, only once this rank's slices are
+  // done, so when it is done here every rank's are (no host round trip
+  // between the op and its confirmation: one NCCL launch after the other).
+  // A close-link fault planned for this op strikes after its first slice and
+  // before its confirmation, as it always did: there the confirmation waits.
+  const bool confirms = size_ > 1 && options_.recovery;
+  uint64_t confirmation = 0;
+  auto confirm = [&]() -> Status {
+    auto t = comm.issue_confirmation(fingerprint(op), keep_waiting);
+    if (t.ok()) confirmation = t.value();
+    return t.status();
+  };
+  if (confirms && !abort_after_first) {
+    if (Status s = confirm(); !s.ok()) return fail(s);
+  }
+
+  // Poll in order; a completion is progress. Yielding for the first
+  // kNcclSpin of each wait (as cudaStreamSynchronize spins: an op on NCCL is
+  // worth a core), then sleeping a little more the longer it takes.
+  auto wait_for = [&](uint64_t ticket) -> Status {
+    PollPause pause(std::max<Clock::duration>(spin(), kNcclSpin));
+    for (;;) {
+      auto done = comm.poll(ticket);
+      if (!done.ok()) return done.status();
+      if (done.value()) return Status();
+      if (Status s = keep_waiting(); !s.ok()) return s;
+      pause();
     }
-    if (Status s = keep_waiting(); !s.ok()) return fail(s);
-    if (Clock::now() - last_progress < spin()) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  };
+  for (const auto& [ticket, slice] : tickets) {
+    if (Status s = wait_for(ticket); !s.ok()) return fail(s);
+    rec.done = slice + 1;
+    last_progress = Clock::now();
+    if (abort_after_first && rec.done == first + 1) {
+      ++injected_;
+      return fail(Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)"));
     }
   }
   rec.done = rec.total;
 
-  // The confirmation: only now that every slice is seen done here.
-  if (size_ > 1 && options_.recovery) {
-    auto t = comm.issue_confirmation(fingerprint(op), keep_waiting);
-    if (!t.ok()) return fail(t.status());
-    for (;;) {
-      auto done = comm.poll(t.value());
-      if (!done.ok()) return fail(done.status());
-      if (done.value()) break;
-      if (Status s = keep_waiting(); !s.ok()) return fail(s);
-      std::this_thread::yield();
+  if (confirms) {
+    if (abort_after_first) {
+      if (Status s = confirm(); !s.ok()) return fail(s);
     }
+    if (Status s = wait_for(confirmation); !s.ok()) return fail(s);
     if (!comm.fingerprints_agree()) {
       return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
                     op.describe() + " on nccl: the ranks did not all run this op at collective seq " +

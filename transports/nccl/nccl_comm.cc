@@ -54,7 +54,9 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
   return s;
 }
 
-constexpr auto kSettlePoll = std::chrono::microseconds(100);
+// NCCL's enqueue of a group on a non-blocking communicator is polled without
+// sleeping for this long (it takes microseconds unless peers must connect).
+constexpr auto kSettleSpin = std::chrono::microseconds(1000);
 
 // An NCCL failure's code: kDevice when the CUDA context is gone for good
 // (NCCL reports it as an unhandled CUDA error), so nobody retries on it.
@@ -262,6 +264,7 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   if (r == ncclSuccess || r == ncclInProgress) r = end;
   // Non-blocking: the group may still be being enqueued. Settle it, letting an
   // abort from another thread in between polls.
+  PollPause pause(kSettleSpin);
   while (r == ncclInProgress) {
     ncclResult_t state = ncclSuccess;
     r = ncclCommGetAsyncError(m.comm, &state);
@@ -269,7 +272,7 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
     r = state;
     if (r != ncclInProgress) break;
     lock.unlock();
-    std::this_thread::sleep_for(kSettlePoll);
+    pause();
     Status verdict = waiter ? waiter() : Status();
     lock.lock();
     if (!m.healthy()) return m.failed;

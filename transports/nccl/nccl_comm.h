@@ -89,11 +89,11 @@ class Comm {
   Result<uint64_t> issue(const std::vector<Call>& calls, const Waiter& waiter);
   Result<uint64_t> issue(const Call& call, const Waiter& waiter) { return issue(std::vector<Call>{call}, waiter); }
 
-  // An all-reduce (max) of (fingerprint, -fingerprint), to be issued once
-  // this rank has seen its op's calls done. When it is done here, every rank
-  // has seen its calls done too (each contributes only after that), so
-  // nothing of them can need running again anywhere; and fingerprints_agree()
-  // then tells whether every rank ran the same op.
+  // An all-reduce (max) of (fingerprint, -fingerprint), queued behind the
+  // op's calls on the stream (or issued once this rank saw them done). Each
+  // rank's runs only after its calls are done, so when it is done here,
+  // every rank's calls are: nothing of them can need running again anywhere;
+  // and fingerprints_agree() then tells whether every rank ran the same op.
   Result<uint64_t> issue_confirmation(uint64_t fingerprint, const Waiter& waiter);
   // After the confirmation's ticket is done: max == -max(-x) iff all equal.
   bool fingerprints_agree() const;
