@@ -6,7 +6,7 @@
 // `rcoll-bench --memory cuda --compare nccl` gives rcoll's overhead over NCCL
 // on the same ranks. One process per rank, under rcoll-run; the unique id goes
 // through rcoll-run's store. Processes that share one GPU are separate NCCL
-// "hosts" (NCCL_HOSTID per rank, NCCL_NET=Socket on lo unless set):
+// "hosts" (NCCL_HOSTID per rank, always; NCCL_NET=Socket on lo unless set):
 //
 //   rcoll-run -n 2 -- rcoll-nccl-bench --op all --sizes 4K:256M --json nccl.json
 #include <cuda_runtime.h>

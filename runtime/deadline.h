@@ -52,7 +52,6 @@ class Deadline {
 class PollPause {
  public:
   explicit PollPause(Clock::duration spin) : spin_(spin) {}
-  void restart() { since_ = Clock::now(); }  // progress: yield again
   void operator()() const {
     const Clock::duration waited = Clock::now() - since_;
     if (waited < spin_) {

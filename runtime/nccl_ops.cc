@@ -248,7 +248,11 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     cfg.device = op.device;
     cfg.epoch = epoch;
     cfg.init_deadline = init_deadline;
-    if (Status s = nccl_confirm_host_.reserve(16); s.ok()) cfg.confirm_host = nccl_confirm_host_.data();
+    if (Status s = nccl_confirm_host_.reserve(32); s.ok()) {
+      // Two halves, by epoch: a retired stream may still copy the last
+      // epoch's confirmation back into its half.
+      cfg.confirm_host = static_cast<char*>(nccl_confirm_host_.data()) + 16 * (epoch % 2);
+    }
     if (size_ > 1) {
       std::shared_ptr<Store> store = store_;
       cfg.cancelled = [this, store, gave_up] {

@@ -19,7 +19,7 @@ mkdir -p "$dst/lib"
 (cd "$src" && find . -path '*/CMakeFiles' -prune -o \( -name CTestTestfile.cmake -o -name '*_tests.cmake' -o -name '*_include.cmake' \) -print) |
   while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$src/$f" "$dst/$f"; done
 
-# The executables and librcoll, without debug information.
+# The executables (linked with the static librcoll), without debug information.
 bins=(tests/cuda_kernels_test tests/nccl_comm_test tests/rcoll-nccl-worker tests/rcoll-correctness-worker
       tools/rcoll-run bench/rcoll-bench bench/rcoll-nccl-bench bench/rcoll-cuda-kernels-bench)
 for b in "${bins[@]}"; do
@@ -27,13 +27,10 @@ for b in "${bins[@]}"; do
   mkdir -p "$dst/$(dirname "$b")"
   strip --strip-debug -o "$dst/$b" "$src/$b"
 done
-for l in "$src"/librcoll.so*; do
-  if [[ -L $l ]]; then cp -P "$l" "$dst/"; else strip --strip-debug -o "$dst/$(basename "$l")" "$l"; fi
-done
 
 # Their libraries, less the ones every Linux has and CUDA's and NCCL's.
 for b in "${bins[@]}"; do ldd "$src/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-  grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*|libnccl|libcuda|libcudart)\.so' |
+  { grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*|libnccl|libcuda|libcudart)\.so' || true; } |
   while read -r lib; do cp -L "$lib" "$dst/lib/"; done
 # UCX loads its transports as modules from a directory beside libucp.
 libucp=$(for b in "${bins[@]}"; do ldd "$src/$b"; done | awk '/libucp/ {p = $3} END {print p}')

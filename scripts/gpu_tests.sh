@@ -19,6 +19,10 @@ bundle=${RCOLL_GPU_BUNDLE:-$root/build-gpu}
 src_root=$(cat "$bundle/SOURCE_ROOT") build_dir=$(cat "$bundle/BUILD_DIR")
 if [[ $src_root != "$root" && ! -e $src_root ]]; then mkdir -p "$(dirname "$src_root")" && ln -s "$root" "$src_root"; fi
 if [[ ! -e $build_dir ]]; then mkdir -p "$(dirname "$build_dir")" && ln -s "$bundle" "$build_dir"; fi
+if [[ ! $build_dir -ef $bundle ]]; then
+  echo "gpu_tests: $build_dir (where the build was made) exists here and is not the bundle; move it aside" >&2
+  exit 1
+fi
 
 # NCCL: the system's, else the one PyTorch's wheels bring.
 nccl_dir=$(ldconfig -p | awk '/libnccl.so.2 / {print $NF; exit}' | xargs -r dirname)

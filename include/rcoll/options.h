@@ -62,7 +62,8 @@ struct Options {
   // hosts), "peer" or "none". See transports/ucx/ucx_transport.h.
   std::string ucx_error_mode = "auto";
   // Microseconds a wait polls the transport (yielding the core between polls)
-  // before it sleeps in the kernel (RCOLL_SPIN_US). -1 = 50. See README.
+  // before it sleeps in the kernel (RCOLL_SPIN_US). -1 = 50. Waits for an op
+  // on NCCL poll for at least 1 ms. See README.
   int spin_us = -1;
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;

@@ -590,9 +590,11 @@ int main(int argc, char** argv) {
     g_device = true;
     // Every rank shares this host's GPU(s) as its own NCCL "host", over
     // sockets on loopback (the one-GPU test machine's way of running NCCL
-    // ranks in separate processes), unless the caller says otherwise.
+    // ranks in separate processes). The network is the caller's to choose;
+    // the host id is always this rank's (one inherited id for every rank is
+    // what NCCL refuses).
     const std::string host_id = "rcoll-worker-" + std::string(std::getenv("RCOLL_RANK") ? std::getenv("RCOLL_RANK") : "0");
-    setenv("NCCL_HOSTID", host_id.c_str(), 0);
+    setenv("NCCL_HOSTID", host_id.c_str(), 1);
     setenv("NCCL_NET", "Socket", 0);
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
 #else

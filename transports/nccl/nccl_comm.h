@@ -66,7 +66,8 @@ class Comm {
     std::function<bool()> cancelled;
     // 16 bytes of pinned host memory for the confirmation, outliving the
     // communicator (freeing pinned memory can wait for the whole GPU, so the
-    // runtime allocates it once); null = the communicator allocates its own.
+    // runtime allocates it once) and not the last epoch's (its stream may
+    // still copy a confirmation back); null = the communicator allocates its own.
     void* confirm_host = nullptr;
   };
   // Joins the communicator `unique_id` names (bytes from new_unique_id()).
@@ -78,8 +79,8 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
 
   // While NCCL is still enqueuing a group (non-blocking: a first call may wait
-  // for its peers to connect), `waiter` is asked every millisecond or so
-  // whether to keep waiting; a non-OK answer aborts the communicator with it.
+  // for its peers to connect), `waiter` is asked between polls (PollPause:
+  // at most 1 ms apart) whether to keep waiting; a non-OK answer aborts the communicator with it.
   using Waiter = std::function<Status()>;
 
   // Enqueues `calls` as one NCCL group (a send and a recv that must overlap,
