@@ -6,7 +6,7 @@
 // `rcoll-bench --memory cuda --compare nccl` gives rcoll's overhead over NCCL
 // on the same ranks. One process per rank, under rcoll-run; the unique id goes
 // through rcoll-run's store. Processes that share one GPU are separate NCCL
-// "hosts" (NCCL_HOSTID per rank, always; NCCL_NET=Socket on lo unless set):
+// "hosts" (nccl::one_host_per_rank_if_sharing):
 //
 //   rcoll-run -n 2 -- rcoll-nccl-bench --op all --sizes 4K:256M --json nccl.json
 #include <cuda_runtime.h>
@@ -24,6 +24,7 @@
 #include "bench/bench_pattern.h"
 #include "bench/bench_report.h"
 #include "rcoll/store.h"
+#include "transports/nccl/nccl_comm.h"
 
 namespace {
 
@@ -198,16 +199,9 @@ int run_bench(const BaselineConfig& cfg) {
     throw std::runtime_error("no usable CUDA device: rcoll-nccl-bench needs a GPU");
   }
   cuda_check(cudaSetDevice(env_int("RCOLL_LOCAL_RANK", 0) % devices), "cudaSetDevice");
-  if (env_int("RCOLL_LOCAL_WORLD_SIZE", 1) > devices) {
-    // NCCL refuses two ranks on one GPU of one host: ranks sharing a GPU are
-    // each their own NCCL "host", over sockets on loopback. The host id is
-    // this rank's whatever was inherited (rcoll-bench --compare's rank 0 has
-    // set its own, and one id for every rank is the refused case).
-    const std::string host_id = "rcoll-nccl-bench-" + std::to_string(rank);
-    setenv("NCCL_HOSTID", host_id.c_str(), 1);
-    setenv("NCCL_NET", "Socket", 0);
-    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-  }
+  // rcoll-bench --compare's rank 0 has set its own host id: replaced here.
+  rcoll::nccl::one_host_per_rank_if_sharing("rcoll-nccl-bench", rank,
+                                            env_int("RCOLL_LOCAL_WORLD_SIZE", 1), devices);
 
   auto store = connect_store();
   ncclUniqueId id;

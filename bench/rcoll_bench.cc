@@ -36,6 +36,8 @@
 
 #if RCOLL_BENCH_CUDA
 #include <cuda_runtime.h>
+
+#include "transports/nccl/nccl_comm.h"
 #endif
 
 namespace {
@@ -760,19 +762,11 @@ int run_one(const Config& cfg, const std::string& transport_choice, std::vector<
     if (cudaError_t e = cudaSetDevice((local ? std::atoi(local) : 0) % devices); e != cudaSuccess) {
       throw std::runtime_error(std::string("cudaSetDevice: ") + cudaGetErrorName(e));
     }
-    // NCCL refuses two ranks on one GPU of one host: ranks sharing a GPU are
-    // each their own NCCL "host", over sockets on loopback (as rcoll-nccl-bench
-    // does, so the two are compared on the same NCCL transport). The host id
-    // is this rank's whatever was inherited: one id for every rank is the
-    // refused case.
+    // As rcoll-nccl-bench does, so the two are compared on the same NCCL transport.
+    const char* rank = std::getenv("RCOLL_RANK");
     const char* local_size = std::getenv("RCOLL_LOCAL_WORLD_SIZE");
-    if (local_size && std::atoi(local_size) > devices) {
-      const std::string host_id =
-          "rcoll-bench-" + std::string(std::getenv("RCOLL_RANK") ? std::getenv("RCOLL_RANK") : "0");
-      setenv("NCCL_HOSTID", host_id.c_str(), 1);
-      setenv("NCCL_NET", "Socket", 0);
-      setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-    }
+    rcoll::nccl::one_host_per_rank_if_sharing("rcoll-bench", rank ? std::atoi(rank) : 0,
+                                              local_size ? std::atoi(local_size) : 1, devices);
   }
 #endif
   rcoll::Communicator comm = rcoll::Communicator::create(options);

@@ -473,7 +473,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // A close-link fault planned for this op strikes after its first slice and
   // before its confirmation, as it always did: there the confirmation waits.
   const bool confirms = size_ > 1 && options_.recovery;
-  uint64_t confirmation = 0;
+  uint64_t confirmation = 0;  // its ticket; 0 = not issued yet (tickets start at 1)
   auto confirm = [&]() -> Status {
     auto t = comm.issue_confirmation(fingerprint(op), keep_waiting);
     if (t.ok()) confirmation = t.value();
@@ -508,7 +508,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   rec.done = rec.total;
 
   if (confirms) {
-    if (abort_after_first) {
+    if (confirmation == 0) {
       if (Status s = confirm(); !s.ok()) return fail(s);
     }
     if (Status s = wait_for(confirmation); !s.ok()) return fail(s);

@@ -4,6 +4,7 @@ target_link_libraries(rcoll-correctness-worker PRIVATE rcoll_static)
 target_compile_options(rcoll-correctness-worker PRIVATE -O2)
 if(RCOLL_HAVE_CUDA)
   target_compile_definitions(rcoll-correctness-worker PRIVATE RCOLL_WORKER_CUDA=1)
+  target_include_directories(rcoll-correctness-worker PRIVATE ${RCOLL_INTERNAL_INCLUDES})
   target_link_libraries(rcoll-correctness-worker PRIVATE CUDA::cudart_static)
 endif()
 

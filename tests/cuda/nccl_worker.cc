@@ -233,11 +233,9 @@ int main(int argc, char** argv) {
     std::printf("SKIP: GPU 0's compute mode admits one process, and %d ranks share %d GPU(s)\n", g_size, devices);
     return 77;
   }
-  // One GPU shared by every rank: each process is its own NCCL "host".
-  const std::string host_id = "rcoll-nccl-worker-" + std::to_string(g_rank);
-  setenv("NCCL_HOSTID", host_id.c_str(), 1);
-  setenv("NCCL_NET", "Socket", 0);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  const char* local_size = std::getenv("RCOLL_LOCAL_WORLD_SIZE");
+  rcoll::nccl::one_host_per_rank_if_sharing("rcoll-nccl-worker", g_rank,
+                                            local_size ? std::atoi(local_size) : g_size, devices);
   const char* addr = std::getenv("RCOLL_STORE_ADDR");
   if (!addr) die("RCOLL_STORE_ADDR is not set: run under rcoll-run");
   rcoll::TcpStoreOptions so;

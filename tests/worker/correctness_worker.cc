@@ -39,6 +39,8 @@
 
 #if RCOLL_WORKER_CUDA
 #include <cuda_runtime.h>
+
+#include "transports/nccl/nccl_comm.h"
 #endif
 
 namespace {
@@ -588,15 +590,12 @@ int main(int argc, char** argv) {
       return 77;
     }
     g_device = true;
-    // Every rank shares this host's GPU(s) as its own NCCL "host", over
-    // sockets on loopback (the one-GPU test machine's way of running NCCL
-    // ranks in separate processes). The network is the caller's to choose;
-    // the host id is always this rank's (one inherited id for every rank is
-    // what NCCL refuses).
-    const std::string host_id = "rcoll-worker-" + std::string(std::getenv("RCOLL_RANK") ? std::getenv("RCOLL_RANK") : "0");
-    setenv("NCCL_HOSTID", host_id.c_str(), 1);
-    setenv("NCCL_NET", "Socket", 0);
-    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    int devices = 0;
+    (void)cudaGetDeviceCount(&devices);
+    const char* rank = std::getenv("RCOLL_RANK");
+    const char* local_size = std::getenv("RCOLL_LOCAL_WORLD_SIZE");
+    rcoll::nccl::one_host_per_rank_if_sharing("rcoll-worker", rank ? std::atoi(rank) : 0,
+                                              local_size ? std::atoi(local_size) : 1, devices);
 #else
     std::printf("SKIP: --memory cuda: this worker was built without CUDA\n");
     return 77;

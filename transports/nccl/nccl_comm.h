@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -28,6 +29,20 @@
 #include "runtime/deadline.h"
 
 namespace rcoll::nccl {
+
+// NCCL refuses two ranks on one GPU of one host. Where this host's ranks
+// outnumber its GPUs (a one-GPU test machine), each rank becomes its own NCCL
+// "host": NCCL_HOSTID = `tag`-`rank`, always this rank's (one id inherited by
+// every rank is the refused case), over sockets on loopback unless NCCL_NET
+// and NCCL_SOCKET_IFNAME say otherwise. Call before NCCL's first use.
+inline void one_host_per_rank_if_sharing(const std::string& tag, int rank, int local_ranks,
+                                         int devices) {
+  if (local_ranks <= devices) return;
+  const std::string host_id = tag + "-" + std::to_string(rank);
+  setenv("NCCL_HOSTID", host_id.c_str(), 1);
+  setenv("NCCL_NET", "Socket", 0);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+}
 
 // Whether this build has the NCCL transport.
 bool built();
@@ -80,7 +95,8 @@ class Comm {
 
   // While NCCL is still enqueuing a group (non-blocking: a first call may wait
   // for its peers to connect), `waiter` is asked between polls (PollPause:
-  // at most 1 ms apart) whether to keep waiting; a non-OK answer aborts the communicator with it.
+  // at most 1 ms apart) whether to keep waiting; a non-OK answer aborts the
+  // communicator with it.
   using Waiter = std::function<Status()>;
 
   // Enqueues `calls` as one NCCL group (a send and a recv that must overlap,
