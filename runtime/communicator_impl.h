@@ -144,7 +144,7 @@ class CommunicatorImpl : public ProgressGuard {
   Status recover_and_replay(Status cause, OpRecord* current, size_t* resume);
   // Re-runs completed ops that a peer still needs; sets *resume for `current`.
   Status replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume);
-  void record_completion(OpRecord rec);
+  void record_completion(OpRecord&& rec);
   Clock::duration progress_budget(const Op& op, size_t piece_bytes, int window) const;
   // Has a peer announced that the current epoch failed? (liveness notice, or
   // the store key as seen by epoch_watch_; never blocks)

@@ -258,6 +258,10 @@ Status apply_env_overrides(Options* o) {
   auto chunk = env_int("RCOLL_CHUNK_BYTES", 64, 1LL << 30);
   if (!chunk.ok()) return chunk.status();
   if (chunk.value() && o->chunk_bytes == 0) o->chunk_bytes = static_cast<size_t>(*chunk.value());
+  auto sockbuf = env_int("RCOLL_SOCKET_BUFFER_BYTES", 4096, 1LL << 30);
+  if (!sockbuf.ok()) return sockbuf.status();
+  if (sockbuf.value() && o->socket_buffer_bytes == 0)
+    o->socket_buffer_bytes = static_cast<size_t>(*sockbuf.value());
   auto depth = env_int("RCOLL_PIPELINE_DEPTH", 1, 1024);
   if (!depth.ok()) return depth.status();
   if (depth.value() && o->pipeline_depth == 0) o->pipeline_depth = static_cast<int>(*depth.value());

@@ -52,11 +52,12 @@ void FlightRecorder::issued(const Op& op) {
   t.issued = Clock::now();
 }
 
-void FlightRecorder::started(uint64_t seq, uint32_t epoch, size_t slices_total) {
+void FlightRecorder::started(uint64_t seq, uint32_t epoch, size_t slices_total,
+                             Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
   if (OpTrace* t = find(seq)) {
     t->state = OpTrace::State::kRunning;
-    t->started = Clock::now();
+    t->started = at;
     t->epoch = epoch;
     t->slices_total = slices_total;
   }
@@ -70,11 +71,11 @@ void FlightRecorder::progressed(uint64_t seq, size_t slices_done, uint32_t epoch
   }
 }
 
-void FlightRecorder::finished(uint64_t seq, bool ok) {
+void FlightRecorder::finished(uint64_t seq, bool ok, Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
   if (OpTrace* t = find(seq)) {
     t->state = ok ? OpTrace::State::kDone : OpTrace::State::kFailed;
-    t->finished = Clock::now();
+    t->finished = at;
     if (ok) t->slices_done = t->slices_total;
   }
 }

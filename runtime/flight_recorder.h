@@ -31,9 +31,10 @@ class FlightRecorder {
  public:
   explicit FlightRecorder(size_t capacity = 64) : ring_(capacity) {}
   void issued(const Op& op);
-  void started(uint64_t seq, uint32_t epoch, size_t slices_total);
+  // `at`: the caller's clock reading (it has one already: no second read per op).
+  void started(uint64_t seq, uint32_t epoch, size_t slices_total, Clock::time_point at);
   void progressed(uint64_t seq, size_t slices_done, uint32_t epoch);
-  void finished(uint64_t seq, bool ok);
+  void finished(uint64_t seq, bool ok, Clock::time_point at = Clock::now());
   // Newest last.
   std::vector<OpTrace> last(size_t n) const;
   // One line: where this rank is ("running allreduce seq 7 (...) slice 3/16 for 1.2 s").

@@ -26,6 +26,10 @@ PooledBuffer::~PooledBuffer() {
 }
 
 PooledBuffer BufferPool::take(size_t bytes) {
+  // A backup of nothing (a broadcast's receiver reads no input) holds no
+  // block: 1-byte blocks would pile up in the free list, never an exact fit,
+  // and every take would scan past them.
+  if (bytes == 0) return PooledBuffer();
   // Smallest free block that fits; the newest of those that fit exactly
   // (back to front: ops of one size recycle in O(1), and the block last given
   // back is the likeliest to be in cache).
@@ -95,12 +99,14 @@ void OpRecord::back_up(int rank, int size, size_t first, size_t end) {
     size_t run_end = k + 1;
     while (run_end < end && !covered(run_end)) ++run_end;
     SlicePlan plan = plan_slices(op, rank, size, tuning, k, run_end);
-    InputBackup b;
-    b.slice_first = k;
-    b.slice_end = run_end;
     size_t bytes = 0;
     for (const auto& r : plan.inputs) bytes += (r.end - r.begin) * es;
+    // Built in place (no move of its ranges); it covers its slices only once
+    // its memory is there.
+    InputBackup& b = backups.emplace_back();
     b.data = pool ? pool->take(bytes) : PooledBuffer(nullptr, std::make_unique_for_overwrite<char[]>(std::max<size_t>(bytes, 1)), bytes, bytes);
+    b.slice_first = k;
+    b.slice_end = run_end;
     size_t at = 0;
     for (const auto& r : plan.inputs) {
       const size_t n = (r.end - r.begin) * es;
@@ -108,11 +114,14 @@ void OpRecord::back_up(int rank, int size, size_t first, size_t end) {
       at += n;
       b.ranges.push_back(r);
     }
-    backups.push_back(std::move(b));
     k = run_end;
   }
-  std::sort(backups.begin(), backups.end(),
-            [](const InputBackup& x, const InputBackup& y) { return x.slice_first < y.slice_first; });
+  // Usually appended in order already (a completed op's one tail, the next window).
+  auto by_first = [](const InputBackup& x, const InputBackup& y) {
+    return x.slice_first < y.slice_first;
+  };
+  if (!std::is_sorted(backups.begin(), backups.end(), by_first))
+    std::sort(backups.begin(), backups.end(), by_first);
 }
 
 void OpRecord::release_before(size_t keep_from) {
@@ -131,7 +140,7 @@ void OpRecord::map_inputs(RangeMap* in) const {
   }
 }
 
-void ReplayLog::push(OpRecord record) {
+void ReplayLog::push(OpRecord&& record) {
   const bool synchronizing = record.op.kind != OpKind::kSendRecv && !broadcast_is_eager(record.op, record.tuning);
   const uint64_t seq = record.op.match_seq;
   bytes_ += record.backup_bytes();

@@ -124,7 +124,7 @@ class ReplayLog {
     send_through.assign(static_cast<size_t>(size), 0);
     recv_through.assign(static_cast<size_t>(size), 0);
   }
-  void push(OpRecord record);
+  void push(OpRecord&& record);
   // A collective that needs every rank (any but an eager broadcast) completed
   // on this rank, logged or not: older collectives may leave the log.
   void synchronized(uint64_t match_seq);

@@ -59,7 +59,7 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   closing_barrier_running_ = closing_barrier;
   Status s = op.on_device() ? run_device_op(op) : run_op(op);
   closing_barrier_running_ = false;
-  last_op_end_ = Clock::now();
+  if (!s.ok()) last_op_end_ = Clock::now();  // run_op stamps the ops that succeed
   idle_trimmed_ = false;
   held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes() + staging_.held();
   if (!closing_barrier) ++ops_done_;
@@ -253,7 +253,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = &rec;
   op_started_ = Clock::now();
-  recorder_.started(op.seq, epoch_.load(), rec.total);
+  recorder_.started(op.seq, epoch_.load(), rec.total, op_started_);
   straggler_logged_ = false;
   last_stall_was_straggler_ = false;
   publish_state(true);
@@ -261,7 +261,9 @@ Status CommunicatorImpl::run_op(const Op& op) {
   recoveries_this_op_ = 0;
   for (;;) {
     Status s = first < rec.total ? run_slices(rec, first, false) : Status();
-    recorder_.progressed(op.seq, rec.done, epoch_.load());
+    // A clean op's trace goes from started to finished (which marks every
+    // slice done); only a failed or recovered one has a position to show.
+    if (!s.ok() || recoveries_this_op_ > 0) recorder_.progressed(op.seq, rec.done, epoch_.load());
     if (s.ok()) break;
     if (nccl_restart_staged_) {
       // Every rank stopped using NCCL: run_device_op runs the op again, staged.
@@ -308,7 +310,9 @@ Status CommunicatorImpl::run_op(const Op& op) {
               straggler_rank_, std::chrono::duration<double>(Clock::now() - op_started_).count());
   }
   current_ = nullptr;
-  recorder_.finished(op.seq, true);
+  const Clock::time_point ended = Clock::now();
+  last_op_end_ = ended;
+  recorder_.finished(op.seq, true, ended);
   if (carries_credits(rec)) {
     if (is_credit_point(rec)) {
       post_credits(rec);
@@ -318,7 +322,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
-  const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
+  const double secs = std::chrono::duration<double>(ended - op_started_).count();
   if (bytes >= (1u << 20) && secs > 0) {
     const double bw = static_cast<double>(bytes) / secs;
     const double old = bandwidth_.load();
@@ -353,7 +357,7 @@ int CommunicatorImpl::first_dead_peer() const {
 // broadcast's root by what the completion credits allow (collect_credits).
 // Receives and acknowledged broadcasts (which complete only when everyone
 // downstream acknowledged) are never re-run for a peer.
-void CommunicatorImpl::record_completion(OpRecord rec) {
+void CommunicatorImpl::record_completion(OpRecord&& rec) {
   const Op& op = rec.op;
   if (op.kind == OpKind::kSendRecv) {
     auto& through = op.is_send ? log_.send_through : log_.recv_through;

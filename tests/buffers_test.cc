@@ -32,6 +32,22 @@ TEST(BufferPool, ReusesWithinItsBudgetAndTrimsToNothing) {
   EXPECT_EQ(pool.free_bytes(), 0u);
 }
 
+// A backup of nothing (a broadcast's receiver reads no input) takes no block
+// and gives none back: the free list must not fill with blocks no later take
+// fits exactly (each take scanned past them: 1850 instructions per 4 KiB
+// broadcast at a receiver, measured with callgrind).
+TEST(BufferPool, NothingTakenForAnEmptyBackup) {
+  BufferPool pool(1u << 20);
+  {
+    std::vector<PooledBuffer> held;
+    for (int i = 0; i < 300; ++i) held.push_back(pool.take(0));
+    for (const auto& b : held) EXPECT_EQ(b.size(), 0u);
+    held.push_back(pool.take(4096));
+  }
+  EXPECT_EQ(pool.free_bytes(), 4096u) << "only the 4 KiB block comes back";
+  EXPECT_EQ(pool.trim(), 4096u);
+}
+
 // The smallest free block that fits, whatever order the blocks came back in;
 // of equal ones any; every block handed out at most once.
 TEST(BufferPool, TakesTheSmallestBlockThatFits) {

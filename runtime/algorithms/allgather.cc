@@ -127,7 +127,8 @@ Status run_allgather(AlgoContext& ctx) {
     return Status();
   }
   if (blocks_by_doubling(p, ctx.tuning())) return doubling_allgather(ctx);
-  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
+  const size_t slots = std::min(window, slices);  // a window uses at most this many
+  std::span<Request> sends = ctx.requests(slots), recvs = ctx.requests(slots);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
     const size_t w = std::min(window, ctx.end_slice(slices) - first);
     ctx.before_window(first, first + w);

@@ -203,7 +203,9 @@ Status run_broadcast(AlgoContext& ctx) {
   const int prev = (r - 1 + p) % p, next = (r + 1) % p;
   const bool first_in_chain = pos == 0, last = pos == p - 1;
   const size_t window = ctx.window();
-  std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
+  // No more requests than a window can use (a small op has one piece).
+  const size_t slots = std::min(window, pieces);
+  std::span<Request> sends = ctx.requests(slots), recvs = ctx.requests(slots);
   for (size_t start = ctx.first_slice(); start < ctx.end_slice(pieces); start += window) {
     const size_t w = std::min(window, ctx.end_slice(pieces) - start);
     ctx.before_window(start, start + w);

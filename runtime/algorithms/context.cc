@@ -22,7 +22,11 @@ std::span<Request> Scratch::requests(size_t n) {
   }
   std::span<Request> out(blocks_[block_].requests.get() + used_, n);
   used_ += n;
-  for (Request& r : out) r = Request{};
+  for (Request& r : out) {
+    // Only a failed request holds a status to clear (a done one keeps the default).
+    r.state = Request::State::kIdle;
+    if (!r.status.ok()) r.status = Status();
+  }
   return out;
 }
 
@@ -88,6 +92,18 @@ Status AlgoContext::wait_for_credit(Request& r, int peer, bool is_send, uint64_t
 }
 
 Status AlgoContext::wait(Request& r) {
+  // Most sends of small frames are done by the time they are waited for: no
+  // clock read for those.
+  if (!r.finished()) {
+    if (Status s = wait_unfinished(r); !s.ok()) return s;
+  }
+  if (r.failed()) return fail(r.status);
+  // Finished requests may be destroyed by the algorithm from here on: forget them.
+  std::erase_if(pending_, [](const PendingRequest& p) { return p.req->finished(); });
+  return Status();
+}
+
+Status AlgoContext::wait_unfinished(Request& r) {
   // The deadline guards progress: it moves forward whenever bytes move.
   uint64_t moved = t_.bytes_sent() + t_.bytes_received();
   Clock::time_point last_progress = Clock::now();
@@ -131,9 +147,6 @@ Status AlgoContext::wait(Request& r) {
       last_progress = Clock::now();
     }
   }
-  if (r.failed()) return fail(r.status);
-  // Finished requests may be destroyed by the algorithm from here on: forget them.
-  std::erase_if(pending_, [](const PendingRequest& p) { return p.req->finished(); });
   return Status();
 }
 

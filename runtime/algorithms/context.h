@@ -231,6 +231,8 @@ class AlgoContext {
   Status fail(Status why);
 
  private:
+  Status wait_unfinished(Request& r);  // wait()'s loop, for a request not yet finished
+
   Transport& t_;
   const Op& op_;
   const Tuning& tuning_;

@@ -17,7 +17,8 @@ Status transfer(AlgoContext& ctx, bool sending) {
   const size_t piece = ctx.piece_elements();
   const size_t pieces = std::max<size_t>(1, (n + piece - 1) / piece);  // an empty message is one frame
   const size_t window = ctx.window() * 2;
-  std::span<Request> reqs = ctx.requests(window);
+  // A window uses at most this many (a small message has one piece).
+  std::span<Request> reqs = ctx.requests(std::min(window, pieces));
   for (size_t start = ctx.first_slice(); start < ctx.end_slice(pieces); start += window) {
     const size_t w = std::min(window, ctx.end_slice(pieces) - start);
     ctx.before_window(start, start + w);
