@@ -118,11 +118,19 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
 }
 
 CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain)
-    : options_(std::move(options)), boot_(std::move(boot)), rank_(boot_.rank), size_(boot_.size), chain_(std::move(chain)),
-      log_(options_.backup_bytes, 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes) +
-                                      2 * static_cast<size_t>(std::max(1, options_.pipeline_depth > 0 ? options_.pipeline_depth : 4)) *
-                                          (options_.chunk_bytes > 0 ? options_.chunk_bytes : 128u << 10)),
-      send_seq_(static_cast<size_t>(size_), 0), recv_seq_(static_cast<size_t>(size_), 0) {
+    : options_(std::move(options)),
+      boot_(std::move(boot)),
+      rank_(boot_.rank),
+      size_(boot_.size),
+      chain_(std::move(chain)),
+      log_(options_.backup_bytes,
+           in_flight_capacity(options_) +
+               2 *
+                   static_cast<size_t>(
+                       std::max(1, options_.pipeline_depth > 0 ? options_.pipeline_depth : 4)) *
+                   (options_.chunk_bytes > 0 ? options_.chunk_bytes : 128u << 10)),
+      send_seq_(static_cast<size_t>(size_), 0),
+      recv_seq_(static_cast<size_t>(size_), 0) {
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));

@@ -293,9 +293,13 @@ class CommunicatorImpl : public ProgressGuard {
     return kind && size_ > 1 && options_.recovery && op.in.bytes() >= from;
   }
   // What a send can be ahead of its receiver: both socket buffers, kernel-doubled.
-  size_t in_flight_capacity() const {
-    return 4 * (options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
+  // Never below the default's: a peer that left its buffers at the default
+  // holds that much whatever this rank set (a larger setting must be the same
+  // on every rank; see Options::socket_buffer_bytes).
+  static size_t in_flight_capacity(const Options& o) {
+    return 4 * std::max(o.socket_buffer_bytes, kSocketBufferBytes);
   }
+  size_t in_flight_capacity() const { return in_flight_capacity(options_); }
 
   // Owned by the thread that holds running_ (the progress thread, or a caller
   // running a blocking op).

@@ -101,8 +101,7 @@ void OpRecord::back_up(int rank, int size, size_t first, size_t end) {
     SlicePlan plan = plan_slices(op, rank, size, tuning, k, run_end);
     size_t bytes = 0;
     for (const auto& r : plan.inputs) bytes += (r.end - r.begin) * es;
-    // Built in place (no move of its ranges); it covers its slices only once
-    // its memory is there.
+    // Built in place: no move of its ranges.
     InputBackup& b = backups.emplace_back();
     b.data = pool ? pool->take(bytes) : PooledBuffer(nullptr, std::make_unique_for_overwrite<char[]>(std::max<size_t>(bytes, 1)), bytes, bytes);
     b.slice_first = k;

@@ -29,26 +29,7 @@ inline constexpr int kNumReduceOps = 5;
 
 enum class MemoryKind : uint8_t { kHost = 0, kCuda };
 
-// Bytes per element (inline: every op and frame asks).
-constexpr size_t size_of(DataType dtype) {
-  switch (dtype) {
-    case DataType::kInt8:
-    case DataType::kUint8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBfloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kUint32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kUint64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
+size_t size_of(DataType dtype);
 const char* to_string(DataType dtype);
 const char* to_string(ReduceOp op);
 std::optional<DataType> parse_data_type(std::string_view name);  // "float32", "f32", "bf16", ...
