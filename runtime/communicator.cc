@@ -123,12 +123,7 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
       rank_(boot_.rank),
       size_(boot_.size),
       chain_(std::move(chain)),
-      log_(options_.backup_bytes,
-           in_flight_capacity(options_) +
-               2 *
-                   static_cast<size_t>(
-                       std::max(1, options_.pipeline_depth > 0 ? options_.pipeline_depth : 4)) *
-                   (options_.chunk_bytes > 0 ? options_.chunk_bytes : 128u << 10)),
+      log_(options_.backup_bytes, sends_kept_bytes(options_)),
       send_seq_(static_cast<size_t>(size_), 0),
       recv_seq_(static_cast<size_t>(size_), 0) {
   log_.send_through.assign(static_cast<size_t>(size_), 0);

@@ -300,6 +300,13 @@ class CommunicatorImpl : public ProgressGuard {
     return 4 * std::max(o.socket_buffer_bytes, kSocketBufferBytes);
   }
   size_t in_flight_capacity() const { return in_flight_capacity(options_); }
+  // The replay log's bound for sends still needed: what the sockets hold plus
+  // two windows of frames.
+  static size_t sends_kept_bytes(const Options& o) {
+    const size_t depth = o.pipeline_depth > 0 ? static_cast<size_t>(o.pipeline_depth) : 4;
+    const size_t chunk = o.chunk_bytes > 0 ? o.chunk_bytes : 128u << 10;
+    return in_flight_capacity(o) + 2 * depth * chunk;
+  }
 
   // Owned by the thread that holds running_ (the progress thread, or a caller
   // running a blocking op).

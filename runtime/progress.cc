@@ -59,9 +59,7 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   closing_barrier_running_ = closing_barrier;
   Status s = op.on_device() ? run_device_op(op) : run_op(op);
   closing_barrier_running_ = false;
-  // run_op stamps the host ops that succeed; a device op may copy its result
-  // back after that.
-  if (!s.ok() || op.on_device()) last_op_end_ = Clock::now();
+  last_op_end_ = Clock::now();
   idle_trimmed_ = false;
   held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes() + staging_.held();
   if (!closing_barrier) ++ops_done_;
@@ -313,7 +311,6 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   current_ = nullptr;
   const Clock::time_point ended = Clock::now();
-  last_op_end_ = ended;
   recorder_.finished(op.seq, true, ended);
   if (carries_credits(rec)) {
     if (is_credit_point(rec)) {

@@ -7,19 +7,15 @@ namespace rcoll {
 size_t size_of(DataType dtype) {
   switch (dtype) {
     case DataType::kInt8:
-    case DataType::kUint8:
-      return 1;
+    case DataType::kUint8: return 1;
     case DataType::kFloat16:
-    case DataType::kBfloat16:
-      return 2;
+    case DataType::kBfloat16: return 2;
     case DataType::kInt32:
     case DataType::kUint32:
-    case DataType::kFloat32:
-      return 4;
+    case DataType::kFloat32: return 4;
     case DataType::kInt64:
     case DataType::kUint64:
-    case DataType::kFloat64:
-      return 8;
+    case DataType::kFloat64: return 8;
   }
   return 0;
 }
