@@ -285,24 +285,34 @@ TEST_F(LivenessTest, AbortNoticeReachesEveryPeerWithin50ms) {
 }
 
 TEST_F(LivenessTest, CleanShutdownIsNotADeath) {
+  // A budget well above a loaded CI host's stalls (ASan, steal): a clean
+  // shutdown must never read as a death or a silence, whatever the budget,
+  // and a stall of the whole test process must not pass for one.
   constexpr int n = 3;
+  constexpr Millis budget = 1000ms;
   std::vector<Events> events(n);
-  auto ranks = start_all(n, 20ms, 200ms, &events);
+  auto ranks = start_all(n, 20ms, budget, &events);
   for (auto& l : ranks) ASSERT_NE(l, nullptr);
   std::this_thread::sleep_for(60ms);
 
   const auto t0 = Clock::now();
   ranks[2].reset();
-  EXPECT_LT(ms_since(t0), 200) << "the destructor lingered although every peer answered its goodbye";
-  std::this_thread::sleep_for(500ms);  // well past the budget
+  // The destructor waits at most its 250 ms linger for the peers to close their side; both
+  // answered the goodbye, so it must not have waited that out.
+  EXPECT_LT(ms_since(t0), 240)
+      << "the destructor lingered although every peer answered its goodbye";
+  std::this_thread::sleep_for(budget + 200ms);  // past the budget
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
     EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << "rank " << r << ":" << events[r].describe();
   }
-  // The two that remain still hear each other.
+  // The two that remain still hear each other (heartbeats every 20 ms).
   EXPECT_EQ(ranks[0]->peer(1).health, PeerHealth::kAlive);
-  EXPECT_LE(ms_since(ranks[0]->peer(1).last_heard), 100);
-  EXPECT_LE(ms_since(ranks[1]->peer(0).last_heard), 100);
+  EXPECT_LE(ms_since(ranks[0]->peer(1).last_heard), 500);
+  EXPECT_LE(ms_since(ranks[1]->peer(0).last_heard), 500);
+  // Rank 2 is gone as having left, not as dead.
+  EXPECT_TRUE(ranks[0]->peer(2).left);
+  EXPECT_TRUE(ranks[1]->peer(2).left);
 
   // Both remaining ranks shutting down at once is clean too.
   std::thread a([&] { ranks[0].reset(); });
