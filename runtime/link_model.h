@@ -2,9 +2,10 @@
 // and pipeline depth every rank derives from that.
 //
 // Every time a data plane is connected (start-up, each recovery, a shrink) the
-// ranks time it: a few empty frames passed around the ring (latency), then a
-// burst of frames to the next rank while receiving one from the previous
-// (bandwidth, every link loaded at once, as a ring collective loads them). Each
+// ranks time it: a few empty frames passed around the ring (latency), then
+// bursts of frames to the next rank while receiving one from the previous
+// (bandwidth, every link loaded at once, as a ring collective loads them). A
+// stall only adds, so the fastest round and the fastest burst count. Each
 // rank publishes its sample in the store and reads every rank's, so all derive
 // the same tuning from the same numbers: the worst link sets it.
 //
