@@ -5,7 +5,8 @@
 // ranks time it: a few empty frames passed around the ring (latency), then
 // bursts of frames to the next rank while receiving one from the previous
 // (bandwidth, every link loaded at once, as a ring collective loads them). A
-// stall only adds, so the fastest round and the fastest burst count. Each
+// stall only adds to a latency round, so the fastest counts; a burst can be
+// slowed or sped up (its data already waiting), so the median of three. Each
 // rank publishes its sample in the store and reads every rank's, so all derive
 // the same tuning from the same numbers: the worst link sets it.
 //
@@ -30,7 +31,7 @@ namespace rcoll {
 struct LinkSample {
   bool valid = false;
   double latency_s = 0;     // one way: the fastest ring round of empty frames (after the first)
-  double bandwidth = 0;     // bytes/s into this rank while every link is busy
+  double bandwidth = 0;     // bytes/s into this rank while every link is busy (median burst)
   int64_t deadline_ms = 0;  // this rank's communicator op timeout (0: none set)
   // Where the rank runs: the kernel it runs on (its boot id; ranks in
   // containers on one machine share it, and its CPUs) and the CPUs it may use

@@ -32,7 +32,8 @@ stage() {
 }
 
 # Two at a time by default (one per core here): the tests whose checks depend
-# on timing are RUN_SERIAL (tests/multiprocess.cmake), so they still run alone.
+# on timing are RUN_SERIAL (tests/multiprocess.cmake, the liveness tests in
+# tests/CMakeLists.txt), so they still run alone.
 (cd "$build_dir" && ctest --output-on-failure --timeout 1200 -j "${RCOLL_TEST_JOBS:-$jobs}" -LE "chaos|sanitize|tsan" "$@")
 if [[ $hardening != 1 ]]; then exit 0; fi
 failed=()

@@ -56,8 +56,8 @@ std::chrono::milliseconds connect_timeout_for_tests() {
   return sanitized != nullptr && std::string(sanitized) == "1" ? 20000ms : 5000ms;
 }
 
-// Options of rank `rank` for in-process ranks on loopback, with timeouts of a
-// few seconds.
+// Options of rank `rank` for in-process ranks on loopback, with timeouts of
+// seconds (connect_timeout_for_tests).
 Options options_for(int rank, int size, std::shared_ptr<Store> store, const std::string& name) {
   Options o;
   o.rank = rank;

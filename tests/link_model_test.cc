@@ -1,12 +1,19 @@
 // Adaptive chunking: the tuning derived from measured links, the samples the
-// ranks exchange, and the schedule that makes every rank switch at the same op.
+// ranks exchange, the schedule that makes every rank switch at the same op,
+// and the probe that measures a link (ranks as threads over loopback TCP).
 #include "runtime/link_model.h"
 
+#include <gtest/gtest.h>
 #include <sched.h>
 
-#include <gtest/gtest.h>
+#include <chrono>
+#include <thread>
+#include <vector>
 
+#include "rcoll/store.h"
 #include "runtime/inject.h"
+#include "tests/thread_ranks.h"
+#include "transports/tcp/tcp_transport.h"
 
 namespace rcoll {
 namespace {
@@ -246,6 +253,88 @@ TEST(LinkLatencyFault, Parses) {
     auto r = parse_fault_spec(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
+// Stalls once: the first frame with a payload this rank sends waits `stall`
+// before it goes, as if the rank were descheduled in the middle of a burst.
+// Counts the payload bytes it sends.
+class StallOnceTransport final : public Transport {
+ public:
+  StallOnceTransport(Transport& inner, std::chrono::milliseconds stall)
+      : inner_(inner), stall_(stall) {}
+  const char* name() const override { return inner_.name(); }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  uint32_t epoch() const override { return inner_.epoch(); }
+  void post_send(int peer, const FrameHeader& header, const void* data, Request* req) override {
+    if (!stalled_ && header.payload_bytes > 0) {
+      stalled_ = true;
+      std::this_thread::sleep_for(stall_);
+    }
+    payload_sent_ += header.payload_bytes;
+    inner_.post_send(peer, header, data, req);
+  }
+  void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) override {
+    inner_.post_recv(peer, expected, dst, req);
+  }
+  void post_background_recv(int peer, const FrameHeader& expected, Request* req) override {
+    inner_.post_background_recv(peer, expected, req);
+  }
+  void progress(Deadline until) override { inner_.progress(until); }
+  void abort(const Status& why) override { inner_.abort(why); }
+  void break_link(int peer) override { inner_.break_link(peer); }
+  uint64_t bytes_sent() const override { return inner_.bytes_sent(); }
+  uint64_t bytes_received() const override { return inner_.bytes_received(); }
+  bool stalled() const { return stalled_; }
+  uint64_t payload_sent() const { return payload_sent_; }
+
+ private:
+  Transport& inner_;
+  const std::chrono::milliseconds stall_;
+  bool stalled_ = false;
+  uint64_t payload_sent_ = 0;
+};
+
+// The probe times more than one bandwidth burst, and one stalled burst does
+// not set the sample: rank 1 stalls 600 ms before its first burst frame, which
+// holds both ranks' first burst (rank 0 waits for rank 1's frames). Had every
+// byte rank 1 sent moved in that burst, it would still show at most
+// bytes / 600 ms; both samples must show several times that. (With one
+// burst, a stall like this set the tuning for a whole epoch.)
+TEST(LinkProbe, OneStalledBurstDoesNotSetTheSample) {
+  using namespace std::chrono_literals;
+  constexpr auto kStall = 600ms;
+  std::vector<LinkSample> samples(2);
+  uint64_t stalled_rank_sent = 0;
+  testing_support::run_thread_ranks(2, [&](int r, std::shared_ptr<Store> store) {
+    TcpConnectParams p;
+    p.rank = r;
+    p.size = 2;
+    p.store = std::move(store);
+    p.ifname_spec = "=lo";
+    p.deadline = Deadline::after(5000ms);
+    auto t = connect_tcp_transport(p);
+    ASSERT_TRUE(t.ok()) << "rank " << r << ": " << t.status().to_string();
+    StallOnceTransport stalling(*t.value(), kStall);
+    Transport& probed = r == 1 ? static_cast<Transport&>(stalling) : *t.value();
+    auto sample = probe_ring(probed, Deadline::after(20000ms));
+    ASSERT_TRUE(sample.ok()) << "rank " << r << ": " << sample.status().to_string();
+    samples[static_cast<size_t>(r)] = sample.value();
+    if (r == 1) {
+      EXPECT_TRUE(stalling.stalled())
+          << "the probe sent no frame with a payload: nothing was stalled";
+      stalled_rank_sent = stalling.payload_sent();
+    }
+  });
+  const double stalled_bound =
+      static_cast<double>(stalled_rank_sent) / std::chrono::duration<double>(kStall).count();
+  ASSERT_GT(stalled_rank_sent, 0u);
+  for (int r = 0; r < 2; ++r) {
+    const LinkSample& s = samples[static_cast<size_t>(r)];
+    ASSERT_TRUE(s.valid) << "rank " << r;
+    EXPECT_GT(s.bandwidth, 4 * stalled_bound) << "rank " << r << " measured " << s.bandwidth / 1e6
+                                              << " MB/s: the stalled burst set the sample";
   }
 }
 

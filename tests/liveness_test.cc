@@ -297,8 +297,9 @@ TEST_F(LivenessTest, CleanShutdownIsNotADeath) {
 
   const auto t0 = Clock::now();
   ranks[2].reset();
-  // The destructor waits at most its 250 ms linger for the peers to close their side; both
-  // answered the goodbye, so it must not have waited that out.
+  // The destructor waits at most its linger (kGoodbyeLinger in runtime/liveness.cc: 250 ms,
+  // which this bound must stay below) for the peers to close their side; both answered the
+  // goodbye, so it must not have waited that out.
   EXPECT_LT(ms_since(t0), 240)
       << "the destructor lingered although every peer answered its goodbye";
   std::this_thread::sleep_for(budget + 200ms);  // past the budget

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "rcoll/store.h"
-#include "runtime/link_model.h"
 #include "tests/thread_ranks.h"
 
 namespace rcoll {
@@ -149,62 +148,6 @@ TEST(TcpTransportTest, BackgroundReceiveMatchesInOrderWithThePeersOtherReceives)
     }
     std::this_thread::sleep_for(200ms);
   });
-}
-
-// Stalls once: the first frame of `stall_bytes` this rank sends waits `stall`
-// before it goes, as if the rank were descheduled in the middle of a burst.
-class StallOnceTransport final : public Transport {
- public:
-  StallOnceTransport(Transport& inner, uint64_t stall_bytes, std::chrono::milliseconds stall)
-      : inner_(inner), stall_bytes_(stall_bytes), stall_(stall) {}
-  const char* name() const override { return inner_.name(); }
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  uint32_t epoch() const override { return inner_.epoch(); }
-  void post_send(int peer, const FrameHeader& header, const void* data, Request* req) override {
-    if (!stalled_ && header.payload_bytes == stall_bytes_) {
-      stalled_ = true;
-      std::this_thread::sleep_for(stall_);
-    }
-    inner_.post_send(peer, header, data, req);
-  }
-  void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) override {
-    inner_.post_recv(peer, expected, dst, req);
-  }
-  void progress(Deadline until) override { inner_.progress(until); }
-  void abort(const Status& why) override { inner_.abort(why); }
-  void break_link(int peer) override { inner_.break_link(peer); }
-  uint64_t bytes_sent() const override { return inner_.bytes_sent(); }
-  uint64_t bytes_received() const override { return inner_.bytes_received(); }
-
- private:
-  Transport& inner_;
-  const uint64_t stall_bytes_;
-  const std::chrono::milliseconds stall_;
-  bool stalled_ = false;
-};
-
-// The link probe (runtime/link_model.h) times more than one bandwidth burst
-// and keeps the fastest: rank 1 stalls 150 ms before its first 128 KiB burst
-// frame, which holds rank 0's first burst (2 MiB) to under 14 MB/s, and both
-// ranks' samples still show the link's own bandwidth, far above that. (With
-// one burst, a stall like this set the tuning for a whole epoch.)
-TEST(TcpTransportTest, LinkProbeKeepsTheFastestBurst) {
-  constexpr double kStalledBound = 2.0 * 1024 * 1024 / 0.150;  // bytes/s
-  std::vector<LinkSample> samples(2);
-  run_transports(2, [&](Transport& t) {
-    StallOnceTransport stalling(t, 128 * 1024, 150ms);
-    Transport& probed = t.rank() == 1 ? static_cast<Transport&>(stalling) : t;
-    auto sample = probe_ring(probed, Deadline::after(10000ms));
-    ASSERT_TRUE(sample.ok()) << sample.status().to_string();
-    samples[static_cast<size_t>(t.rank())] = sample.value();
-  });
-  for (int r = 0; r < 2; ++r) {
-    const LinkSample& s = samples[static_cast<size_t>(r)];
-    ASSERT_TRUE(s.valid) << "rank " << r;
-    EXPECT_GT(s.bandwidth, 4 * kStalledBound) << "rank " << r << " measured " << s.bandwidth / 1e6
-                                              << " MB/s: the stalled burst set the sample";
-  }
 }
 
 }  // namespace
