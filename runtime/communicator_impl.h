@@ -301,10 +301,11 @@ class CommunicatorImpl : public ProgressGuard {
   }
   size_t in_flight_capacity() const { return in_flight_capacity(options_); }
   // The replay log's bound for sends still needed: what the sockets hold plus
-  // two windows of frames.
+  // two windows of frames (the pins, or Tuning's defaults).
   static size_t sends_kept_bytes(const Options& o) {
-    const size_t depth = o.pipeline_depth > 0 ? static_cast<size_t>(o.pipeline_depth) : 4;
-    const size_t chunk = o.chunk_bytes > 0 ? o.chunk_bytes : 128u << 10;
+    const Tuning defaults;
+    const size_t depth = static_cast<size_t>(o.pipeline_depth > 0 ? o.pipeline_depth : defaults.window);
+    const size_t chunk = o.chunk_bytes > 0 ? o.chunk_bytes : defaults.piece_bytes;
     return in_flight_capacity(o) + 2 * depth * chunk;
   }
 
