@@ -304,7 +304,8 @@ class CommunicatorImpl : public ProgressGuard {
   // two windows of frames (the pins, or Tuning's defaults).
   static size_t sends_kept_bytes(const Options& o) {
     const Tuning defaults;
-    const size_t depth = static_cast<size_t>(o.pipeline_depth > 0 ? o.pipeline_depth : defaults.window);
+    const size_t depth =
+        static_cast<size_t>(o.pipeline_depth > 0 ? o.pipeline_depth : defaults.window);
     const size_t chunk = o.chunk_bytes > 0 ? o.chunk_bytes : defaults.piece_bytes;
     return in_flight_capacity(o) + 2 * depth * chunk;
   }
