@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 
 namespace rcoll::bench {
@@ -167,6 +169,65 @@ double bus_factor(std::string_view op, int nranks) {
   return 0;
 }
 
+std::optional<CpuTicks> parse_cpu_ticks(std::string_view line) {
+  if (line.substr(0, 4) != "cpu ") return std::nullopt;
+  line.remove_prefix(4);
+  CpuTicks t;
+  int fields = 0;
+  for (;;) {
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    if (line.empty()) break;
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
+    if (ec != std::errc() || (end != line.data() + line.size() && *end != ' ')) return std::nullopt;
+    line.remove_prefix(static_cast<size_t>(end - line.data()));
+    ++fields;
+    // user nice system idle iowait irq softirq steal; guest and guest_nice
+    // (fields 9 and 10) are already counted in user and nice.
+    if (fields <= 8) t.total += v;
+    if (fields == 8) t.steal = v;
+  }
+  if (fields < 8) return std::nullopt;
+  return t;
+}
+
+std::optional<CpuTicks> read_cpu_ticks() {
+  std::ifstream f("/proc/stat");
+  std::string line;
+  if (!f || !std::getline(f, line)) return std::nullopt;
+  return parse_cpu_ticks(line);
+}
+
+void StealMeter::record(std::optional<CpuTicks> t) {
+  // A missing reading leaves the rows that would span it without a figure,
+  // and the rows after it start afresh.
+  if (!t) {
+    readings_.clear();
+    return;
+  }
+  if (readings_.size() == kKeep) readings_.erase(readings_.begin());
+  readings_.push_back(*t);
+}
+
+double StealMeter::percent_at_row_end(std::optional<CpuTicks> now) {
+  record(now);
+  if (readings_.size() < 2) return -1;
+  const CpuTicks& end = readings_.back();
+  // The latest earlier reading that leaves kMinTicks before the end, else the
+  // oldest. (iowait may go down between readings: no unsigned differences.)
+  size_t from = 0;
+  for (size_t i = readings_.size() - 1; i-- > 0;) {
+    if (readings_[i].total + kMinTicks <= end.total) {
+      from = i;
+      break;
+    }
+  }
+  const CpuTicks& start = readings_[from];
+  if (end.total <= start.total || end.steal < start.steal) return -1;
+  const auto stolen = static_cast<double>(end.steal - start.steal);
+  return 100.0 * stolen / static_cast<double>(end.total - start.total);
+}
+
 void set_bandwidth(Row& row, int nranks) {
   const double factor = bus_factor(row.op, nranks);
   row.algbw = factor > 0 && row.time_us > 0 ? static_cast<double>(row.size) / (row.time_us * 1e-6) / 1e9 : 0;
@@ -263,6 +324,7 @@ void Report::write_json(const std::string& path, uint64_t recoveries, uint64_t f
                  json_string(r.transport).c_str());
     if (algo_column_ || !r.algo.empty()) std::fprintf(f.get(), ", \"algo\": %s", json_string(r.algo).c_str());
     if (!r.library.empty()) std::fprintf(f.get(), ", \"library\": %s", json_string(r.library).c_str());
+    if (r.steal_pct >= 0) std::fprintf(f.get(), ", \"steal_pct\": %.1f", r.steal_pct);
     std::fprintf(f.get(), "}");
   }
   std::fprintf(f.get(), "\n], \"recoveries\": %llu, \"fallbacks\": %llu, \"ranks\": %d, \"time\": \"%s\"}\n",

@@ -99,6 +99,42 @@ double time_per_op(Timing how, int warmup, int iters, Op&& op, Sync&& sync) {
   return median(times);
 }
 
+// Steal time: CPU time the hypervisor gave to other guests while this VM's
+// CPUs had work (/proc/stat, in ticks of 10 ms summed over the CPUs). On a
+// shared VM it comes in episodes of seconds to minutes that slow every
+// library, but not alike, and not the ones timed a minute apart alike; so a
+// row carries the host's steal around its timing, and a comparison can set
+// aside the cells timed through an episode (bench/results_table.py --max-steal).
+struct CpuTicks {
+  uint64_t total = 0;
+  uint64_t steal = 0;
+};
+// The aggregate line of /proc/stat ("cpu  user nice system idle iowait irq
+// softirq steal ..."); nullopt if `line` is not one.
+std::optional<CpuTicks> parse_cpu_ticks(std::string_view line);
+
+// This host's ticks now; nullopt where /proc/stat cannot be read.
+std::optional<CpuTicks> read_cpu_ticks();
+
+// The steal around each row, in percent of the host's CPU time: from a
+// reading taken before the row (the first one, or the end of an earlier row)
+// to the reading at its end. A 10-iteration 4 KiB loop lasts well under a
+// tick, so a row reaches back over as many earlier rows as it takes to span
+// kMinTicks, summed over the CPUs (100 ms on 2 CPUs, 12.5 ms on 16). -1 where
+// that span has a reading missing.
+class StealMeter {
+ public:
+  static constexpr uint64_t kMinTicks = 20;
+  explicit StealMeter(std::optional<CpuTicks> first) { record(first); }
+  // `now`: read_cpu_ticks() at the end of the row.
+  double percent_at_row_end(std::optional<CpuTicks> now);
+
+ private:
+  void record(std::optional<CpuTicks> t);
+  static constexpr size_t kKeep = 64;
+  std::vector<CpuTicks> readings_;  // since the last missing one, oldest first, at most kKeep
+};
+
 // nccl-tests' bus bandwidth factor for an op at `nranks` ranks: allreduce
 // 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast and sendrecv 1;
 // 0 for ops without a bandwidth (barrier).
@@ -118,6 +154,7 @@ struct Row {
   std::string transport;
   std::string algo;    // shown only by programs that choose among algorithms; written when set
   std::string library; // who measured it: "rcoll", "gloo", "mpi" (the JSON's "library"; omitted if empty)
+  double steal_pct = -1;  // the host's CPU steal around the timing (StealMeter); -1: not measured
 };
 
 // Fills algbw and busbw from size, time_us and the op's factor.

@@ -182,6 +182,11 @@ const Row* find_row(const std::vector<Row>& rows, const Row& like) {
   return nullptr;
 }
 
+// A row's steal in whole percent; "-" where it has none.
+std::string steal_cell(const Row* row) {
+  return row && row->steal_pct >= 0 ? std::to_string(static_cast<int>(row->steal_pct + 0.5)) : "-";
+}
+
 }  // namespace
 
 bool baseline_measures(std::string_view op) {
@@ -277,7 +282,8 @@ void print_comparison(const std::vector<Row>& rcoll_rows,
   }
   std::printf(
       "# comparison: busbw in GB/s; rcoll/LIB = rcoll's busbw / LIB's (> 1: rcoll faster); time in "
-      "us (--time %s)\n",
+      "us (--time %s); steal %% = the host's CPU steal around each library's timing, rcoll's first "
+      "(a cell timed through a steal episode is not a verdict)\n",
       to_string(timing));
   std::printf("%s\n", who.c_str());
   std::printf("# %14s %12s %12s", "op", "size (B)", "rcoll GB/s");
@@ -285,7 +291,7 @@ void print_comparison(const std::vector<Row>& rcoll_rows,
   for (const auto& b : baselines) std::printf(" %12s", ("rcoll/" + b.library).c_str());
   std::printf(" %12s", "rcoll us");
   for (const auto& b : baselines) std::printf(" %12s", (b.library + " us").c_str());
-  std::printf("\n");
+  std::printf(" %12s\n", "steal %");
 
   for (const Row& r : rcoll_rows) {
     if (!baseline_measures(r.op)) continue;
@@ -312,7 +318,10 @@ void print_comparison(const std::vector<Row>& rcoll_rows,
                            : theirs[i]        ? cell(buf, sizeof(buf), "%.2f", theirs[i]->time_us)
                                               : "-");
     }
-    std::printf("\n");
+    std::string steals = steal_cell(&r);
+    for (size_t i = 0; i < baselines.size(); ++i)
+      steals += "/" + (baselines[i].ok() ? steal_cell(theirs[i]) : "n/a");
+    std::printf(" %12s\n", steals.c_str());
   }
   for (const auto& b : baselines) {
     if (!b.ok())

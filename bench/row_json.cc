@@ -65,6 +65,7 @@ class Parser {
       else if (key == "transport") r.transport = text(v, key);
       else if (key == "algo") r.algo = text(v, key);
       else if (key == "library") r.library = text(v, key);
+      else if (key == "steal_pct") r.steal_pct = number(v, key);
       // clang-format on
     });
     if (required != 4) {

@@ -37,6 +37,9 @@ bench_with_fake_mpirun() {
 }
 # A line of the comparison table as rcoll-run relays it: "[0]  op  size  then numbers".
 num='[0-9]+\.[0-9]+'
+# Its last cell: the host's steal around each library's timing, rcoll's first
+# ("-" where a row spanned no tick, "n/a" for a library that failed).
+steal_of() { local one='(-|n/a|[0-9]+)' all='(-|n/a|[0-9]+)'; for ((i = 1; i < $1; i++)); do all+="/$one"; done; echo "$all"; }
 
 case $mode in
   all)
@@ -52,14 +55,18 @@ case $mode in
     check "table heading names the three libraries" \
       has_line "rcoll GB/s +gloo GB/s +mpi GB/s +rcoll/gloo +rcoll/mpi +rcoll us +gloo us +mpi us"
     for size in 4096 65536; do
-      # busbw x3, ratio x2, time x3
-      check "table line for allreduce $size with 8 numbers" has_line "^\[0\] +allreduce +$size( +$num){8}\$"
+      # busbw x3, ratio x2, time x3, steal of 3
+      check "table line for allreduce $size with 8 numbers and 3 steals" \
+        has_line "^\[0\] +allreduce +$size( +$num){8} +$(steal_of 3)\$"
     done
     for lib in rcoll gloo mpi; do
       check "JSON has 2 allreduce rows of $lib" \
         test "$(grep -Ec "\"op\": \"allreduce\".*\"library\": \"$lib\"" "$tmp/x.json")" -eq 2
     done
     check "JSON parses as JSON" python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$tmp/x.json"
+    check "every steal_pct in the JSON is a percentage" python3 -c \
+      "import json, sys; sys.exit(not all(0 <= r.get('steal_pct', 0) <= 100 for r in json.load(open(sys.argv[1]))['rows']))" \
+      "$tmp/x.json"
     check "PNG is non-empty" test -s "$tmp/x.png"
     check "PNG has the PNG signature" \
       test "$(head -c 8 "$tmp/x.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a
@@ -77,7 +84,7 @@ case $mode in
     check "the log is kept" grep -q "fake mpirun: failing on purpose" "$tmp/logs/mpi.log"
     for size in 4096 65536; do
       check "table line for allreduce $size: rcoll numbers, mpi n/a" \
-        has_line "^\[0\] +allreduce +$size +$num +n/a +n/a +$num +n/a\$"
+        has_line "^\[0\] +allreduce +$size +$num +n/a +n/a +$num +n/a +(-|[0-9]+)/n/a\$"
     done
     ;;
   time)
@@ -95,8 +102,9 @@ case $mode in
     check "the JSON says \"time\": \"sync\"" \
       python3 -c "import json, sys; sys.exit(json.load(open(sys.argv[1]))['time'] != 'sync')" "$tmp/x.json"
     for size in 4096 65536; do
-      # busbw x2, ratio, time x2
-      check "table line for allreduce $size with 5 numbers" has_line "^\[0\] +allreduce +$size( +$num){5}\$"
+      # busbw x2, ratio, time x2, steal of 2
+      check "table line for allreduce $size with 5 numbers and 2 steals" \
+        has_line "^\[0\] +allreduce +$size( +$num){5} +$(steal_of 2)\$"
     done
 
     mkdir "$tmp/fake"
@@ -113,7 +121,7 @@ FAKE
     bench_with_fake_mpirun --time mean --compare mpi --compare-dir "$tmp/logs2"
     check "rows timed another way: exit code 3 (got $code)" test "$code" -eq 3
     check "names the mismatch" has_line "--compare mpi failed after .*: mpi's rows were timed by --time median, not --time mean"
-    check "table line for allreduce 4096: mpi n/a" has_line "^\[0\] +allreduce +4096 +$num +n/a +n/a +$num +n/a\$"
+    check "table line for allreduce 4096: mpi n/a" has_line "^\[0\] +allreduce +4096 +$num +n/a +n/a +$num +n/a +(-|[0-9]+)/n/a\$"
     ;;
   *)
     echo "bench_compare.sh: unknown mode '$mode' (all, fails, time)"
