@@ -203,4 +203,27 @@ TEST(AlgorithmChoice, StarBroadcastWhereTheRanksShareFewCpus) {
 }
 
 }  // namespace
+// A 2-rank allgather forwards nothing: its frames are as large as the link
+// allows, and the ledger's slices are those frames. Above 2 ranks blocks are
+// forwarded (ring, recursive doubling) and keep the pipelined frames; pinned
+// frames (no stream size measured) stay as pinned.
+TEST(AlgorithmChoice, TwoRankAllgatherInFramesAsLargeAsTheLinkAllows) {
+  Tuning t;
+  t.stream_piece_bytes = 1 << 20;
+  EXPECT_EQ(allgather_piece_bytes(2, t), size_t{1} << 20);
+  EXPECT_EQ(allgather_piece_bytes(3, t), t.piece_bytes);
+  EXPECT_EQ(allgather_piece_bytes(4, t), t.piece_bytes);
+  Tuning pinned;
+  pinned.piece_bytes = 64 << 10;
+  EXPECT_EQ(allgather_piece_bytes(2, pinned), size_t{64} << 10);
+
+  Op gather;
+  gather.kind = OpKind::kAllgather;
+  gather.in = Buffer{nullptr, (4 << 20) / 4, DataType::kFloat32};  // 4 MiB blocks
+  gather.out = Buffer{nullptr, 2 * gather.in.count, DataType::kFloat32};
+  EXPECT_EQ(plan_slices(gather, 0, 2, t, 0, SIZE_MAX).slices, 4u);
+  gather.out.count = 4 * gather.in.count;
+  EXPECT_EQ(plan_slices(gather, 0, 4, t, 0, SIZE_MAX).slices, (4u << 20) / t.piece_bytes);
+}
+
 }  // namespace rcoll

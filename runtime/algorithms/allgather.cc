@@ -19,6 +19,12 @@ namespace rcoll {
 
 namespace {
 
+// Pieces of the op's element size.
+size_t allgather_piece(const AlgoContext& ctx) {
+  return std::max<size_t>(
+      1, allgather_piece_bytes(ctx.size(), ctx.tuning()) / ctx.op().element_size());
+}
+
 // Whether output blocks [first, first + count) lie back to back (always,
 // unless a replay redirected some of them elsewhere).
 bool back_to_back(const AlgoContext& ctx, int first, int count, size_t n, size_t es) {
@@ -71,7 +77,7 @@ Status doubling_allgather(AlgoContext& ctx) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t es = op.element_size();
   const size_t n = op.in.count;
-  const size_t piece = ctx.piece_elements();
+  const size_t piece = allgather_piece(ctx);
   const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
   if (slices == 1) return doubling_allgather_whole_blocks(ctx);
   const size_t window = ctx.window();
@@ -112,6 +118,10 @@ Status doubling_allgather(AlgoContext& ctx) {
 
 }  // namespace
 
+size_t allgather_piece_bytes(int size, const Tuning& tuning) {
+  return size == 2 ? std::max(tuning.piece_bytes, tuning.stream_piece_bytes) : tuning.piece_bytes;
+}
+
 Status run_allgather(AlgoContext& ctx) {
   const Op& op = ctx.op();
   const int p = ctx.size(), r = ctx.rank();
@@ -119,7 +129,7 @@ Status run_allgather(AlgoContext& ctx) {
   const size_t es = op.element_size();
   const size_t n = op.in.count;  // per-rank block
   const size_t mine = n * static_cast<size_t>(r);
-  const size_t piece = ctx.piece_elements();
+  const size_t piece = allgather_piece(ctx);
   const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
   const size_t window = ctx.window();
   if (n == 0) {

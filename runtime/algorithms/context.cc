@@ -199,9 +199,11 @@ SlicePlan plan_slices(const Op& op, int rank, int size, const Tuning& tuning, si
     }
     case OpKind::kAllgather: {
       const size_t n = op.in.count;
-      plan.slices = std::max<size_t>(1, ceil_div(n, piece));
-      add(plan.inputs, range(piece, n, 0));
-      for (size_t q = 0; q < p; ++q) add(plan.outputs, range(piece, n, q * n));
+      const size_t unit =
+          std::max<size_t>(1, allgather_piece_bytes(size, tuning) / op.element_size());
+      plan.slices = std::max<size_t>(1, ceil_div(n, unit));
+      add(plan.inputs, range(unit, n, 0));
+      for (size_t q = 0; q < p; ++q) add(plan.outputs, range(unit, n, q * n));
       break;
     }
     case OpKind::kReduceScatter: {

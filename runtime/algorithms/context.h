@@ -356,6 +356,13 @@ inline uint64_t eager_credit_lag_ops(int size, const Tuning& tuning) {
 // Bytes per slice of a broadcast: a 2-rank chain and a star forward nothing,
 // so their frames are as large as the link allows (Tuning::stream_piece_bytes).
 size_t broadcast_piece_bytes(const Op& op, int size, const Tuning& tuning);
+// Bytes per slice of an allgather. Between 2 ranks it is one exchange of the
+// blocks, nothing forwarded or reduced, so its frames are as large as the link
+// allows too. 2 ranks on 2 CPUs, alternating rounds of 10 iterations, time
+// with the 128 KiB frames over these: TCP (8 rounds) 1 MiB 1.14x (1.04-1.31
+// per round), 4 MiB 1.13x, 16 MiB 1.05x, 64 MiB 1.02x; UCX (6 rounds) 1 MiB
+// 0.95x (0.90-1.18), 4 MiB 1.24x, 16 MiB 1.16x, 64 MiB 1.12x.
+size_t allgather_piece_bytes(int size, const Tuning& tuning);
 // The allreduce algorithm an op runs (kAuto resolved): a function of the op,
 // the group size and the tuning only, so every rank picks the same one.
 AllreduceAlgorithm allreduce_algorithm(const Op& op, int size, const Tuning& tuning);
