@@ -198,32 +198,28 @@ std::optional<CpuTicks> read_cpu_ticks() {
   return parse_cpu_ticks(line);
 }
 
-void StealMeter::record(std::optional<CpuTicks> t) {
-  // A missing reading leaves the rows that would span it without a figure,
-  // and the rows after it start afresh.
-  if (!t) {
-    readings_.clear();
-    return;
-  }
-  if (readings_.size() == kKeep) readings_.erase(readings_.begin());
-  readings_.push_back(*t);
-}
-
-double StealMeter::percent_at_row_end(std::optional<CpuTicks> now) {
-  record(now);
-  if (readings_.size() < 2) return -1;
-  const CpuTicks& end = readings_.back();
-  // The latest earlier reading that leaves kMinTicks before the end, else the
-  // oldest. (iowait may go down between readings: no unsigned differences.)
-  size_t from = 0;
-  for (size_t i = readings_.size() - 1; i-- > 0;) {
-    if (readings_[i].total + kMinTicks <= end.total) {
-      from = i;
-      break;
+double StealMeter::percent(size_t row) const {
+  if (row + 1 >= readings_.size()) return -1;
+  size_t a = row, b = row + 1;
+  auto span = [&] {
+    return readings_[a] && readings_[b]
+               ? readings_[b]->total - std::min(readings_[a]->total, readings_[b]->total)
+               : 0;
+  };
+  // Forward first: a short row at the start of a size sweep belongs with the
+  // ones after it. (iowait may go down between readings: no negative spans.)
+  while (span() < kMinTicks && (b + 1 < readings_.size() || a > 0)) {
+    if (b + 1 < readings_.size()) {
+      ++b;
+    } else {
+      --a;
     }
   }
-  const CpuTicks& start = readings_[from];
-  if (end.total <= start.total || end.steal < start.steal) return -1;
+  for (size_t k = a; k <= b; ++k)
+    if (!readings_[k]) return -1;
+  const CpuTicks& start = *readings_[a];
+  const CpuTicks& end = *readings_[b];
+  if (end.total < start.total + kMinTicks || end.steal < start.steal) return -1;
   const auto stolen = static_cast<double>(end.steal - start.steal);
   return 100.0 * stolen / static_cast<double>(end.total - start.total);
 }
@@ -270,7 +266,22 @@ void Report::print_header(const std::vector<std::string>& preamble) const {
   std::fflush(stdout);
 }
 
-void Report::add(Row row) {
+void Report::add_at(Row row, std::optional<CpuTicks> now) {
+  steal_.row_end(now);
+  measured_.push_back(rows_.size());
+  // A later row can widen an earlier one's span: refresh them all (a few dozen).
+  for (size_t k = 0; k < measured_.size(); ++k) {
+    const double pct = steal_.percent(k);
+    if (k + 1 < measured_.size())
+      rows_[measured_[k]].steal_pct = pct;
+    else
+      row.steal_pct = pct;
+  }
+  print(row);
+  rows_.push_back(std::move(row));
+}
+
+void Report::print(const Row& row) const {
   char algbw[32] = "-", busbw[32] = "-", wrong[32] = "N/A";
   if (has_bandwidth(row)) {
     std::snprintf(algbw, sizeof(algbw), "%.3f", row.algbw);
@@ -287,7 +298,6 @@ void Report::add(Row row) {
               row.redop.c_str(), row.root, row.time_us, algbw, busbw, wrong,
               transport.c_str());
   std::fflush(stdout);
-  rows_.push_back(std::move(row));
 }
 
 void Report::print_footer(uint64_t recoveries, uint64_t fallbacks, int ranks, const std::string& transport) const {

@@ -116,23 +116,25 @@ std::optional<CpuTicks> parse_cpu_ticks(std::string_view line);
 // This host's ticks now; nullopt where /proc/stat cannot be read.
 std::optional<CpuTicks> read_cpu_ticks();
 
-// The steal around each row, in percent of the host's CPU time: from a
-// reading taken before the row (the first one, or the end of an earlier row)
-// to the reading at its end. A 10-iteration 4 KiB loop lasts well under a
-// tick, so a row reaches back over as many earlier rows as it takes to span
-// kMinTicks, summed over the CPUs (100 ms on 2 CPUs, 12.5 ms on 16). -1 where
-// that span has a reading missing.
+// The steal around each row, in percent of the host's CPU time. Readings are
+// taken at the start (construction) and at the end of every row; row k spans
+// readings k to k + 1. A 10-iteration 4 KiB loop lasts well under a tick, so
+// a row's span grows over the rows after it (then, at the end of a run, over
+// the ones before) until it covers kMinTicks summed over the CPUs (100 ms on
+// 2 CPUs, 12.5 ms on 16): the steal of the phase the row was timed in. -1
+// where the run never covered that much, or a reading was missing.
 class StealMeter {
  public:
   static constexpr uint64_t kMinTicks = 20;
-  explicit StealMeter(std::optional<CpuTicks> first) { record(first); }
-  // `now`: read_cpu_ticks() at the end of the row.
-  double percent_at_row_end(std::optional<CpuTicks> now);
+  explicit StealMeter(std::optional<CpuTicks> first) { readings_.push_back(first); }
+  // `now`: read_cpu_ticks() at the end of the next row.
+  void row_end(std::optional<CpuTicks> now) { readings_.push_back(now); }
+  size_t rows() const { return readings_.size() - 1; }
+  // Row k's steal over the readings so far (it may change as rows are added).
+  double percent(size_t row) const;
 
  private:
-  void record(std::optional<CpuTicks> t);
-  static constexpr size_t kKeep = 64;
-  std::vector<CpuTicks> readings_;  // since the last missing one, oldest first, at most kKeep
+  std::vector<std::optional<CpuTicks>> readings_;
 };
 
 // nccl-tests' bus bandwidth factor for an op at `nranks` ranks: allreduce
@@ -154,7 +156,7 @@ struct Row {
   std::string transport;
   std::string algo;    // shown only by programs that choose among algorithms; written when set
   std::string library; // who measured it: "rcoll", "gloo", "mpi" (the JSON's "library"; omitted if empty)
-  double steal_pct = -1;  // the host's CPU steal around the timing (StealMeter); -1: not measured
+  double steal_pct = -1;  // the host's CPU steal around its timing (StealMeter); -1: not measured
 };
 
 // Fills algbw and busbw from size, time_us and the op's factor.
@@ -169,21 +171,31 @@ class Report {
   // `timing`: how time_us was measured (the JSON's "time").
   Report(bool algo_column, bool checked, Timing timing)
       : algo_column_(algo_column), checked_(checked), timing_(timing) {}
+  // For tests: `first` instead of read_cpu_ticks(), and add_at() for add().
+  Report(bool algo_column, bool checked, Timing timing, std::optional<CpuTicks> first)
+      : algo_column_(algo_column), checked_(checked), timing_(timing), steal_(first) {}
 
   // Comment lines ("# ...") that describe the run, then the column headings.
   void print_header(const std::vector<std::string>& preamble) const;
-  void add(Row row);  // prints it and keeps it
-  void keep(Row row) { rows_.push_back(std::move(row)); }  // keeps it without printing
+  // Prints a row just measured and keeps it; its steal_pct (and that of the
+  // rows added before it) comes from the host's steal around it (StealMeter).
+  void add(Row row) { add_at(std::move(row), read_cpu_ticks()); }
+  void add_at(Row row, std::optional<CpuTicks> now);
+  // Keeps a row measured elsewhere (a baseline's), without printing it; its steal_pct is its own.
+  void keep(Row row) { rows_.push_back(std::move(row)); }
   void print_footer(uint64_t recoveries, uint64_t fallbacks, int ranks, const std::string& transport) const;
   // Throws std::runtime_error naming the file if it cannot be written.
   void write_json(const std::string& path, uint64_t recoveries, uint64_t fallbacks, int ranks) const;
   const std::vector<Row>& rows() const { return rows_; }
 
  private:
+  void print(const Row& row) const;
   bool algo_column_;
   bool checked_;
   Timing timing_;
   std::vector<Row> rows_;
+  StealMeter steal_{read_cpu_ticks()};
+  std::vector<size_t> measured_;  // rows_ index of each add()ed row, in the meter's order
 };
 
 }  // namespace rcoll::bench

@@ -231,7 +231,6 @@ class GlooBench {
   size_t count_ = 0;  // per-rank elements for allgather / reduce_scatter, else buffer elements
   std::vector<float> in_, out_;
   std::vector<std::unique_ptr<gloo::Algorithm>> algorithms_;
-  rcoll::bench::StealMeter steal_{rcoll::bench::read_cpu_ticks()};
 };
 
 constexpr int salt_of(std::string_view op) {
@@ -377,14 +376,12 @@ std::optional<Row> GlooBench::run(const std::string& op, uint64_t size) {
       best = k;
     }
   }
-  const double steal_pct = steal_.percent_at_row_end(rcoll::bench::read_cpu_ticks());
   uint64_t wrong = 0;
   if (cfg_.check) wrong = static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op, cands[best])), false));
   algorithms_.clear();
 
   Row row = rcoll::bench::baseline_row(op, total, count_, cfg_.root, best_us, wrong, "gloo/tcp", "gloo", n_);
   row.algo = cands[best].name;
-  row.steal_pct = steal_pct;
   return row;
 }
 

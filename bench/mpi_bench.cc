@@ -84,7 +84,6 @@ class MpiBench {
   const int rank_, n_;
   size_t count_ = 0;  // per rank for allgather / reduce_scatter, else buffer elements
   std::vector<float> in_, out_;
-  rcoll::bench::StealMeter steal_{rcoll::bench::read_cpu_ticks()};
 };
 
 int salt_of(const std::string& op) {
@@ -155,18 +154,16 @@ Row MpiBench::run(const std::string& op, uint64_t size, const std::string& trans
       cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); },
       [] { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); });
   double time_us = 0;
-  mpi_check(MPI_Allreduce(&mine, &time_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
-  const double steal_pct = steal_.percent_at_row_end(rcoll::bench::read_cpu_ticks());
+  mpi_check(MPI_Allreduce(&mine, &time_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
+            "MPI_Allreduce");
   unsigned long long wrong = 0;
   if (cfg_.check) {
     unsigned long long local = check(op);
     mpi_check(MPI_Allreduce(&local, &wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
 
-  Row row = rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, transport,
-                                       "mpi", n_);
-  row.steal_pct = steal_pct;
-  return row;
+  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, transport, "mpi",
+                                    n_);
 }
 
 int run_bench(const BaselineConfig& cfg) {

@@ -95,7 +95,6 @@ class NcclBench {
   float* din_ = nullptr;
   float* dout_ = nullptr;
   double* scalar_ = nullptr;  // reduce_scalar's, kept: under --time sync it runs before every op
-  rcoll::bench::StealMeter steal_{rcoll::bench::read_cpu_ticks()};
 };
 
 void NcclBench::run_once(const std::string& op) {
@@ -175,13 +174,10 @@ Row NcclBench::run(const std::string& op, uint64_t size) {
       cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); },
       [this] { reduce_scalar(0, true); });
   const double time_us = reduce_scalar(mine, true);
-  const double steal_pct = steal_.percent_at_row_end(rcoll::bench::read_cpu_ticks());
   const auto wrong = cfg_.check ? static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op)), false)) : 0;
 
-  Row row =
-      rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, "nccl", "nccl", n_);
-  row.steal_pct = steal_pct;
-  return row;
+  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, "nccl", "nccl",
+                                    n_);
 }
 
 std::shared_ptr<rcoll::Store> connect_store() {

@@ -496,7 +496,6 @@ class Bench {
   const int rank_, n_;
   const size_t es_;
   Layout l_;
-  rcoll::bench::StealMeter steal_{rcoll::bench::read_cpu_ticks()};
   std::unique_ptr<HostBuffer> a_, b_;  // input (or the one buffer) and output
   std::unique_ptr<DeviceMirror> da_, db_;
 };
@@ -701,7 +700,6 @@ Row Bench::run(OpId op, uint64_t size) {
   double time_us = rcoll::bench::time_per_op(
       cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); }, [this] { comm_.barrier(); });
   comm_.allreduce(Buffer{&time_us, 1, DataType::kFloat64}, ReduceOp::kMax);
-  const double steal_pct = steal_.percent_at_row_end(rcoll::bench::read_cpu_ticks());
 
   int64_t wrong = cfg_.check ? static_cast<int64_t>(check(op)) : 0;
   if (cfg_.check) comm_.allreduce(Buffer{&wrong, 1, DataType::kInt64}, ReduceOp::kSum);
@@ -714,7 +712,6 @@ Row Bench::run(OpId op, uint64_t size) {
   row.redop = reduces(op) ? rcoll::to_string(cfg_.redop) : "none";
   row.root = op == OpId::kBroadcast ? cfg_.root : -1;
   row.time_us = time_us;
-  row.steal_pct = steal_pct;
   row.wrong = static_cast<uint64_t>(wrong);
   const rcoll::Counters counters = comm_.counters();
   row.transport = !cfg_.device || op == OpId::kBarrier ? counters.transport

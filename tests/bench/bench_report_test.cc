@@ -146,66 +146,82 @@ TEST(CpuTicks, ThisHostsReadingParsesWhereThereIsAProcStat) {
 
 TEST(StealMeter, ALongRowIsMeasuredOverItselfAlone) {
   StealMeter m(CpuTicks{1000, 100});
-  // 200 ticks, 50 of them stolen.
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{1200, 150}), 25.0);
-  // The next row: 100 ticks, none stolen; the one before it is not counted.
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{1300, 150}), 0.0);
+  m.row_end(CpuTicks{1200, 150});  // 200 ticks, 50 of them stolen
+  m.row_end(CpuTicks{1300, 150});  // 100 ticks, none
+  EXPECT_DOUBLE_EQ(m.percent(0), 25.0);
+  EXPECT_DOUBLE_EQ(m.percent(1), 0.0);
+  EXPECT_EQ(m.percent(2), -1) << "no such row";
+}
+
+// Short rows take in the rows after them until they span 20 ticks; the last
+// ones, with nothing after them, the rows before.
+TEST(StealMeter, AShortRowSpansTheRowsAfterItThenBeforeIt) {
+  StealMeter m(CpuTicks{0, 0});
+  m.row_end(CpuTicks{5, 5});                       // row 0: 5 ticks, all stolen
+  m.row_end(CpuTicks{10, 5});                      // row 1
+  m.row_end(CpuTicks{30, 5});                      // row 2: 20 ticks, none stolen
+  m.row_end(CpuTicks{31, 6});                      // row 3: 1 tick, stolen
+  EXPECT_DOUBLE_EQ(m.percent(0), 5.0 / 30 * 100);  // readings 0..3
+  EXPECT_DOUBLE_EQ(m.percent(1), 0.0);             // readings 1..3: 25 ticks
+  EXPECT_DOUBLE_EQ(m.percent(2), 0.0);
+  EXPECT_DOUBLE_EQ(m.percent(3), 1.0 / 21 * 100);  // readings 2..4, back over row 2
+  m.row_end(CpuTicks{60, 6});                      // a later row widens row 3 forward instead
+  EXPECT_DOUBLE_EQ(m.percent(3), 1.0 / 30 * 100);
+}
+
+TEST(StealMeter, NoFigureWhereTheRunIsTooShortOrAReadingIsMissing) {
+  StealMeter short_run(CpuTicks{0, 0});
+  short_run.row_end(CpuTicks{19, 10});
+  EXPECT_EQ(short_run.percent(0), -1) << "19 ticks in all";
+  StealMeter gap(CpuTicks{0, 0});
+  gap.row_end(CpuTicks{100, 10});
+  gap.row_end(std::nullopt);
+  gap.row_end(CpuTicks{300, 10});
+  EXPECT_DOUBLE_EQ(gap.percent(0), 10.0);
+  EXPECT_EQ(gap.percent(1), -1);
+  EXPECT_EQ(gap.percent(2), -1);
 }
 
 // iowait may go down between two readings (proc(5)), and the total with it.
 TEST(StealMeter, ATotalThatWentDownIsNotTakenForALongSpan) {
-  StealMeter m(CpuTicks{0, 0});
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{100, 10}), 10.0);
-  // One tick less than the reading before: reaches back to 0, not to 100.
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{99, 10}), 10.0 / 99 * 100);
+  StealMeter m(CpuTicks{100, 10});
+  m.row_end(CpuTicks{99, 10});
+  m.row_end(CpuTicks{130, 13});
+  EXPECT_DOUBLE_EQ(m.percent(0), 10.0);  // readings 0..2: 30 ticks, 3 stolen
 }
 
-TEST(StealMeter, AShortRowReachesBackUntilItSpansTheMinimum) {
-  StealMeter m(CpuTicks{0, 0});
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{100, 40}), 40.0);
-  // Rows of under 20 ticks with no steal: each spans back to the latest
-  // reading at least 20 ticks before its end.
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{105, 40}), 40.0 / 105 * 100);  // back to 0: 5 < 20
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{110, 40}),
-                   40.0 / 110 * 100);                              // 10 < 20: back to 0
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{120, 40}), 0.0);  // 20 ticks since 100
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{121, 41}),
-                   1.0 / 21 * 100);  // 21 since 100, not 16 since 105
-}
-
-TEST(StealMeter, NoFigureForARowWhoseSpanMissesAReading) {
-  StealMeter first_missing(std::nullopt);
-  EXPECT_EQ(first_missing.percent_at_row_end(CpuTicks{100, 10}), -1);
-  EXPECT_DOUBLE_EQ(first_missing.percent_at_row_end(CpuTicks{200, 30}),
-                   20.0);  // from the reading at 100
-  StealMeter m(CpuTicks{0, 0});
-  EXPECT_EQ(m.percent_at_row_end(std::nullopt), -1);
-  EXPECT_EQ(m.percent_at_row_end(CpuTicks{100, 10}), -1);  // that row's start is unknown
-  EXPECT_DOUBLE_EQ(m.percent_at_row_end(CpuTicks{150, 10}), 0.0);
-  // No time passed: nothing to divide by.
-  StealMeter still(CpuTicks{50, 5});
-  EXPECT_EQ(still.percent_at_row_end(CpuTicks{50, 5}), -1);
-}
-
-TEST(Report, TheJsonCarriesTheStealWhereItWasMeasured) {
+TEST(Report, RowsCarryTheStealAroundThemIntoTheJson) {
   TempFile tmp;
   ASSERT_TRUE(tmp.made()) << tmp.path() << ": " << std::strerror(errno);
-  Report report(false, false, Timing::kMedian);
-  for (double steal : {-1.0, 0.0, 37.5}) {
+  Report report(false, false, Timing::kMedian, CpuTicks{0, 0});
+  auto row_of = [](uint64_t size) {
     Row row;
     row.op = "allreduce";
-    row.size = 4096;
+    row.size = size;
     row.time_us = 10;
-    row.steal_pct = steal;
     set_bandwidth(row, 2);
-    report.keep(row);
-  }
+    return row;
+  };
+  testing::internal::CaptureStdout();           // add() prints the table line
+  report.add_at(row_of(4096), CpuTicks{2, 0});  // short: spans the next one too
+  report.add_at(row_of(65536), CpuTicks{40, 19});
+  report.add_at(row_of(1 << 20), CpuTicks{140, 19});
+  Row baseline = row_of(4096);
+  baseline.library = "mpi";
+  baseline.steal_pct = 3.5;
+  report.keep(baseline);
+  Row unmeasured = row_of(8);
+  unmeasured.library = "gloo";
+  report.keep(unmeasured);
+  testing::internal::GetCapturedStdout();
   report.write_json(tmp.path(), 0, 0, 2);
   const RowFile file = read_row_json(tmp.path());
-  ASSERT_EQ(file.rows.size(), 3u);
-  EXPECT_EQ(file.rows[0].steal_pct, -1);  // not written, read back as not measured
-  EXPECT_DOUBLE_EQ(file.rows[1].steal_pct, 0.0);
-  EXPECT_DOUBLE_EQ(file.rows[2].steal_pct, 37.5);
+  ASSERT_EQ(file.rows.size(), 5u);
+  EXPECT_DOUBLE_EQ(file.rows[0].steal_pct, 19.0 / 40 * 100);
+  EXPECT_DOUBLE_EQ(file.rows[1].steal_pct, 19.0 / 38 * 100);
+  EXPECT_DOUBLE_EQ(file.rows[2].steal_pct, 0.0);
+  EXPECT_DOUBLE_EQ(file.rows[3].steal_pct, 3.5) << "a kept row keeps its own";
+  EXPECT_EQ(file.rows[4].steal_pct, -1) << "not written, read back as not measured";
 }
 
 }  // namespace
