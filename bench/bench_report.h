@@ -129,7 +129,6 @@ class StealMeter {
   explicit StealMeter(std::optional<CpuTicks> first) { readings_.push_back(first); }
   // `now`: read_cpu_ticks() at the end of the next row.
   void row_end(std::optional<CpuTicks> now) { readings_.push_back(now); }
-  size_t rows() const { return readings_.size() - 1; }
   // Row k's steal over the readings so far (it may change as rows are added).
   double percent(size_t row) const;
 

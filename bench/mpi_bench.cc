@@ -154,16 +154,14 @@ Row MpiBench::run(const std::string& op, uint64_t size, const std::string& trans
       cfg_.timing, cfg_.warmup, cfg_.iters, [&] { run_once(op); },
       [] { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); });
   double time_us = 0;
-  mpi_check(MPI_Allreduce(&mine, &time_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
-            "MPI_Allreduce");
+  mpi_check(MPI_Allreduce(&mine, &time_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   unsigned long long wrong = 0;
   if (cfg_.check) {
     unsigned long long local = check(op);
     mpi_check(MPI_Allreduce(&local, &wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
 
-  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, transport, "mpi",
-                                    n_);
+  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, transport, "mpi", n_);
 }
 
 int run_bench(const BaselineConfig& cfg) {

@@ -176,8 +176,7 @@ Row NcclBench::run(const std::string& op, uint64_t size) {
   const double time_us = reduce_scalar(mine, true);
   const auto wrong = cfg_.check ? static_cast<uint64_t>(reduce_scalar(static_cast<double>(check(op)), false)) : 0;
 
-  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, "nccl", "nccl",
-                                    n_);
+  return rcoll::bench::baseline_row(op, total, count_, cfg_.root, time_us, wrong, "nccl", "nccl", n_);
 }
 
 std::shared_ptr<rcoll::Store> connect_store() {

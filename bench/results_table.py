@@ -148,7 +148,8 @@ def main():
         print(f"- {m}")
     if unmeasured:
         print()
-        print(f"### Cells with no rcoll/MPI pair timed under {max_steal:g}% steal (no verdict)")
+        print(f"### Cells lacking an rcoll/Gloo or rcoll/MPI pair timed under {max_steal:g}% steal "
+              "(no verdict against that library)")
         for m in unmeasured:
             print(f"- {m}")
 

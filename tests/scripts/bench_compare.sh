@@ -38,7 +38,7 @@ bench_with_fake_mpirun() {
 # A line of the comparison table as rcoll-run relays it: "[0]  op  size  then numbers".
 num='[0-9]+\.[0-9]+'
 # Its last cell: the host's steal around each library's timing, rcoll's first
-# ("-" where a row spanned no tick, "n/a" for a library that failed).
+# ("-" where the whole sweep spanned under 20 ticks, "n/a" for a library that failed).
 steal_of() { local one='(-|n/a|[0-9]+)' all='(-|n/a|[0-9]+)'; for ((i = 1; i < $1; i++)); do all+="/$one"; done; echo "$all"; }
 
 case $mode in
