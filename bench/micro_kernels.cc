@@ -87,7 +87,8 @@ void bm_memcpy(benchmark::State& state) {
   set_rates(state, bytes, 2);
 }
 
-void bm_reduce_inplace(benchmark::State& state, DataType dtype, ReduceOp op) {
+void bm_reduce_inplace(benchmark::State& state, DataType dtype, ReduceOp op, Float16Path path) {
+  pin_float16_path(path);
   const size_t bytes = size_t(state.range(0));
   const size_t count = bytes / size_of(dtype);
   AlignedBytes dst = allocate(bytes), src = allocate(bytes);
@@ -98,6 +99,7 @@ void bm_reduce_inplace(benchmark::State& state, DataType dtype, ReduceOp op) {
     benchmark::ClobberMemory();
   }
   set_rates(state, bytes, 3);
+  pin_float16_path(Float16Path::kBest);
 }
 
 std::string size_name(int64_t bytes) {
@@ -115,13 +117,26 @@ void register_all() {
       {DataType::kFloat16, ReduceOp::kSum}, {DataType::kBfloat16, ReduceOp::kSum},
       {DataType::kInt32, ReduceOp::kSum},   {DataType::kFloat64, ReduceOp::kSum},
   };
+  // float16 also on each slower path the CPU has, pinned (the name says which):
+  // float16_sum is the path rcoll takes, float16_sum@f16c the one before it.
+  constexpr Float16Path kPinned[] = {Float16Path::kF16c, Float16Path::kPortable};
   // Sizes outermost, so that memcpy and the kernels at one size run together.
   for (int64_t size : kSizes) {
     benchmark::RegisterBenchmark(("memcpy/" + size_name(size)).c_str(), bm_memcpy)->Arg(size);
     for (const Kernel& k : kKernels) {
-      const std::string name = std::string("reduce_inplace/") + to_string(k.dtype) + "_" +
-                               to_string(k.op) + "/" + size_name(size);
-      benchmark::RegisterBenchmark(name.c_str(), bm_reduce_inplace, k.dtype, k.op)->Arg(size);
+      const std::string kernel =
+          std::string("reduce_inplace/") + to_string(k.dtype) + "_" + to_string(k.op);
+      benchmark::RegisterBenchmark((kernel + "/" + size_name(size)).c_str(), bm_reduce_inplace,
+                                   k.dtype, k.op, Float16Path::kBest)
+          ->Arg(size);
+      if (k.dtype != DataType::kFloat16) continue;
+      for (Float16Path p : kPinned) {
+        const std::string name = to_string(p);
+        if (!float16_path_available(p) || name == float16_path_name(k.op)) continue;
+        benchmark::RegisterBenchmark((kernel + "@" + name + "/" + size_name(size)).c_str(),
+                                     bm_reduce_inplace, k.dtype, k.op, p)
+            ->Arg(size);
+      }
     }
   }
 }

@@ -11,9 +11,18 @@
 //   float16 is the exception: GCC cannot vectorise half <-> float conversions
 //   in plain C++, so its kernels use the F16C intrinsics (8 lanes per
 //   instruction) when the CPU has them, chosen once at run time, and fall
-//   back to the portable scalar conversions in half.cc otherwise.
+//   back to the portable scalar conversions in half.cc otherwise. Sum and
+//   prod go one step further on CPUs with AVX512-FP16: 32 halves per
+//   instruction in float16 arithmetic, no conversions. The bits are the same:
+//   an operation in float32 rounded once to float16 is the correctly rounded
+//   float16 result for + and x (float32's 24 bits are at least 2 x 11 + 2, so
+//   the double rounding is harmless; a product of two halves is exact in
+//   float32), which is what the float16 instruction returns. Min and max
+//   stay on F16C, where a signalling NaN comes back quiet as on the other
+//   paths (the float16 instructions would return it as it is).
 //
-// Semantics (shared by every path, so every clone gives the same bits):
+// Semantics (shared by every path, so every clone gives the same bits, NaN
+// payloads aside as below):
 //   - kAvg is not a kernel. reduce/reduce_inplace treat kAvg as kSum; callers
 //     divide afterwards with scale_avg.
 //   - Integer sum and prod are computed in the unsigned type of the same width,
@@ -21,9 +30,18 @@
 //   - Float min/max return NaN when either input is NaN (as NCCL and PyTorch
 //     do), unlike std::min or the bare minps/maxps instructions.
 //   - float16/bfloat16 are widened to float32, combined, and rounded back to
-//     nearest even once.
+//     nearest even once (or computed in float16 where that gives the same bits).
+//   - Where both operands are NaN the result is one of them, made quiet; which
+//     one may differ between paths (IEEE 754 leaves it open, and the compiler
+//     may swap the operands of a commutative instruction). A NaN and a number
+//     give that NaN, made quiet, on every path.
+//   - The rounding mode is the default, to nearest even. A caller that sets
+//     another in MXCSR gets it in the float32 and float64 arithmetic of every
+//     path and in AVX512-FP16's float16 arithmetic, while F16C always narrows
+//     to float16 to nearest even, so float16 results may then differ by path.
 #include "kernels/cpu_reduce.h"
 
+#include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
@@ -296,14 +314,91 @@ bool has_f16c() {
 }
 #endif  // RCOLL_X86
 
+// AVX512-FP16 (Sapphire Rapids and later): GCC 12 knows it under a target
+// attribute; Clang only from 18 (before that its intrinsics need
+// -mavx512fp16 for the whole file, and __builtin_cpu_supports has no name
+// for it).
+#if RCOLL_X86 && ((defined(__clang__) && __clang_major__ >= 18) || \
+                  (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12))
+#define RCOLL_AVX512FP16 1
+#define RCOLL_FP16_ISA "avx512fp16,avx512bw,avx512vl,avx512f"
+constexpr size_t kFp16Lanes = 32;
+
+// dst = x op y on 32 halves; every block is loaded before it is stored, so dst
+// may alias x or y. __m512h is a GCC vector of _Float16, so the ops of
+// reduce_ops.h apply as they are.
 template <typename Op>
-void run_f16(void* dst, const void* a, const void* b, size_t n) {
-#if RCOLL_X86
-  if (has_f16c()) {
-    return f16c_reduce<Op>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
-                           static_cast<const uint16_t*>(b), n);
+__attribute__((target(RCOLL_FP16_ISA), always_inline)) inline void fp16_step(uint16_t* d,
+                                                                             const uint16_t* x,
+                                                                             const uint16_t* y) {
+  _mm512_storeu_ph(d, Op::apply(_mm512_loadu_ph(x), _mm512_loadu_ph(y)));
+}
+
+template <typename Op>
+__attribute__((target(RCOLL_FP16_ISA))) void fp16_reduce(uint16_t* dst, const uint16_t* a,
+                                                         const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 2 * kFp16Lanes <= n; i += 2 * kFp16Lanes) {
+    fp16_step<Op>(dst + i, a + i, b + i);
+    fp16_step<Op>(dst + i + kFp16Lanes, a + i + kFp16Lanes, b + i + kFp16Lanes);
   }
+  for (; i + kFp16Lanes <= n; i += kFp16Lanes) fp16_step<Op>(dst + i, a + i, b + i);
+  if (i < n) {
+    // Masked loads neither read past the end nor fault; the lanes they leave
+    // zero are computed and not stored.
+    const __mmask32 m = (__mmask32(1) << (n - i)) - 1;
+    const __m512h x = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, a + i));
+    const __m512h y = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, b + i));
+    _mm512_mask_storeu_epi16(dst + i, m, _mm512_castph_si512(Op::apply(x, y)));
+  }
+}
+
+bool has_avx512fp16() {
+  static const bool kHas = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512fp16") && __builtin_cpu_supports("avx512bw");
+  }();
+  return kHas;
+}
+#endif  // RCOLL_AVX512FP16
+
+std::atomic<Float16Path> g_f16_path{Float16Path::kBest};
+
+// The path a float16 sum or prod takes (min and max: kF16c at best).
+Float16Path f16_path(bool arithmetic) {
+  Float16Path p = g_f16_path.load(std::memory_order_relaxed);
+  if (!float16_path_available(p)) p = Float16Path::kPortable;
+  if (p == Float16Path::kBest) {
+#if RCOLL_AVX512FP16
+    if (arithmetic && has_avx512fp16()) return Float16Path::kAvx512Fp16;
 #endif
+    return float16_path_available(Float16Path::kF16c) ? Float16Path::kF16c : Float16Path::kPortable;
+  }
+  if (p == Float16Path::kAvx512Fp16 && !arithmetic) {
+    return float16_path_available(Float16Path::kF16c) ? Float16Path::kF16c : Float16Path::kPortable;
+  }
+  return p;
+}
+
+template <typename Op>
+void run_f16(void* dst, const void* a, const void* b, size_t n, bool arithmetic) {
+  [[maybe_unused]] auto* d = static_cast<uint16_t*>(dst);
+  [[maybe_unused]] auto* x = static_cast<const uint16_t*>(a);
+  [[maybe_unused]] auto* y = static_cast<const uint16_t*>(b);
+  switch (f16_path(arithmetic)) {
+#if RCOLL_AVX512FP16
+    case Float16Path::kAvx512Fp16:
+      if constexpr (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)
+        return fp16_reduce<Op>(d, x, y, n);
+      break;
+#endif
+#if RCOLL_X86
+    case Float16Path::kF16c:
+      return f16c_reduce<Op>(d, x, y, n);
+#endif
+    default:
+      break;
+  }
   run<F16Portable, Op>(dst, a, b, n);
 }
 
@@ -311,13 +406,13 @@ void run_op_f16(ReduceOp op, void* dst, const void* a, const void* b, size_t n) 
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      return run_f16<SumOp>(dst, a, b, n);
+      return run_f16<SumOp>(dst, a, b, n, true);
     case ReduceOp::kProd:
-      return run_f16<ProdOp>(dst, a, b, n);
+      return run_f16<ProdOp>(dst, a, b, n, true);
     case ReduceOp::kMin:
-      return run_f16<MinOp>(dst, a, b, n);
+      return run_f16<MinOp>(dst, a, b, n, false);
     case ReduceOp::kMax:
-      return run_f16<MaxOp>(dst, a, b, n);
+      return run_f16<MaxOp>(dst, a, b, n, false);
   }
 }
 
@@ -357,8 +452,10 @@ void scale_avg(DataType dtype, void* dst, size_t count, int divisor) {
   if (count == 0) return;
   switch (dtype) {
     case DataType::kFloat16:
+      // In float32 on every path: a divisor above 2048 has no exact float16.
 #if RCOLL_X86
-      if (has_f16c()) return f16c_scale(static_cast<uint16_t*>(dst), count, divisor);
+      if (f16_path(false) == Float16Path::kF16c)
+        return f16c_scale(static_cast<uint16_t*>(dst), count, divisor);
 #endif
       return scale_loop<F16Portable>(static_cast<uint16_t*>(dst), count, divisor);
     case DataType::kBfloat16:
@@ -376,5 +473,46 @@ void scale_avg(DataType dtype, void* dst, size_t count, int divisor) {
 }
 
 bool supports(DataType dtype, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(dtype); }
+
+bool float16_path_available(Float16Path path) {
+  switch (path) {
+    case Float16Path::kBest:
+    case Float16Path::kPortable:
+      return true;
+    case Float16Path::kF16c:
+#if RCOLL_X86
+      return has_f16c();
+#else
+      return false;
+#endif
+    case Float16Path::kAvx512Fp16:
+#if RCOLL_AVX512FP16
+      return has_avx512fp16();
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+void pin_float16_path(Float16Path path) { g_f16_path.store(path, std::memory_order_relaxed); }
+
+const char* to_string(Float16Path path) {
+  switch (path) {
+    case Float16Path::kBest:
+      return "best";
+    case Float16Path::kAvx512Fp16:
+      return "avx512fp16";
+    case Float16Path::kF16c:
+      return "f16c";
+    case Float16Path::kPortable:
+      return "portable";
+  }
+  return "?";
+}
+
+const char* float16_path_name(ReduceOp op) {
+  return to_string(f16_path(op != ReduceOp::kMin && op != ReduceOp::kMax));
+}
 
 }  // namespace rcoll::kernels

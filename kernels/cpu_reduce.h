@@ -22,4 +22,17 @@ void scale_avg(DataType dtype, void* dst, size_t count, int divisor);
 // kAvg on integer types is refused (it would silently truncate).
 bool supports(DataType dtype, ReduceOp op);
 
+// How float16 is computed. kBest, the default, takes the fastest the CPU has:
+// AVX512-FP16 for sum and prod, F16C for the rest, the portable conversions
+// without F16C. Every path gives the same bits, but for which of two NaN
+// operands comes back (cpu_reduce.cc); tests and benchmarks pin each in turn
+// (pinning an unavailable one means kPortable). Process-wide.
+enum class Float16Path { kBest, kAvx512Fp16, kF16c, kPortable };
+bool float16_path_available(Float16Path path);
+void pin_float16_path(Float16Path path);
+// "best", "avx512fp16", "f16c" or "portable".
+const char* to_string(Float16Path path);
+// The path a float16 reduce with op takes now: "avx512fp16", "f16c" or "portable".
+const char* float16_path_name(ReduceOp op);
+
 }  // namespace rcoll::kernels

@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfenv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -353,8 +355,37 @@ const char* call_name(Call c) {
   return "";
 }
 
+// Pins the float16 path for a scope (kernels/cpu_reduce.h), back to kBest after.
+struct PinnedFloat16Path {
+  explicit PinnedFloat16Path(Float16Path p) { pin_float16_path(p); }
+  ~PinnedFloat16Path() { pin_float16_path(Float16Path::kBest); }
+};
+
+// The float16 paths this CPU has, the default first.
+std::vector<Float16Path> float16_paths() {
+  std::vector<Float16Path> paths;
+  for (Float16Path p :
+       {Float16Path::kBest, Float16Path::kAvx512Fp16, Float16Path::kF16c, Float16Path::kPortable}) {
+    if (float16_path_available(p)) paths.push_back(p);
+  }
+  return paths;
+}
+
+void check_against_reference(DataType dtype, ReduceOp op, size_t count);
+
+// float16 runs through every path the CPU has; the other types have one.
 TEST_P(KernelTest, MatchesScalarReference) {
   const auto [dtype, op, count] = GetParam();
+  if (dtype != DataType::kFloat16) return check_against_reference(dtype, op, count);
+  for (Float16Path path : float16_paths()) {
+    SCOPED_TRACE(std::string("float16 path ") + to_string(path));
+    PinnedFloat16Path pin(path);
+    check_against_reference(dtype, op, count);
+    if (HasFatalFailure()) return;
+  }
+}
+
+void check_against_reference(DataType dtype, ReduceOp op, size_t count) {
   const bool avg = op == ReduceOp::kAvg;
   // Integer avg is refused; the kernels then behave as sum (documented).
   const bool scale = avg && is_floating(dtype);
@@ -413,6 +444,126 @@ TEST_P(KernelTest, MatchesScalarReference) {
       }
     }
   }
+}
+
+// Every float16 path gives the same bits as the portable one, NaNs included
+// (payload and quietness), except that where both operands are NaN the result
+// may be either one made quiet (cpu_reduce.cc): each of the 65536 patterns
+// against 64 others (the specials, then random patterns), every op, at a
+// length that leaves a partial vector at the end.
+TEST(Kernels, Float16PathsAgreeBitForBit) {
+  std::vector<uint16_t> others = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe01, 0x7bff,
+                                  0xfbff, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x3800};
+  std::mt19937 rng(5);
+  while (others.size() < 64) others.push_back(uint16_t(rng()));
+  std::vector<uint16_t> a, b;
+  for (uint16_t y : others) {
+    for (uint32_t x = 0; x < 65536; ++x) {
+      a.push_back(uint16_t(x));
+      b.push_back(y);
+    }
+  }
+  for (int i = 0; i < 37; ++i) {  // the partial vector
+    a.push_back(uint16_t(rng()));
+    b.push_back(uint16_t(rng()));
+  }
+  auto nan = [](uint16_t h) { return kF16Format.is_nan(h); };
+  auto agree = [&](size_t i, uint16_t got, uint16_t want) {
+    if (got == want) return true;
+    if (!nan(a[i]) || !nan(b[i])) return false;
+    return got == (a[i] | 0x0200u) || got == (b[i] | 0x0200u);
+  };
+  const std::vector<Float16Path> paths = float16_paths();
+  constexpr size_t kCanary = 64;  // after the data: a store past the end shows here
+  for (ReduceOp op : kAllOps) {
+    std::vector<uint16_t> want(a.size()), got(a.size() + kCanary, 0xdead);
+    {
+      PinnedFloat16Path pin(Float16Path::kPortable);
+      reduce(DataType::kFloat16, op, want.data(), a.data(), b.data(), a.size());
+      if (op == ReduceOp::kAvg)
+        scale_avg(DataType::kFloat16, want.data(), want.size(), kAvgDivisor);
+    }
+    for (Float16Path path : paths) {
+      PinnedFloat16Path pin(path);
+      reduce(DataType::kFloat16, op, got.data(), a.data(), b.data(), a.size());
+      if (op == ReduceOp::kAvg) scale_avg(DataType::kFloat16, got.data(), a.size(), kAvgDivisor);
+      size_t i = 0;
+      while (i < a.size() && agree(i, got[i], want[i])) ++i;
+      ASSERT_EQ(i, a.size()) << to_string(op) << " on path " << to_string(path) << " ("
+                             << float16_path_name(op) << "): a=0x" << std::hex << a[i] << " b=0x"
+                             << b[i] << " got=0x" << got[i] << " want=0x" << want[i];
+      for (size_t c = a.size(); c < got.size(); ++c) {
+        ASSERT_EQ(got[c], 0xdead) << to_string(op) << " on path " << to_string(path) << " wrote "
+                                  << c - a.size() + 1 << " elements past the end";
+      }
+    }
+  }
+  // A signalling NaN and a number: the NaN, made quiet, whatever the op.
+  for (Float16Path path : paths) {
+    PinnedFloat16Path pin(path);
+    for (ReduceOp op : kAllOps) {
+      uint16_t x[2] = {0x7c01, 0x3c00}, y[2] = {0x3c00, 0xfc01};
+      reduce(DataType::kFloat16, op, x, x, y, 2);
+      EXPECT_EQ(x[0], 0x7e01u) << to_string(op) << " on path " << to_string(path);
+      EXPECT_EQ(x[1], 0xfe01u) << to_string(op) << " on path " << to_string(path);
+    }
+  }
+}
+
+// Which code ran, told by its rounding: under round-toward-zero in MXCSR,
+// AVX512-FP16 rounds 1 + 3 x 2^-12 in float16 toward zero (1.0, 0x3c00), while
+// F16C and the portable path add in float32 (exact here) and narrow to nearest
+// (1 + 2^-10, 0x3c01). Sum and prod take AVX512-FP16 where the CPU has it (and
+// by default); that min and max never do, Float16PathsAgreeBitForBit shows (a
+// signalling NaN would come back as it is).
+TEST(Kernels, Float16PathTakenIsTheOneChosen) {
+  auto under_rz = [](Float16Path path, ReduceOp op) {
+    PinnedFloat16Path pin(path);
+    // 97 elements: the two-block loop, the one-block loop and a masked tail of one.
+    std::vector<uint16_t> a(97, 0x3c00), b(97, 0x1200);
+    // (1 + 23 x 2^-10)^2 = 1 + (46 + 529/1024) x 2^-10: 0x3c2e toward zero, 0x3c2f to nearest.
+    if (op == ReduceOp::kProd) a.assign(97, 0x3c17), b.assign(97, 0x3c17);
+    const int old = std::fegetround();
+    std::fesetround(FE_TOWARDZERO);
+    reduce(DataType::kFloat16, op, a.data(), a.data(), b.data(), a.size());
+    std::fesetround(old);
+    const uint16_t first = a[0];
+    for (size_t i = 1; i < a.size(); ++i) EXPECT_EQ(a[i], first) << "element " << i;
+    return first;
+  };
+  const bool fp16 = float16_path_available(Float16Path::kAvx512Fp16);
+  RecordProperty("avx512fp16_path", fp16 ? "tested" : "not on this CPU");
+  EXPECT_EQ(under_rz(Float16Path::kBest, ReduceOp::kSum), fp16 ? 0x3c00 : 0x3c01);
+  EXPECT_EQ(under_rz(Float16Path::kPortable, ReduceOp::kSum), 0x3c01);
+  EXPECT_EQ(under_rz(Float16Path::kPortable, ReduceOp::kProd), 0x3c2f);
+  if (float16_path_available(Float16Path::kF16c)) {
+    EXPECT_EQ(under_rz(Float16Path::kF16c, ReduceOp::kSum), 0x3c01);
+  }
+  if (fp16) {
+    EXPECT_EQ(under_rz(Float16Path::kAvx512Fp16, ReduceOp::kSum), 0x3c00);
+    EXPECT_EQ(under_rz(Float16Path::kAvx512Fp16, ReduceOp::kProd), 0x3c2e);
+    EXPECT_EQ(under_rz(Float16Path::kBest, ReduceOp::kProd), 0x3c2e);
+  } else {
+    std::fprintf(stderr, "this CPU has no AVX512-FP16: that path is not tested here\n");
+  }
+}
+
+// Sum and prod take AVX512-FP16 where the CPU has it, min and max F16C.
+TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
+  const std::string arithmetic = float16_path_name(ReduceOp::kSum);
+  EXPECT_EQ(arithmetic, float16_path_name(ReduceOp::kProd));
+  if (float16_path_available(Float16Path::kAvx512Fp16)) {
+    EXPECT_EQ(arithmetic, "avx512fp16");
+  } else {
+    EXPECT_EQ(arithmetic, float16_path_available(Float16Path::kF16c) ? "f16c" : "portable");
+  }
+  EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMin)),
+            float16_path_available(Float16Path::kF16c) ? "f16c" : "portable");
+  {
+    PinnedFloat16Path pin(Float16Path::kPortable);
+    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kSum)), "portable");
+  }
+  EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);  // unpinned again
 }
 
 std::string kernel_param_name(const ::testing::TestParamInfo<KernelParam>& info) {
