@@ -6,16 +6,20 @@
 // Several ranks share this process (threads); the real faults use fork()ed
 // children (this binary re-executed), which this test starts, stops and kills
 // by pid. Loopback only.
+#include "runtime/liveness.h"
+
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -24,10 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "rcoll/store.h"
-#include "runtime/liveness.h"
 
 namespace rcoll {
 namespace {
@@ -526,26 +527,52 @@ TEST_F(LivenessTest, SingleRankNeedsNoPeers) {
 }
 
 // Heartbeats at the default 100 ms interval cost next to nothing: CPU time of
-// this whole process (8 ranks) over 2 s, per rank.
+// this whole process (8 ranks) per rank, the least of three 1 s windows (one
+// window can catch a sanitizer's background thread or a page-fault burst; a
+// rank that polls instead of sleeping costs 12% or more in every window: 2
+// cores shared by 8 ranks). The bound is 2% of a core per rank, 4% under a
+// sanitizer (RCOLL_SANITIZED, set by scripts/test.sh). The budget is long (5 s)
+// because silence detection is not the subject here; that heartbeats flowed
+// during every window is checked from each peer's last_heard instead.
 TEST_F(LivenessTest, HeartbeatCpuCostIsSmall) {
   constexpr int n = 8;
   std::vector<Events> events(n);
-  auto ranks = start_all(n, 100ms, 1500ms, &events);
+  auto ranks = start_all(n, 100ms, 5000ms, &events);
   for (auto& l : ranks) ASSERT_NE(l, nullptr);
   auto cpu_us = [] {
     rusage u{};
     ::getrusage(RUSAGE_SELF, &u);
     return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000000L + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
   };
-  const long c0 = cpu_us();
-  const auto t0 = Clock::now();
-  std::this_thread::sleep_for(2s);
-  const double wall_us = static_cast<double>(ms_since(t0)) * 1000.0;
-  const double per_rank = static_cast<double>(cpu_us() - c0) / wall_us / n;
-  std::printf("heartbeat cost: %.3f%% of a core per rank (%d ranks, %d peers each, 100 ms interval)\n",
-              per_rank * 100.0, n, n - 1);
-  RecordProperty("cpu_percent_per_rank", std::to_string(per_rank * 100.0));
-  EXPECT_LT(per_rank, 0.02);
+  const bool sanitized = std::getenv("RCOLL_SANITIZED") != nullptr;
+  const double bound = sanitized ? 0.04 : 0.02;
+  double least = 1e9;
+  std::string windows;
+  for (int w = 0; w < 3; ++w) {
+    const long c0 = cpu_us();
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(1s);
+    const double wall_us = static_cast<double>(ms_since(t0)) * 1000.0;
+    const double per_rank = static_cast<double>(cpu_us() - c0) / wall_us / n;
+    least = std::min(least, per_rank);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.3f%%", w == 0 ? "" : ", ", per_rank * 100.0);
+    windows += buf;
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        EXPECT_GT(ranks[r]->peer(q).last_heard, t0)
+            << "rank " << r << " heard nothing from rank " << q << " in window " << w << ": "
+            << events[r].describe();
+      }
+    }
+  }
+  std::printf(
+      "heartbeat cost: %s of a core per rank in three 1 s windows (%d ranks, %d peers each, 100 ms "
+      "interval%s)\n",
+      windows.c_str(), n, n - 1, sanitized ? ", sanitized build" : "");
+  RecordProperty("cpu_percent_per_rank", std::to_string(least * 100.0));
+  EXPECT_LT(least, bound) << "every window: " << windows;
   for (int r = 0; r < n; ++r) EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << events[r].describe();
 }
 
