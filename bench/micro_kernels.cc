@@ -87,8 +87,10 @@ void bm_memcpy(benchmark::State& state) {
   set_rates(state, bytes, 2);
 }
 
-void bm_reduce_inplace(benchmark::State& state, DataType dtype, ReduceOp op, Float16Path path) {
-  pin_float16_path(path);
+void bm_reduce_inplace(benchmark::State& state, DataType dtype, ReduceOp op, Float16Path f16,
+                       Bfloat16Path bf16) {
+  pin_float16_path(f16);
+  pin_bfloat16_path(bf16);
   const size_t bytes = size_t(state.range(0));
   const size_t count = bytes / size_of(dtype);
   AlignedBytes dst = allocate(bytes), src = allocate(bytes);
@@ -100,6 +102,7 @@ void bm_reduce_inplace(benchmark::State& state, DataType dtype, ReduceOp op, Flo
   }
   set_rates(state, bytes, 3);
   pin_float16_path(Float16Path::kBest);
+  pin_bfloat16_path(Bfloat16Path::kBest);
 }
 
 std::string size_name(int64_t bytes) {
@@ -113,12 +116,14 @@ void register_all() {
     ReduceOp op;
   };
   constexpr Kernel kKernels[] = {
-      {DataType::kFloat32, ReduceOp::kSum}, {DataType::kFloat32, ReduceOp::kMax},
-      {DataType::kFloat16, ReduceOp::kSum}, {DataType::kBfloat16, ReduceOp::kSum},
-      {DataType::kInt32, ReduceOp::kSum},   {DataType::kFloat64, ReduceOp::kSum},
+      {DataType::kFloat32, ReduceOp::kSum},  {DataType::kFloat32, ReduceOp::kMax},
+      {DataType::kFloat16, ReduceOp::kSum},  {DataType::kFloat16, ReduceOp::kMax},
+      {DataType::kBfloat16, ReduceOp::kSum}, {DataType::kBfloat16, ReduceOp::kMax},
+      {DataType::kInt32, ReduceOp::kSum},    {DataType::kFloat64, ReduceOp::kSum},
   };
-  // float16 also on each slower path the CPU has, pinned (the name says which):
-  // float16_sum is the path rcoll takes, float16_sum@f16c the one before it.
+  // float16 and bfloat16 also on each slower path the CPU has, pinned (the
+  // name says which): float16_sum is the path rcoll takes, float16_sum@f16c
+  // the one before it.
   constexpr Float16Path kPinned[] = {Float16Path::kF16c, Float16Path::kPortable};
   // Sizes outermost, so that memcpy and the kernels at one size run together.
   for (int64_t size : kSizes) {
@@ -127,14 +132,22 @@ void register_all() {
       const std::string kernel =
           std::string("reduce_inplace/") + to_string(k.dtype) + "_" + to_string(k.op);
       benchmark::RegisterBenchmark((kernel + "/" + size_name(size)).c_str(), bm_reduce_inplace,
-                                   k.dtype, k.op, Float16Path::kBest)
+                                   k.dtype, k.op, Float16Path::kBest, Bfloat16Path::kBest)
           ->Arg(size);
-      if (k.dtype != DataType::kFloat16) continue;
-      for (Float16Path p : kPinned) {
-        const std::string name = to_string(p);
-        if (!float16_path_available(p) || name == float16_path_name(k.op)) continue;
-        benchmark::RegisterBenchmark((kernel + "@" + name + "/" + size_name(size)).c_str(),
-                                     bm_reduce_inplace, k.dtype, k.op, p)
+      if (k.dtype == DataType::kFloat16) {
+        for (Float16Path p : kPinned) {
+          const std::string name = to_string(p);
+          if (!float16_path_available(p) || name == float16_path_name(k.op)) continue;
+          benchmark::RegisterBenchmark((kernel + "@" + name + "/" + size_name(size)).c_str(),
+                                       bm_reduce_inplace, k.dtype, k.op, p, Bfloat16Path::kBest)
+              ->Arg(size);
+        }
+      }
+      if (k.dtype == DataType::kBfloat16 &&
+          std::string(bfloat16_path_name()) != to_string(Bfloat16Path::kPortable)) {
+        benchmark::RegisterBenchmark((kernel + "@portable/" + size_name(size)).c_str(),
+                                     bm_reduce_inplace, k.dtype, k.op, Float16Path::kBest,
+                                     Bfloat16Path::kPortable)
             ->Arg(size);
       }
     }

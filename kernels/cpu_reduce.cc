@@ -21,6 +21,10 @@
 //   stay on F16C, where a signalling NaN comes back quiet as on the other
 //   paths (the float16 instructions would return it as it is).
 //
+//   bfloat16 vectorises as plain loops (integer rounding, struct Bf16); on
+//   CPUs with AVX512-BF16 one instruction rounds 32 results instead, with an
+//   integer-rounding fallback for blocks with a subnormal (bf16_combine).
+//
 // Semantics (shared by every path, so every clone gives the same bits, NaN
 // payloads aside as below):
 //   - kAvg is not a kernel. reduce/reduce_inplace treat kAvg as kSum; callers
@@ -39,6 +43,12 @@
 //     another in MXCSR gets it in the float32 and float64 arithmetic of every
 //     path and in AVX512-FP16's float16 arithmetic, while F16C always narrows
 //     to float16 to nearest even, so float16 results may then differ by path.
+//   - DAZ and FTZ in MXCSR (set by -ffast-math's startup code, or
+//     torch.set_flush_denormal) act on the float32 arithmetic, on every path
+//     alike; no path's choice between its instructions reads them (bfloat16's
+//     subnormal test is on the bits). float16 never meets them: its values,
+//     and their sums and products, are normal in float32, and AVX512-FP16
+//     ignores both (Intel's manual).
 #include "kernels/cpu_reduce.h"
 
 #include <atomic>
@@ -362,6 +372,162 @@ bool has_avx512fp16() {
 }
 #endif  // RCOLL_AVX512FP16
 
+// ---- bfloat16 ----
+
+// AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4): VCVTNE2PS2BF16 rounds 32
+// float32 to bfloat16 in one instruction, to nearest even and NaN made quiet
+// with its top payload, as Bf16::round_high does, but with DAZ and FTZ fixed
+// on: a subnormal float32 becomes zero. So each block checks its 32 results
+// (bf16_subnormal) and rounds with integer operations, as Bf16 does, in the
+// rare block that has a subnormal. The same compilers as AVX512-FP16 above.
+#if RCOLL_X86 && ((defined(__clang__) && __clang_major__ >= 18) || \
+                  (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12))
+#define RCOLL_AVX512BF16 1
+#define RCOLL_BF16_ISA "avx512bf16,avx512dq,avx512bw,avx512f"
+constexpr size_t kBf16Lanes = 32;
+
+// 16 words of two elements. The integer operations are written with GCC
+// vector operators (GCC 12's shift intrinsics warn -Wmaybe-uninitialized).
+using U32x16 = uint32_t __attribute__((vector_size(64)));
+
+// The even elements (low halves) and the odd ones (high halves) widen to
+// float32 with a shift and a mask, as in Bf16.
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline __m512 bf16_even(U32x16 w) {
+  return __m512(w << 16);
+}
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline __m512 bf16_odd(U32x16 w) {
+  return __m512(w & 0xffff0000u);
+}
+
+// Bf16::round_high on 16 lanes: the result in each lane's upper 16 bits.
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline U32x16 bf16_round_high(__m512 f) {
+  const auto u = U32x16(f);
+  const U32x16 rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return U32x16(
+      _mm512_mask_or_epi32(__m512i(rounded), nan, __m512i(u), _mm512_set1_epi32(0x00400000)));
+}
+
+// VCVTNE2PS2BF16 puts the even elements' results in words 0-15 and the odd
+// ones' in words 16-31; element k comes from word k/2 (even k) or 16 + k/2.
+alignas(64) constexpr uint16_t kBf16Interleave[kBf16Lanes] = {
+    0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+// The lanes that hold a subnormal, told by their bits: exponent zero,
+// mantissa not (|u| - 1 below 0x007fffff, unsigned). Not VFPCLASSPS, which
+// reads MXCSR.DAZ and calls a subnormal zero when a caller has set it
+// (-ffast-math's startup code, torch.set_flush_denormal), while the integer
+// rounding keeps it.
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline __mmask16 bf16_subnormal(__m512 f) {
+  const U32x16 magnitude_less_one = (U32x16(f) & 0x7fffffffu) - 1u;
+  return _mm512_cmplt_epu32_mask(__m512i(magnitude_less_one), _mm512_set1_epi32(0x007fffff));
+}
+
+// Op on 16 floats. MinOp and MaxOp's select becomes scalar code on 512-bit
+// vectors in GCC 12 (20x slower), so they are written here with a mask: the
+// same choice, a when it wins or is NaN, else b.
+template <typename Op>
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline __m512 bf16_apply(__m512 a,
+                                                                                __m512 b) {
+  if constexpr (std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>) {
+    constexpr int kWins = std::is_same_v<Op, MinOp> ? _CMP_LT_OQ : _CMP_GT_OQ;
+    const __mmask16 take_a =
+        _mm512_cmp_ps_mask(a, b, kWins) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(take_a, b, a);
+  } else {
+    return Op::apply(a, b);
+  }
+}
+
+template <typename Op>
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline U32x16 bf16_combine(U32x16 x,
+                                                                                  U32x16 y) {
+  const __m512 even = bf16_apply<Op>(bf16_even(x), bf16_even(y));
+  const __m512 odd = bf16_apply<Op>(bf16_odd(x), bf16_odd(y));
+  const auto packed = __m512i(_mm512_cvtne2ps_pbh(odd, even));
+  // A flushed subnormal comes out as a zero, so the float32 bits are checked
+  // only in a block with a zero result (one test per block otherwise).
+  const __mmask32 zero = _mm512_testn_epi16_mask(packed, _mm512_set1_epi16(0x7fff));
+  if (__builtin_expect(zero == 0, 1) || (bf16_subnormal(even) | bf16_subnormal(odd)) == 0) {
+    return U32x16(_mm512_permutexvar_epi16(_mm512_load_si512(kBf16Interleave), packed));
+  }
+  return (bf16_round_high(even) >> 16) | (bf16_round_high(odd) & 0xffff0000u);
+}
+
+// Every block is loaded before it is stored, so dst may alias a or b.
+template <typename Op>
+__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline void bf16_step(uint16_t* d,
+                                                                             const uint16_t* x,
+                                                                             const uint16_t* y) {
+  const auto r = bf16_combine<Op>(U32x16(_mm512_loadu_si512(x)), U32x16(_mm512_loadu_si512(y)));
+  _mm512_storeu_si512(d, __m512i(r));
+}
+
+template <typename Op>
+__attribute__((target(RCOLL_BF16_ISA))) void bf16_reduce(uint16_t* dst, const uint16_t* a,
+                                                         const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 2 * kBf16Lanes <= n; i += 2 * kBf16Lanes) {
+    bf16_step<Op>(dst + i, a + i, b + i);
+    bf16_step<Op>(dst + i + kBf16Lanes, a + i + kBf16Lanes, b + i + kBf16Lanes);
+  }
+  for (; i + kBf16Lanes <= n; i += kBf16Lanes) bf16_step<Op>(dst + i, a + i, b + i);
+  if (i < n) {
+    // Masked, as in fp16_reduce: the zero lanes give zero, never a subnormal.
+    const __mmask32 m = (__mmask32(1) << (n - i)) - 1;
+    const auto r = bf16_combine<Op>(U32x16(_mm512_maskz_loadu_epi16(m, a + i)),
+                                    U32x16(_mm512_maskz_loadu_epi16(m, b + i)));
+    _mm512_mask_storeu_epi16(dst + i, m, __m512i(r));
+  }
+}
+
+bool has_avx512bf16() {
+  static const bool kHas = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq");
+  }();
+  return kHas;
+}
+#endif  // RCOLL_AVX512BF16
+
+std::atomic<Bfloat16Path> g_bf16_path{Bfloat16Path::kBest};
+
+Bfloat16Path bf16_path() {
+  const Bfloat16Path p = g_bf16_path.load(std::memory_order_relaxed);
+  if (p == Bfloat16Path::kBest) {
+    return bfloat16_path_available(Bfloat16Path::kAvx512Bf16) ? Bfloat16Path::kAvx512Bf16
+                                                              : Bfloat16Path::kPortable;
+  }
+  return bfloat16_path_available(p) ? p : Bfloat16Path::kPortable;
+}
+
+template <typename Op>
+void run_bf16(void* dst, const void* a, const void* b, size_t n) {
+#if RCOLL_AVX512BF16
+  if (bf16_path() == Bfloat16Path::kAvx512Bf16) {
+    return bf16_reduce<Op>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
+                           static_cast<const uint16_t*>(b), n);
+  }
+#endif
+  run<Bf16, Op>(dst, a, b, n);
+}
+
+void run_op_bf16(ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return run_bf16<SumOp>(dst, a, b, n);
+    case ReduceOp::kProd:
+      return run_bf16<ProdOp>(dst, a, b, n);
+    case ReduceOp::kMin:
+      return run_bf16<MinOp>(dst, a, b, n);
+    case ReduceOp::kMax:
+      return run_bf16<MaxOp>(dst, a, b, n);
+  }
+}
+
 std::atomic<Float16Path> g_f16_path{Float16Path::kBest};
 
 // The path a float16 sum or prod takes (min and max: kF16c at best).
@@ -436,7 +602,7 @@ void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b
     case DataType::kFloat16:
       return run_op_f16(op, dst, a, b, count);
     case DataType::kBfloat16:
-      return run_op<Bf16>(op, dst, a, b, count);
+      return run_op_bf16(op, dst, a, b, count);
     case DataType::kFloat32:
       return run_op<Native<float>>(op, dst, a, b, count);
     case DataType::kFloat64:
@@ -514,5 +680,36 @@ const char* to_string(Float16Path path) {
 const char* float16_path_name(ReduceOp op) {
   return to_string(f16_path(op != ReduceOp::kMin && op != ReduceOp::kMax));
 }
+
+bool bfloat16_path_available(Bfloat16Path path) {
+  switch (path) {
+    case Bfloat16Path::kBest:
+    case Bfloat16Path::kPortable:
+      return true;
+    case Bfloat16Path::kAvx512Bf16:
+#if RCOLL_AVX512BF16
+      return has_avx512bf16();
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+void pin_bfloat16_path(Bfloat16Path path) { g_bf16_path.store(path, std::memory_order_relaxed); }
+
+const char* to_string(Bfloat16Path path) {
+  switch (path) {
+    case Bfloat16Path::kBest:
+      return "best";
+    case Bfloat16Path::kAvx512Bf16:
+      return "avx512bf16";
+    case Bfloat16Path::kPortable:
+      return "portable";
+  }
+  return "?";
+}
+
+const char* bfloat16_path_name() { return to_string(bf16_path()); }
 
 }  // namespace rcoll::kernels

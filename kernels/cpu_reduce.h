@@ -35,4 +35,17 @@ const char* to_string(Float16Path path);
 // The path a float16 reduce with op takes now: "avx512fp16", "f16c" or "portable".
 const char* float16_path_name(ReduceOp op);
 
+// How bfloat16 is reduced, as for float16. kBest: AVX512-BF16's rounding
+// instruction where the CPU has it (every op; blocks with a subnormal result
+// round with integer operations, as the instruction would flush them), else
+// kPortable, integer rounding that the compiler vectorises. Same bits on
+// both, but for which of two NaN operands comes back. Process-wide.
+enum class Bfloat16Path { kBest, kAvx512Bf16, kPortable };
+bool bfloat16_path_available(Bfloat16Path path);
+void pin_bfloat16_path(Bfloat16Path path);
+// "best", "avx512bf16" or "portable".
+const char* to_string(Bfloat16Path path);
+// The path a bfloat16 reduce takes now: "avx512bf16" or "portable".
+const char* bfloat16_path_name();
+
 }  // namespace rcoll::kernels

@@ -371,17 +371,41 @@ std::vector<Float16Path> float16_paths() {
   return paths;
 }
 
+// The same for bfloat16.
+struct PinnedBfloat16Path {
+  explicit PinnedBfloat16Path(Bfloat16Path p) { pin_bfloat16_path(p); }
+  ~PinnedBfloat16Path() { pin_bfloat16_path(Bfloat16Path::kBest); }
+};
+
+std::vector<Bfloat16Path> bfloat16_paths() {
+  std::vector<Bfloat16Path> paths;
+  for (Bfloat16Path p : {Bfloat16Path::kBest, Bfloat16Path::kAvx512Bf16, Bfloat16Path::kPortable}) {
+    if (bfloat16_path_available(p)) paths.push_back(p);
+  }
+  return paths;
+}
+
 void check_against_reference(DataType dtype, ReduceOp op, size_t count);
 
-// float16 runs through every path the CPU has; the other types have one.
+// float16 and bfloat16 run through every path the CPU has; the other types have one.
 TEST_P(KernelTest, MatchesScalarReference) {
   const auto [dtype, op, count] = GetParam();
-  if (dtype != DataType::kFloat16) return check_against_reference(dtype, op, count);
-  for (Float16Path path : float16_paths()) {
-    SCOPED_TRACE(std::string("float16 path ") + to_string(path));
-    PinnedFloat16Path pin(path);
+  if (dtype == DataType::kFloat16) {
+    for (Float16Path path : float16_paths()) {
+      SCOPED_TRACE(std::string("float16 path ") + to_string(path));
+      PinnedFloat16Path pin(path);
+      check_against_reference(dtype, op, count);
+      if (HasFatalFailure()) return;
+    }
+  } else if (dtype == DataType::kBfloat16) {
+    for (Bfloat16Path path : bfloat16_paths()) {
+      SCOPED_TRACE(std::string("bfloat16 path ") + to_string(path));
+      PinnedBfloat16Path pin(path);
+      check_against_reference(dtype, op, count);
+      if (HasFatalFailure()) return;
+    }
+  } else {
     check_against_reference(dtype, op, count);
-    if (HasFatalFailure()) return;
   }
 }
 
@@ -446,14 +470,20 @@ void check_against_reference(DataType dtype, ReduceOp op, size_t count) {
   }
 }
 
-// Every float16 path gives the same bits as the portable one, NaNs included
-// (payload and quietness), except that where both operands are NaN the result
-// may be either one made quiet (cpu_reduce.cc): each of the 65536 patterns
-// against 64 others (the specials, then random patterns), every op, at a
-// length that leaves a partial vector at the end.
-TEST(Kernels, Float16PathsAgreeBitForBit) {
-  std::vector<uint16_t> others = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe01, 0x7bff,
-                                  0xfbff, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x3800};
+// Every path of a 16-bit type gives the same bits as its portable one, NaNs
+// included (payload and quietness), except that where both operands are NaN
+// the result may be either one made quiet (cpu_reduce.cc): each of the 65536
+// patterns against 64 others (the specials, then random patterns), every op,
+// at a length that leaves a partial vector at the end, with a canary after.
+template <typename Path>
+void check_paths_agree(DataType dtype, std::vector<uint16_t> others, const std::vector<Path>& paths,
+                       Path portable, void (*pin)(Path), const char* (*path_taken)(ReduceOp)) {
+  const HalfFormat& format = dtype == DataType::kFloat16 ? kF16Format : kBf16Format;
+  const uint16_t quiet = uint16_t(1u << (format.mant_bits - 1));
+  struct Unpin {  // back to kBest however the check ends
+    void (*pin)(Path);
+    ~Unpin() { pin(Path::kBest); }
+  } unpin{pin};
   std::mt19937 rng(5);
   while (others.size() < 64) others.push_back(uint16_t(rng()));
   std::vector<uint16_t> a, b;
@@ -467,45 +497,96 @@ TEST(Kernels, Float16PathsAgreeBitForBit) {
     a.push_back(uint16_t(rng()));
     b.push_back(uint16_t(rng()));
   }
-  auto nan = [](uint16_t h) { return kF16Format.is_nan(h); };
+  auto nan = [&](uint16_t h) { return format.is_nan(h); };
   auto agree = [&](size_t i, uint16_t got, uint16_t want) {
     if (got == want) return true;
     if (!nan(a[i]) || !nan(b[i])) return false;
-    return got == (a[i] | 0x0200u) || got == (b[i] | 0x0200u);
+    return got == (a[i] | quiet) || got == (b[i] | quiet);
   };
-  const std::vector<Float16Path> paths = float16_paths();
   constexpr size_t kCanary = 64;  // after the data: a store past the end shows here
   for (ReduceOp op : kAllOps) {
-    std::vector<uint16_t> want(a.size()), got(a.size() + kCanary, 0xdead);
-    {
-      PinnedFloat16Path pin(Float16Path::kPortable);
-      reduce(DataType::kFloat16, op, want.data(), a.data(), b.data(), a.size());
-      if (op == ReduceOp::kAvg)
-        scale_avg(DataType::kFloat16, want.data(), want.size(), kAvgDivisor);
-    }
-    for (Float16Path path : paths) {
-      PinnedFloat16Path pin(path);
-      reduce(DataType::kFloat16, op, got.data(), a.data(), b.data(), a.size());
-      if (op == ReduceOp::kAvg) scale_avg(DataType::kFloat16, got.data(), a.size(), kAvgDivisor);
+    std::vector<uint16_t> want(a.size()), got;
+    pin(portable);
+    reduce(dtype, op, want.data(), a.data(), b.data(), a.size());
+    if (op == ReduceOp::kAvg) scale_avg(dtype, want.data(), want.size(), kAvgDivisor);
+    for (Path path : paths) {
+      got.assign(a.size() + kCanary, 0xdead);  // nothing left from the path before
+      pin(path);
+      reduce(dtype, op, got.data(), a.data(), b.data(), a.size());
+      if (op == ReduceOp::kAvg) scale_avg(dtype, got.data(), a.size(), kAvgDivisor);
+      const std::string taken = path_taken(op);
       size_t i = 0;
       while (i < a.size() && agree(i, got[i], want[i])) ++i;
-      ASSERT_EQ(i, a.size()) << to_string(op) << " on path " << to_string(path) << " ("
-                             << float16_path_name(op) << "): a=0x" << std::hex << a[i] << " b=0x"
-                             << b[i] << " got=0x" << got[i] << " want=0x" << want[i];
+      ASSERT_EQ(i, a.size()) << to_string(dtype) << " " << to_string(op) << " on path "
+                             << to_string(path) << " (" << taken << "): a=0x" << std::hex << a[i]
+                             << " b=0x" << b[i] << " got=0x" << got[i] << " want=0x" << want[i];
       for (size_t c = a.size(); c < got.size(); ++c) {
         ASSERT_EQ(got[c], 0xdead) << to_string(op) << " on path " << to_string(path) << " wrote "
                                   << c - a.size() + 1 << " elements past the end";
       }
     }
   }
+}
+
+TEST(Kernels, Float16PathsAgreeBitForBit) {
+  check_paths_agree(DataType::kFloat16,
+                    {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe01, 0x7bff, 0xfbff, 0x0001,
+                     0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x3800},
+                    float16_paths(), Float16Path::kPortable, &pin_float16_path, &float16_path_name);
   // A signalling NaN and a number: the NaN, made quiet, whatever the op.
-  for (Float16Path path : paths) {
+  for (Float16Path path : float16_paths()) {
     PinnedFloat16Path pin(path);
     for (ReduceOp op : kAllOps) {
       uint16_t x[2] = {0x7c01, 0x3c00}, y[2] = {0x3c00, 0xfc01};
       reduce(DataType::kFloat16, op, x, x, y, 2);
       EXPECT_EQ(x[0], 0x7e01u) << to_string(op) << " on path " << to_string(path);
       EXPECT_EQ(x[1], 0xfe01u) << to_string(op) << " on path " << to_string(path);
+    }
+  }
+}
+
+// bfloat16's specials include the subnormals and the smallest normals: on
+// AVX512-BF16 a block with a subnormal result rounds with integer operations
+// (the instruction would flush it to zero), so blocks of both kinds, and
+// blocks that mix them, are checked.
+TEST(Kernels, Bfloat16PathsAgreeBitForBit) {
+  check_paths_agree(
+      DataType::kBfloat16,
+      {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xff81, 0x7f7f, 0xff7f, 0x0001,
+       0x8001, 0x007f, 0x807f, 0x0080, 0x8080, 0x0081, 0x3f80, 0xbf80, 0x3f00, 0x0100},
+      bfloat16_paths(), Bfloat16Path::kPortable, &pin_bfloat16_path,
+      +[](ReduceOp) { return bfloat16_path_name(); });
+  for (Bfloat16Path path : bfloat16_paths()) {
+    PinnedBfloat16Path pin(path);
+    for (ReduceOp op : kAllOps) {
+      uint16_t x[2] = {0x7f81, 0x3f80}, y[2] = {0x3f80, 0xff81};
+      reduce(DataType::kBfloat16, op, x, x, y, 2);
+      EXPECT_EQ(x[0], 0x7fc1u) << to_string(op) << " on path " << to_string(path);
+      EXPECT_EQ(x[1], 0xffc1u) << to_string(op) << " on path " << to_string(path);
+    }
+  }
+}
+
+// A subnormal result in one lane of a block of 32 sends the whole block
+// through integer rounding; the other lanes must come out the same, and the
+// subnormal must not be flushed to zero (as VCVTNE2PS2BF16 would).
+TEST(Kernels, Bfloat16SubnormalResultsAreNotFlushed) {
+  for (Bfloat16Path path : bfloat16_paths()) {
+    PinnedBfloat16Path pin(path);
+    // 100 elements: lanes in the two-block loop (0-63), the one-block loop
+    // (64-95) and the masked tail (96-99).
+    for (size_t lane : {size_t(0), size_t(1), size_t(17), size_t(31), size_t(40), size_t(70),
+                        size_t(95), size_t(97)}) {
+      std::vector<uint16_t> a(100, 0x3f80), b(100, 0x3f00), want(100, 0x3fc0);  // 1 + 0.5
+      // 2^-126 - 2^-127 = 2^-127, subnormal (0x0040)
+      a[lane] = 0x0080;
+      b[lane] = 0x8040;
+      want[lane] = 0x0040;
+      reduce(DataType::kBfloat16, ReduceOp::kSum, a.data(), a.data(), b.data(), a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i], want[i]) << "sum, subnormal in lane " << lane << ", element " << i
+                                 << " on path " << to_string(path);
+      }
     }
   }
 }
@@ -564,6 +645,63 @@ TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
     EXPECT_EQ(std::string(float16_path_name(ReduceOp::kSum)), "portable");
   }
   EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);  // unpinned again
+}
+
+#if defined(__x86_64__)
+// Sets MXCSR bits for a scope (DAZ 0x0040, FTZ 0x8000), restoring it after.
+struct ScopedMxcsr {
+  explicit ScopedMxcsr(unsigned bits) : saved(_mm_getcsr()) { _mm_setcsr(saved | bits); }
+  ~ScopedMxcsr() { _mm_setcsr(saved); }
+  unsigned saved;
+};
+
+// A caller may run with denormals-are-zero and flush-to-zero set (-ffast-math's
+// startup code does, and torch.set_flush_denormal): the float32 operations
+// then see subnormal operands as zero, on every path alike, and every path
+// must still agree, including the ones whose instructions read MXCSR to
+// classify a value. min(2^-133, 1) keeps the subnormal's bits, DAZ or not.
+TEST(Kernels, Bfloat16PathsAgreeUnderDenormalsAreZero) {
+  for (unsigned bits : {0x0040u, 0x8040u}) {
+    SCOPED_TRACE(bits == 0x0040u ? "DAZ" : "DAZ and FTZ");
+    ScopedMxcsr mxcsr(bits);
+    check_paths_agree(
+        DataType::kBfloat16, {0x0000, 0x0001, 0x8040, 0x007f, 0x0080, 0x3f80, 0x7fc0},
+        bfloat16_paths(), Bfloat16Path::kPortable, &pin_bfloat16_path,
+        +[](ReduceOp) { return bfloat16_path_name(); });
+    for (Bfloat16Path path : bfloat16_paths()) {
+      PinnedBfloat16Path pin(path);
+      uint16_t x[1] = {0x0001}, y[1] = {0x3f80};
+      reduce(DataType::kBfloat16, ReduceOp::kMin, x, x, y, 1);
+      EXPECT_EQ(x[0], 0x0001u) << "min on path " << to_string(path);
+      std::vector<uint16_t> m(40, 0x0001), one(40, 0x3f80);  // a whole block, then the tail
+      reduce(DataType::kBfloat16, ReduceOp::kMin, m.data(), m.data(), one.data(), m.size());
+      for (size_t i = 0; i < m.size(); ++i)
+        ASSERT_EQ(m[i], 0x0001u) << "element " << i << " on " << to_string(path);
+    }
+  }
+}
+
+// float16 values and their sums and products are normal in float32, and
+// AVX512-FP16 ignores DAZ and FTZ: all its paths agree under both too.
+TEST(Kernels, Float16PathsAgreeUnderDenormalsAreZero) {
+  ScopedMxcsr mxcsr(0x8040u);
+  check_paths_agree(DataType::kFloat16, {0x0000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0x7e00},
+                    float16_paths(), Float16Path::kPortable, &pin_float16_path, &float16_path_name);
+}
+#endif
+
+// bfloat16 takes AVX512-BF16 where the CPU has it. (Both paths give the same
+// bits, so unlike float16's no result tells which ran; the micro-benchmark
+// shows it, bfloat16_sum against bfloat16_sum@portable.)
+TEST(Kernels, Bfloat16PathIsTheFastestTheCpuHas) {
+  const bool bf16 = bfloat16_path_available(Bfloat16Path::kAvx512Bf16);
+  RecordProperty("avx512bf16_path", bf16 ? "tested" : "not on this CPU");
+  EXPECT_EQ(std::string(bfloat16_path_name()), bf16 ? "avx512bf16" : "portable");
+  {
+    PinnedBfloat16Path pin(Bfloat16Path::kPortable);
+    EXPECT_EQ(std::string(bfloat16_path_name()), "portable");
+  }
+  EXPECT_EQ(std::string(bfloat16_path_name()), bf16 ? "avx512bf16" : "portable");
 }
 
 std::string kernel_param_name(const ::testing::TestParamInfo<KernelParam>& info) {
