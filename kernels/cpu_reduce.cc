@@ -377,9 +377,10 @@ bool has_avx512fp16() {
 // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4): VCVTNE2PS2BF16 rounds 32
 // float32 to bfloat16 in one instruction, to nearest even and NaN made quiet
 // with its top payload, as Bf16::round_high does, but with DAZ and FTZ fixed
-// on: a subnormal float32 becomes zero. So each block checks its 32 results
-// (bf16_subnormal) and rounds with integer operations, as Bf16 does, in the
-// rare block that has a subnormal. The same compilers as AVX512-FP16 above.
+// on: a subnormal float32 becomes zero. So a block whose results include a
+// zero checks its float32 results for a subnormal (bf16_subnormal), and the
+// rare block that has one rounds with integer operations, as Bf16 does. The
+// same compilers as AVX512-FP16 above.
 #if RCOLL_X86 && ((defined(__clang__) && __clang_major__ >= 18) || \
                   (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12))
 #define RCOLL_AVX512BF16 1
