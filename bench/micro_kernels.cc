@@ -144,7 +144,7 @@ void register_all() {
         }
       }
       if (k.dtype == DataType::kBfloat16 &&
-          std::string(bfloat16_path_name()) != to_string(Bfloat16Path::kPortable)) {
+          std::string(bfloat16_path_name(k.op)) != to_string(Bfloat16Path::kPortable)) {
         benchmark::RegisterBenchmark((kernel + "@portable/" + size_name(size)).c_str(),
                                      bm_reduce_inplace, k.dtype, k.op, Float16Path::kBest,
                                      Bfloat16Path::kPortable)

@@ -17,13 +17,18 @@
 //   an operation in float32 rounded once to float16 is the correctly rounded
 //   float16 result for + and x (float32's 24 bits are at least 2 x 11 + 2, so
 //   the double rounding is harmless; a product of two halves is exact in
-//   float32), which is what the float16 instruction returns. Min and max
-//   stay on F16C, where a signalling NaN comes back quiet as on the other
-//   paths (the float16 instructions would return it as it is).
+//   float32), which is what the float16 instruction returns. Min and max do
+//   not take it (the float16 instructions would return a signalling NaN as
+//   it is, where every other path makes it quiet).
 //
 //   bfloat16 vectorises as plain loops (integer rounding, struct Bf16); on
-//   CPUs with AVX512-BF16 one instruction rounds 32 results instead, with an
-//   integer-rounding fallback for blocks with a subnormal (bf16_combine).
+//   CPUs with AVX512-BF16 one instruction rounds 32 sums or products
+//   instead, with an integer-rounding fallback for blocks with a subnormal
+//   (bf16_combine).
+//
+//   Min and max of either 16-bit format need no conversion at all on CPUs
+//   with AVX-512BW: they return an operand, picked by comparing the bits as
+//   integers (select_reduce).
 //
 // Semantics (shared by every path, so every clone gives the same bits, NaN
 // payloads aside as below):
@@ -425,27 +430,11 @@ __attribute__((target(RCOLL_BF16_ISA), always_inline)) inline __mmask16 bf16_sub
   return _mm512_cmplt_epu32_mask(__m512i(magnitude_less_one), _mm512_set1_epi32(0x007fffff));
 }
 
-// Op on 16 floats. MinOp and MaxOp's select becomes scalar code on 512-bit
-// vectors in GCC 12 (20x slower), so they are written here with a mask: the
-// same choice, a when it wins or is NaN, else b.
-template <typename Op>
-__attribute__((target(RCOLL_BF16_ISA), always_inline)) inline __m512 bf16_apply(__m512 a,
-                                                                                __m512 b) {
-  if constexpr (std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>) {
-    constexpr int kWins = std::is_same_v<Op, MinOp> ? _CMP_LT_OQ : _CMP_GT_OQ;
-    const __mmask16 take_a =
-        _mm512_cmp_ps_mask(a, b, kWins) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-    return _mm512_mask_blend_ps(take_a, b, a);
-  } else {
-    return Op::apply(a, b);
-  }
-}
-
 template <typename Op>
 __attribute__((target(RCOLL_BF16_ISA), always_inline)) inline U32x16 bf16_combine(U32x16 x,
                                                                                   U32x16 y) {
-  const __m512 even = bf16_apply<Op>(bf16_even(x), bf16_even(y));
-  const __m512 odd = bf16_apply<Op>(bf16_odd(x), bf16_odd(y));
+  const __m512 even = Op::apply(bf16_even(x), bf16_even(y));
+  const __m512 odd = Op::apply(bf16_odd(x), bf16_odd(y));
   const auto packed = __m512i(_mm512_cvtne2ps_pbh(odd, even));
   // A flushed subnormal comes out as a zero, so the float32 bits are checked
   // only in a block with a zero result (one test per block otherwise).
@@ -493,25 +482,171 @@ bool has_avx512bf16() {
 }
 #endif  // RCOLL_AVX512BF16
 
+// ---- float16 and bfloat16 min and max on AVX-512BW ----
+
+// Min and max return one of their operands (made quiet if it is a NaN), so
+// for both 16-bit formats they need no conversion: the bits compare as
+// 16-bit integers once each value is keyed as its magnitude, negated when the
+// sign is set. -0 and +0 then tie, and a tie returns b, as MinOp and MaxOp
+// do. A block with a NaN in it (rare) keys a NaN to win, whatever its sign,
+// and makes the result quiet; a NaN is a magnitude above infinity's. 32
+// elements per instruction, against F16C's 8 and a conversion each way.
+//
+// DAZ: the other paths compare in float32, where MXCSR.DAZ makes a
+// subnormal compare as zero. A bfloat16 subnormal is a float32 subnormal, so
+// with DAZ set the keys treat its magnitude as zero too (kDaz), and the
+// result is the operand the float32 compare would pick. (A float16 subnormal
+// widens to a normal float32: DAZ never touches it.)
+#if RCOLL_X86
+#define RCOLL_BW_ISA "avx512bw,avx512f"
+constexpr size_t kBwLanes = 32;
+
+// A format's infinity (its largest magnitude that is not a NaN) and the bit
+// that makes a NaN quiet.
+struct F16Bits {
+  static constexpr uint16_t kInf = 0x7c00;
+  static constexpr uint16_t kQuiet = 0x0200;
+};
+struct Bf16Bits {
+  static constexpr uint16_t kInf = 0x7f80;
+  static constexpr uint16_t kQuiet = 0x0040;
+  static constexpr uint16_t kSmallestNormal = 0x0080;  // magnitudes below are subnormal
+};
+
+// The keys: magnitude m (zero for a subnormal where kDaz), or 0 - m in the
+// lanes of `negative`.
+template <typename Bits, bool kDaz>
+__attribute__((target(RCOLL_BW_ISA), always_inline)) inline __m512i select_key(__m512i m,
+                                                                               __mmask32 negative) {
+  if constexpr (kDaz) {
+    m = _mm512_maskz_mov_epi16(
+        _mm512_cmpge_epu16_mask(m, _mm512_set1_epi16(short(Bits::kSmallestNormal))), m);
+  }
+  return _mm512_mask_sub_epi16(m, negative, _mm512_setzero_si512(), m);
+}
+
+template <typename Op>
+__attribute__((target(RCOLL_BW_ISA), always_inline)) inline __mmask32 select_takes_a(__m512i ka,
+                                                                                     __m512i kb) {
+  return std::is_same_v<Op, MaxOp> ? _mm512_cmpgt_epi16_mask(ka, kb)
+                                   : _mm512_cmplt_epi16_mask(ka, kb);
+}
+
+// A block with a NaN: for max a NaN is keyed positive (above infinity), for
+// min negative (below minus infinity), so it wins; two NaNs give either.
+template <typename Bits, typename Op, bool kDaz>
+__attribute__((target(RCOLL_BW_ISA), noinline)) __m512i select_with_nan(__m512i a, __m512i b) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+  const __m512i inf = _mm512_set1_epi16(short(Bits::kInf));
+  const __m512i ma = _mm512_and_si512(a, magnitude), mb = _mm512_and_si512(b, magnitude);
+  const __mmask32 nan_a = _mm512_cmpgt_epu16_mask(ma, inf);
+  const __mmask32 nan_b = _mm512_cmpgt_epu16_mask(mb, inf);
+  __mmask32 neg_a = _mm512_movepi16_mask(a), neg_b = _mm512_movepi16_mask(b);
+  if constexpr (std::is_same_v<Op, MaxOp>) {
+    neg_a = _kandn_mask32(nan_a, neg_a);
+    neg_b = _kandn_mask32(nan_b, neg_b);
+  } else {
+    neg_a = _kor_mask32(nan_a, neg_a);
+    neg_b = _kor_mask32(nan_b, neg_b);
+  }
+  const __m512i r = _mm512_mask_blend_epi16(
+      select_takes_a<Op>(select_key<Bits, kDaz>(ma, neg_a), select_key<Bits, kDaz>(mb, neg_b)), b,
+      a);
+  return _mm512_mask_mov_epi16(r, _kor_mask32(nan_a, nan_b),
+                               _mm512_or_si512(r, _mm512_set1_epi16(short(Bits::kQuiet))));
+}
+
+template <typename Bits, typename Op, bool kDaz>
+__attribute__((target(RCOLL_BW_ISA), always_inline)) inline __m512i select_block(__m512i a,
+                                                                                 __m512i b) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+  const __m512i ma = _mm512_and_si512(a, magnitude), mb = _mm512_and_si512(b, magnitude);
+  const __mmask32 nan =
+      _mm512_cmpgt_epu16_mask(_mm512_max_epu16(ma, mb), _mm512_set1_epi16(short(Bits::kInf)));
+  if (__builtin_expect(nan != 0, 0)) return select_with_nan<Bits, Op, kDaz>(a, b);
+  const __mmask32 take_a = select_takes_a<Op>(select_key<Bits, kDaz>(ma, _mm512_movepi16_mask(a)),
+                                              select_key<Bits, kDaz>(mb, _mm512_movepi16_mask(b)));
+  return _mm512_mask_blend_epi16(take_a, b, a);
+}
+
+// Every block is loaded before it is stored, so dst may alias a or b.
+template <typename Bits, typename Op, bool kDaz>
+__attribute__((target(RCOLL_BW_ISA), always_inline)) inline void select_step(uint16_t* d,
+                                                                             const uint16_t* x,
+                                                                             const uint16_t* y) {
+  _mm512_storeu_si512(d,
+                      select_block<Bits, Op, kDaz>(_mm512_loadu_si512(x), _mm512_loadu_si512(y)));
+}
+
+template <typename Bits, typename Op, bool kDaz = false>
+__attribute__((target(RCOLL_BW_ISA))) void select_reduce(uint16_t* dst, const uint16_t* a,
+                                                         const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 2 * kBwLanes <= n; i += 2 * kBwLanes) {
+    select_step<Bits, Op, kDaz>(dst + i, a + i, b + i);
+    select_step<Bits, Op, kDaz>(dst + i + kBwLanes, a + i + kBwLanes, b + i + kBwLanes);
+  }
+  for (; i + kBwLanes <= n; i += kBwLanes) select_step<Bits, Op, kDaz>(dst + i, a + i, b + i);
+  if (i < n) {
+    // Masked, as in fp16_reduce: the zero lanes are computed and not stored.
+    const __mmask32 m = (__mmask32(1) << (n - i)) - 1;
+    const __m512i r = select_block<Bits, Op, kDaz>(_mm512_maskz_loadu_epi16(m, a + i),
+                                                   _mm512_maskz_loadu_epi16(m, b + i));
+    _mm512_mask_storeu_epi16(dst + i, m, r);
+  }
+}
+
+bool has_avx512bw() {
+  static const bool kHas = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
+  }();
+  return kHas;
+}
+#endif  // RCOLL_X86
+
+// Min and max, the ops that select an operand rather than compute a value.
+bool is_select(ReduceOp op) { return op == ReduceOp::kMin || op == ReduceOp::kMax; }
+
 std::atomic<Bfloat16Path> g_bf16_path{Bfloat16Path::kBest};
 
-Bfloat16Path bf16_path() {
+// The path a bfloat16 op takes. A pinned path that does not compute the op
+// (kAvx512Bf16 for min and max, kAvx512Bw for the rest) leaves it to kBest's.
+Bfloat16Path bf16_path(bool select) {
   const Bfloat16Path p = g_bf16_path.load(std::memory_order_relaxed);
-  if (p == Bfloat16Path::kBest) {
-    return bfloat16_path_available(Bfloat16Path::kAvx512Bf16) ? Bfloat16Path::kAvx512Bf16
-                                                              : Bfloat16Path::kPortable;
+  if (!bfloat16_path_available(p)) return Bfloat16Path::kPortable;
+  if (p == Bfloat16Path::kBest || (p == Bfloat16Path::kAvx512Bf16 && select) ||
+      (p == Bfloat16Path::kAvx512Bw && !select)) {
+    const Bfloat16Path fast = select ? Bfloat16Path::kAvx512Bw : Bfloat16Path::kAvx512Bf16;
+    return bfloat16_path_available(fast) ? fast : Bfloat16Path::kPortable;
   }
-  return bfloat16_path_available(p) ? p : Bfloat16Path::kPortable;
+  return p;
 }
 
 template <typename Op>
 void run_bf16(void* dst, const void* a, const void* b, size_t n) {
+  [[maybe_unused]] auto* d = static_cast<uint16_t*>(dst);
+  [[maybe_unused]] auto* x = static_cast<const uint16_t*>(a);
+  [[maybe_unused]] auto* y = static_cast<const uint16_t*>(b);
+  constexpr bool kSelect = std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>;
+  switch (bf16_path(kSelect)) {
 #if RCOLL_AVX512BF16
-  if (bf16_path() == Bfloat16Path::kAvx512Bf16) {
-    return bf16_reduce<Op>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a),
-                           static_cast<const uint16_t*>(b), n);
-  }
+    case Bfloat16Path::kAvx512Bf16:
+      if constexpr (!kSelect) return bf16_reduce<Op>(d, x, y, n);
+      break;
 #endif
+#if RCOLL_X86
+    case Bfloat16Path::kAvx512Bw:
+      if constexpr (kSelect) {
+        constexpr unsigned kDazBit = 0x0040;
+        if (_mm_getcsr() & kDazBit) return select_reduce<Bf16Bits, Op, true>(d, x, y, n);
+        return select_reduce<Bf16Bits, Op>(d, x, y, n);
+      }
+      break;
+#endif
+    default:
+      break;
+  }
   run<Bf16, Op>(dst, a, b, n);
 }
 
@@ -531,35 +666,36 @@ void run_op_bf16(ReduceOp op, void* dst, const void* a, const void* b, size_t n)
 
 std::atomic<Float16Path> g_f16_path{Float16Path::kBest};
 
-// The path a float16 sum or prod takes (min and max: kF16c at best).
-Float16Path f16_path(bool arithmetic) {
-  Float16Path p = g_f16_path.load(std::memory_order_relaxed);
-  if (!float16_path_available(p)) p = Float16Path::kPortable;
-  if (p == Float16Path::kBest) {
-#if RCOLL_AVX512FP16
-    if (arithmetic && has_avx512fp16()) return Float16Path::kAvx512Fp16;
-#endif
-    return float16_path_available(Float16Path::kF16c) ? Float16Path::kF16c : Float16Path::kPortable;
-  }
-  if (p == Float16Path::kAvx512Fp16 && !arithmetic) {
+// The path a float16 op takes. A pinned path that does not compute the op
+// (kAvx512Fp16 for min and max, kAvx512Bw for the rest) leaves it to kBest's.
+Float16Path f16_path(bool select) {
+  const Float16Path p = g_f16_path.load(std::memory_order_relaxed);
+  if (!float16_path_available(p)) return Float16Path::kPortable;
+  if (p == Float16Path::kBest || (p == Float16Path::kAvx512Fp16 && select) ||
+      (p == Float16Path::kAvx512Bw && !select)) {
+    const Float16Path fast = select ? Float16Path::kAvx512Bw : Float16Path::kAvx512Fp16;
+    if (float16_path_available(fast)) return fast;
     return float16_path_available(Float16Path::kF16c) ? Float16Path::kF16c : Float16Path::kPortable;
   }
   return p;
 }
 
 template <typename Op>
-void run_f16(void* dst, const void* a, const void* b, size_t n, bool arithmetic) {
+void run_f16(void* dst, const void* a, const void* b, size_t n) {
   [[maybe_unused]] auto* d = static_cast<uint16_t*>(dst);
   [[maybe_unused]] auto* x = static_cast<const uint16_t*>(a);
   [[maybe_unused]] auto* y = static_cast<const uint16_t*>(b);
-  switch (f16_path(arithmetic)) {
+  constexpr bool kSelect = std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>;
+  switch (f16_path(kSelect)) {
 #if RCOLL_AVX512FP16
     case Float16Path::kAvx512Fp16:
-      if constexpr (std::is_same_v<Op, SumOp> || std::is_same_v<Op, ProdOp>)
-        return fp16_reduce<Op>(d, x, y, n);
+      if constexpr (!kSelect) return fp16_reduce<Op>(d, x, y, n);
       break;
 #endif
 #if RCOLL_X86
+    case Float16Path::kAvx512Bw:
+      if constexpr (kSelect) return select_reduce<F16Bits, Op>(d, x, y, n);
+      break;
     case Float16Path::kF16c:
       return f16c_reduce<Op>(d, x, y, n);
 #endif
@@ -573,13 +709,13 @@ void run_op_f16(ReduceOp op, void* dst, const void* a, const void* b, size_t n) 
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      return run_f16<SumOp>(dst, a, b, n, true);
+      return run_f16<SumOp>(dst, a, b, n);
     case ReduceOp::kProd:
-      return run_f16<ProdOp>(dst, a, b, n, true);
+      return run_f16<ProdOp>(dst, a, b, n);
     case ReduceOp::kMin:
-      return run_f16<MinOp>(dst, a, b, n, false);
+      return run_f16<MinOp>(dst, a, b, n);
     case ReduceOp::kMax:
-      return run_f16<MaxOp>(dst, a, b, n, false);
+      return run_f16<MaxOp>(dst, a, b, n);
   }
 }
 
@@ -621,7 +757,7 @@ void scale_avg(DataType dtype, void* dst, size_t count, int divisor) {
     case DataType::kFloat16:
       // In float32 on every path: a divisor above 2048 has no exact float16.
 #if RCOLL_X86
-      if (f16_path(false) == Float16Path::kF16c)
+      if (f16_path(false) != Float16Path::kPortable && has_f16c())
         return f16c_scale(static_cast<uint16_t*>(dst), count, divisor);
 #endif
       return scale_loop<F16Portable>(static_cast<uint16_t*>(dst), count, divisor);
@@ -658,6 +794,12 @@ bool float16_path_available(Float16Path path) {
 #else
       return false;
 #endif
+    case Float16Path::kAvx512Bw:
+#if RCOLL_X86
+      return has_avx512bw();
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -670,6 +812,8 @@ const char* to_string(Float16Path path) {
       return "best";
     case Float16Path::kAvx512Fp16:
       return "avx512fp16";
+    case Float16Path::kAvx512Bw:
+      return "avx512bw";
     case Float16Path::kF16c:
       return "f16c";
     case Float16Path::kPortable:
@@ -678,9 +822,7 @@ const char* to_string(Float16Path path) {
   return "?";
 }
 
-const char* float16_path_name(ReduceOp op) {
-  return to_string(f16_path(op != ReduceOp::kMin && op != ReduceOp::kMax));
-}
+const char* float16_path_name(ReduceOp op) { return to_string(f16_path(is_select(op))); }
 
 bool bfloat16_path_available(Bfloat16Path path) {
   switch (path) {
@@ -690,6 +832,12 @@ bool bfloat16_path_available(Bfloat16Path path) {
     case Bfloat16Path::kAvx512Bf16:
 #if RCOLL_AVX512BF16
       return has_avx512bf16();
+#else
+      return false;
+#endif
+    case Bfloat16Path::kAvx512Bw:
+#if RCOLL_X86
+      return has_avx512bw();
 #else
       return false;
 #endif
@@ -705,12 +853,14 @@ const char* to_string(Bfloat16Path path) {
       return "best";
     case Bfloat16Path::kAvx512Bf16:
       return "avx512bf16";
+    case Bfloat16Path::kAvx512Bw:
+      return "avx512bw";
     case Bfloat16Path::kPortable:
       return "portable";
   }
   return "?";
 }
 
-const char* bfloat16_path_name() { return to_string(bf16_path()); }
+const char* bfloat16_path_name(ReduceOp op) { return to_string(bf16_path(is_select(op))); }
 
 }  // namespace rcoll::kernels

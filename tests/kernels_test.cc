@@ -364,8 +364,8 @@ struct PinnedFloat16Path {
 // The float16 paths this CPU has, the default first.
 std::vector<Float16Path> float16_paths() {
   std::vector<Float16Path> paths;
-  for (Float16Path p :
-       {Float16Path::kBest, Float16Path::kAvx512Fp16, Float16Path::kF16c, Float16Path::kPortable}) {
+  for (Float16Path p : {Float16Path::kBest, Float16Path::kAvx512Fp16, Float16Path::kAvx512Bw,
+                        Float16Path::kF16c, Float16Path::kPortable}) {
     if (float16_path_available(p)) paths.push_back(p);
   }
   return paths;
@@ -379,7 +379,8 @@ struct PinnedBfloat16Path {
 
 std::vector<Bfloat16Path> bfloat16_paths() {
   std::vector<Bfloat16Path> paths;
-  for (Bfloat16Path p : {Bfloat16Path::kBest, Bfloat16Path::kAvx512Bf16, Bfloat16Path::kPortable}) {
+  for (Bfloat16Path p : {Bfloat16Path::kBest, Bfloat16Path::kAvx512Bf16, Bfloat16Path::kAvx512Bw,
+                         Bfloat16Path::kPortable}) {
     if (bfloat16_path_available(p)) paths.push_back(p);
   }
   return paths;
@@ -556,8 +557,7 @@ TEST(Kernels, Bfloat16PathsAgreeBitForBit) {
       DataType::kBfloat16,
       {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xff81, 0x7f7f, 0xff7f, 0x0001,
        0x8001, 0x007f, 0x807f, 0x0080, 0x8080, 0x0081, 0x3f80, 0xbf80, 0x3f00, 0x0100},
-      bfloat16_paths(), Bfloat16Path::kPortable, &pin_bfloat16_path,
-      +[](ReduceOp) { return bfloat16_path_name(); });
+      bfloat16_paths(), Bfloat16Path::kPortable, &pin_bfloat16_path, &bfloat16_path_name);
 }
 
 // A subnormal result in one lane of a block of 32 sends the whole block
@@ -622,22 +622,38 @@ TEST(Kernels, Float16PathTakenIsTheOneChosen) {
   }
 }
 
-// Sum and prod take AVX512-FP16 where the CPU has it, min and max F16C.
+// Sum and prod take AVX512-FP16 where the CPU has it, min and max AVX-512BW's
+// integer compares, and F16C what the CPU has neither for. A pinned path that
+// does not compute an op leaves it to the default's choice.
 TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
+  const std::string fallback = float16_path_available(Float16Path::kF16c) ? "f16c" : "portable";
   const std::string arithmetic = float16_path_name(ReduceOp::kSum);
   EXPECT_EQ(arithmetic, float16_path_name(ReduceOp::kProd));
-  if (float16_path_available(Float16Path::kAvx512Fp16)) {
-    EXPECT_EQ(arithmetic, "avx512fp16");
-  } else {
-    EXPECT_EQ(arithmetic, float16_path_available(Float16Path::kF16c) ? "f16c" : "portable");
-  }
-  EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMin)),
-            float16_path_available(Float16Path::kF16c) ? "f16c" : "portable");
+  EXPECT_EQ(arithmetic, float16_path_available(Float16Path::kAvx512Fp16) ? "avx512fp16" : fallback);
+  const std::string select = float16_path_name(ReduceOp::kMin);
+  EXPECT_EQ(select, float16_path_name(ReduceOp::kMax));
+  EXPECT_EQ(select, float16_path_available(Float16Path::kAvx512Bw) ? "avx512bw" : fallback);
   {
     PinnedFloat16Path pin(Float16Path::kPortable);
     EXPECT_EQ(std::string(float16_path_name(ReduceOp::kSum)), "portable");
+    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMax)), "portable");
+  }
+  {
+    PinnedFloat16Path pin(Float16Path::kF16c);
+    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMax)), fallback);
+  }
+  if (float16_path_available(Float16Path::kAvx512Fp16)) {
+    PinnedFloat16Path pin(Float16Path::kAvx512Fp16);
+    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kSum)), "avx512fp16");
+    EXPECT_EQ(float16_path_name(ReduceOp::kMin), select);
+  }
+  if (float16_path_available(Float16Path::kAvx512Bw)) {
+    PinnedFloat16Path pin(Float16Path::kAvx512Bw);
+    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMin)), "avx512bw");
+    EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);
   }
   EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);  // unpinned again
+  EXPECT_EQ(float16_path_name(ReduceOp::kMax), select);
 }
 
 #if defined(__x86_64__)
@@ -657,10 +673,9 @@ TEST(Kernels, Bfloat16PathsAgreeUnderDenormalsAreZero) {
   for (unsigned bits : {0x0040u, 0x8040u}) {
     SCOPED_TRACE(bits == 0x0040u ? "DAZ" : "DAZ and FTZ");
     ScopedMxcsr mxcsr(bits);
-    check_paths_agree(
-        DataType::kBfloat16, {0x0000, 0x0001, 0x8040, 0x007f, 0x0080, 0x3f80, 0x7fc0},
-        bfloat16_paths(), Bfloat16Path::kPortable, &pin_bfloat16_path,
-        +[](ReduceOp) { return bfloat16_path_name(); });
+    check_paths_agree(DataType::kBfloat16, {0x0000, 0x0001, 0x8040, 0x007f, 0x0080, 0x3f80, 0x7fc0},
+                      bfloat16_paths(), Bfloat16Path::kPortable, &pin_bfloat16_path,
+                      &bfloat16_path_name);
     for (Bfloat16Path path : bfloat16_paths()) {
       PinnedBfloat16Path pin(path);
       uint16_t x[1] = {0x0001}, y[1] = {0x3f80};
@@ -683,18 +698,38 @@ TEST(Kernels, Float16PathsAgreeUnderDenormalsAreZero) {
 }
 #endif
 
-// bfloat16 takes AVX512-BF16 where the CPU has it. (Both paths give the same
-// bits, so unlike float16's no result tells which ran; the micro-benchmark
-// shows it, bfloat16_sum against bfloat16_sum@portable.)
+// bfloat16 sum and prod take AVX512-BF16 where the CPU has it, min and max
+// AVX-512BW's integer compares. (Every path gives the same bits, so unlike
+// float16's no result tells which ran; the micro-benchmark shows it,
+// bfloat16_sum against bfloat16_sum@portable.)
 TEST(Kernels, Bfloat16PathIsTheFastestTheCpuHas) {
   const bool bf16 = bfloat16_path_available(Bfloat16Path::kAvx512Bf16);
+  const bool bw = bfloat16_path_available(Bfloat16Path::kAvx512Bw);
   RecordProperty("avx512bf16_path", bf16 ? "tested" : "not on this CPU");
-  EXPECT_EQ(std::string(bfloat16_path_name()), bf16 ? "avx512bf16" : "portable");
+  RecordProperty("avx512bw_path", bw ? "tested" : "not on this CPU");
+  const std::string arithmetic = bf16 ? "avx512bf16" : "portable";
+  const std::string select = bw ? "avx512bw" : "portable";
+  auto taken = [](ReduceOp op) { return std::string(bfloat16_path_name(op)); };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kAvg})
+    EXPECT_EQ(taken(op), arithmetic);
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) EXPECT_EQ(taken(op), select);
   {
     PinnedBfloat16Path pin(Bfloat16Path::kPortable);
-    EXPECT_EQ(std::string(bfloat16_path_name()), "portable");
+    EXPECT_EQ(taken(ReduceOp::kSum), "portable");
+    EXPECT_EQ(taken(ReduceOp::kMin), "portable");
   }
-  EXPECT_EQ(std::string(bfloat16_path_name()), bf16 ? "avx512bf16" : "portable");
+  {
+    PinnedBfloat16Path pin(Bfloat16Path::kAvx512Bf16);  // min goes to the default's choice
+    EXPECT_EQ(taken(ReduceOp::kSum), arithmetic);
+    EXPECT_EQ(taken(ReduceOp::kMin), bf16 ? select : "portable");
+  }
+  {
+    PinnedBfloat16Path pin(Bfloat16Path::kAvx512Bw);  // sum goes to the default's choice
+    EXPECT_EQ(taken(ReduceOp::kMax), select);
+    EXPECT_EQ(taken(ReduceOp::kSum), bw ? arithmetic : "portable");
+  }
+  EXPECT_EQ(taken(ReduceOp::kSum), arithmetic);  // unpinned again
+  EXPECT_EQ(taken(ReduceOp::kMax), select);
 }
 
 std::string kernel_param_name(const ::testing::TestParamInfo<KernelParam>& info) {
