@@ -39,7 +39,8 @@
 //   - Float min/max return NaN when either input is NaN (as NCCL and PyTorch
 //     do), unlike std::min or the bare minps/maxps instructions.
 //   - float16/bfloat16 are widened to float32, combined, and rounded back to
-//     nearest even once (or computed in float16 where that gives the same bits).
+//     nearest even once (or computed in float16, or for min and max picked by
+//     integer compares, where that gives the same bits).
 //   - Where both operands are NaN the result is one of them, made quiet; which
 //     one may differ between paths (IEEE 754 leaves it open, and the compiler
 //     may swap the operands of a commutative instruction). A NaN and a number
@@ -51,7 +52,9 @@
 //   - DAZ and FTZ in MXCSR (set by -ffast-math's startup code, or
 //     torch.set_flush_denormal) act on the float32 arithmetic, on every path
 //     alike; no path's choice between its instructions reads them (bfloat16's
-//     subnormal test is on the bits). float16 never meets them: its values,
+//     subnormal test is on the bits), but for bfloat16 min and max on
+//     AVX-512BW, which read DAZ to key a subnormal as zero, as the float32
+//     compare of the other paths sees it. float16 never meets them: its values,
 //     and their sums and products, are normal in float32, and AVX512-FP16
 //     ignores both (Intel's manual).
 #include "kernels/cpu_reduce.h"

@@ -489,9 +489,28 @@ void check_paths_agree(DataType dtype, std::vector<uint16_t> others, const std::
   std::mt19937 rng(5);
   while (others.size() < 64) others.push_back(uint16_t(rng()));
   std::vector<uint16_t> a, b;
+  // Each pattern twice: in order, then scattered (an odd multiplier permutes
+  // the 16-bit patterns), so that NaNs also sit among other values in a
+  // block rather than only beside each other and the infinities.
   for (uint16_t y : others) {
-    for (uint32_t x = 0; x < 65536; ++x) {
-      a.push_back(uint16_t(x));
+    for (uint32_t scatter : {1u, 40503u}) {
+      for (uint32_t x = 0; x < 65536; ++x) {
+        a.push_back(uint16_t(x * scatter));
+        b.push_back(y);
+      }
+    }
+  }
+  // Every pair of those 64 once more, in blocks of 32 whose first element is a
+  // NaN: a kernel may take another way through a block with a NaN in it.
+  // (The blocks start at multiples of 32: so far a.size() is one.)
+  const auto one = uint16_t(format.bias() << format.mant_bits);
+  for (uint16_t x : others) {
+    for (uint16_t y : others) {
+      if (a.size() % 32 == 0) {
+        a.push_back(uint16_t(format.inf_bits() | quiet));
+        b.push_back(one);
+      }
+      a.push_back(x);
       b.push_back(y);
     }
   }
@@ -529,7 +548,6 @@ void check_paths_agree(DataType dtype, std::vector<uint16_t> others, const std::
     }
   }
   const auto snan = uint16_t(format.inf_bits() | 1u);
-  const auto one = uint16_t(format.bias() << format.mant_bits);
   for (Path path : paths) {
     pin(path);
     for (ReduceOp op : kAllOps) {
@@ -654,6 +672,51 @@ TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
   }
   EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);  // unpinned again
   EXPECT_EQ(float16_path_name(ReduceOp::kMax), select);
+}
+
+// Which code ran for min and max, told by the case the contract leaves open:
+// of two NaNs, AVX-512BW's integer compares return the one of larger
+// magnitude (it keys them alike), F16C and the portable path return a.
+TEST(Kernels, SelectPathTakenIsTheOneChosen) {
+  struct Case {
+    DataType dtype;
+    uint16_t nan_a, nan_b;  // quiet NaNs, nan_b of larger payload
+  };
+  for (const Case& c :
+       {Case{DataType::kFloat16, 0x7e01, 0x7eff}, Case{DataType::kBfloat16, 0x7fc1, 0x7fff}}) {
+    auto run = [&](ReduceOp op) {
+      // 97 elements: the two-block loop, the one-block loop and a masked tail of one.
+      std::vector<uint16_t> a(97, c.nan_a), b(97, c.nan_b);
+      reduce(c.dtype, op, a.data(), a.data(), b.data(), a.size());
+      for (size_t i = 1; i < a.size(); ++i) EXPECT_EQ(a[i], a[0]) << "element " << i;
+      return a[0];
+    };
+    auto pin = [&](bool bw) {
+      if (c.dtype == DataType::kFloat16) {
+        pin_float16_path(bw ? Float16Path::kAvx512Bw : Float16Path::kPortable);
+      } else {
+        pin_bfloat16_path(bw ? Bfloat16Path::kAvx512Bw : Bfloat16Path::kPortable);
+      }
+    };
+    const bool bw = c.dtype == DataType::kFloat16
+                        ? float16_path_available(Float16Path::kAvx512Bw)
+                        : bfloat16_path_available(Bfloat16Path::kAvx512Bw);
+    for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+      SCOPED_TRACE(std::string(to_string(c.dtype)) + " " + to_string(op));
+      EXPECT_EQ(run(op), bw ? c.nan_b : c.nan_a) << "the default path";
+      pin(false);
+      EXPECT_EQ(run(op), c.nan_a) << "portable";
+      pin(true);
+      EXPECT_EQ(run(op), bw ? c.nan_b : c.nan_a) << "avx512bw (portable when unavailable)";
+      pin_float16_path(Float16Path::kBest);
+      pin_bfloat16_path(Bfloat16Path::kBest);
+    }
+    if (float16_path_available(Float16Path::kF16c) && c.dtype == DataType::kFloat16) {
+      PinnedFloat16Path f16c(Float16Path::kF16c);
+      EXPECT_EQ(run(ReduceOp::kMax), c.nan_a) << "f16c";
+    }
+    if (!bw) std::fprintf(stderr, "this CPU has no AVX-512BW: that path is not tested here\n");
+  }
 }
 
 #if defined(__x86_64__)
