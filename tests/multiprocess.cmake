@@ -147,7 +147,10 @@ if(TARGET rcoll-bench)
   # --time sync passed to MPI and said in both tables and the JSON; a baseline
   # whose rows were timed another way is refused (a fake mpirun).
   add_test(NAME bench_compare_time COMMAND ${RCOLL_BENCH_COMPARE} time ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
-  set_tests_properties(bench_compare_gloo_mpi bench_compare_baseline_fails bench_compare_time
+  # bench/paired_cells.sh: single cells in rotating rounds, the ratios checked against its JSON.
+  add_test(NAME bench_paired_cells
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/paired_cells_check.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(bench_compare_gloo_mpi bench_compare_baseline_fails bench_compare_time bench_paired_cells
                        PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS multiprocess)
   add_test(NAME bench_compare_unknown_library
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 2 "--compare: unknown library 'foo'" 30 --
