@@ -123,8 +123,23 @@ void register_all() {
   };
   // float16 and bfloat16 also on each slower path the CPU has, pinned (the
   // name says which): float16_sum is the path rcoll takes, float16_sum@f16c
-  // the one before it.
-  constexpr Float16Path kPinned[] = {Float16Path::kF16c, Float16Path::kPortable};
+  // the one before it. A pinned path counts only where it computes the op
+  // (pinned, kAvx2 leaves a sum to the default path).
+  constexpr Float16Path kPinnedF16[] = {Float16Path::kAvx2, Float16Path::kF16c,
+                                        Float16Path::kPortable};
+  constexpr Bfloat16Path kPinnedBf16[] = {Bfloat16Path::kAvx2, Bfloat16Path::kPortable};
+  auto f16_taken = [](Float16Path p, ReduceOp op) {
+    pin_float16_path(p);
+    std::string name = float16_path_name(op);
+    pin_float16_path(Float16Path::kBest);
+    return name;
+  };
+  auto bf16_taken = [](Bfloat16Path p, ReduceOp op) {
+    pin_bfloat16_path(p);
+    std::string name = bfloat16_path_name(op);
+    pin_bfloat16_path(Bfloat16Path::kBest);
+    return name;
+  };
   // Sizes outermost, so that memcpy and the kernels at one size run together.
   for (int64_t size : kSizes) {
     benchmark::RegisterBenchmark(("memcpy/" + size_name(size)).c_str(), bm_memcpy)->Arg(size);
@@ -135,20 +150,22 @@ void register_all() {
                                    k.dtype, k.op, Float16Path::kBest, Bfloat16Path::kBest)
           ->Arg(size);
       if (k.dtype == DataType::kFloat16) {
-        for (Float16Path p : kPinned) {
+        for (Float16Path p : kPinnedF16) {
           const std::string name = to_string(p);
-          if (!float16_path_available(p) || name == float16_path_name(k.op)) continue;
+          if (f16_taken(p, k.op) != name || name == float16_path_name(k.op)) continue;
           benchmark::RegisterBenchmark((kernel + "@" + name + "/" + size_name(size)).c_str(),
                                        bm_reduce_inplace, k.dtype, k.op, p, Bfloat16Path::kBest)
               ->Arg(size);
         }
       }
-      if (k.dtype == DataType::kBfloat16 &&
-          std::string(bfloat16_path_name(k.op)) != to_string(Bfloat16Path::kPortable)) {
-        benchmark::RegisterBenchmark((kernel + "@portable/" + size_name(size)).c_str(),
-                                     bm_reduce_inplace, k.dtype, k.op, Float16Path::kBest,
-                                     Bfloat16Path::kPortable)
-            ->Arg(size);
+      if (k.dtype == DataType::kBfloat16) {
+        for (Bfloat16Path p : kPinnedBf16) {
+          const std::string name = to_string(p);
+          if (bf16_taken(p, k.op) != name || name == bfloat16_path_name(k.op)) continue;
+          benchmark::RegisterBenchmark((kernel + "@" + name + "/" + size_name(size)).c_str(),
+                                       bm_reduce_inplace, k.dtype, k.op, Float16Path::kBest, p)
+              ->Arg(size);
+        }
       }
     }
   }

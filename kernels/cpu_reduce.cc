@@ -485,7 +485,7 @@ bool has_avx512bf16() {
 }
 #endif  // RCOLL_AVX512BF16
 
-// ---- float16 and bfloat16 min and max on AVX-512BW ----
+// ---- float16 and bfloat16 min and max on AVX-512BW and AVX2 ----
 
 // Min and max return one of their operands (made quiet if it is a NaN), so
 // for both 16-bit formats they need no conversion: the bits compare as
@@ -606,6 +606,106 @@ bool has_avx512bw() {
   }();
   return kHas;
 }
+
+// The same on AVX2, 16 per instruction, for CPUs without AVX-512 (Zen 2 and
+// Zen 3, Intel's client cores): the lane masks are vectors, the negation is
+// (m ^ s) - s with s the sign spread over the lane, and the choice a byte
+// blend. Magnitudes are at most 0x7fff, so signed compares order them.
+#define RCOLL_AVX2_ISA "avx2"
+constexpr size_t kAvx2Lanes = 16;
+
+template <typename Bits, bool kDaz>
+__attribute__((target(RCOLL_AVX2_ISA), always_inline)) inline __m256i select_key_avx2(
+    __m256i m, __m256i negative) {
+  if constexpr (kDaz) {
+    m = _mm256_and_si256(
+        m, _mm256_cmpgt_epi16(m, _mm256_set1_epi16(short(Bits::kSmallestNormal - 1))));
+  }
+  return _mm256_sub_epi16(_mm256_xor_si256(m, negative), negative);
+}
+
+template <typename Op>
+__attribute__((target(RCOLL_AVX2_ISA), always_inline)) inline __m256i select_takes_a_avx2(
+    __m256i ka, __m256i kb) {
+  return std::is_same_v<Op, MaxOp> ? _mm256_cmpgt_epi16(ka, kb) : _mm256_cmpgt_epi16(kb, ka);
+}
+
+template <typename Bits, typename Op, bool kDaz>
+__attribute__((target(RCOLL_AVX2_ISA), noinline)) __m256i select_with_nan_avx2(__m256i a,
+                                                                               __m256i b) {
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
+  const __m256i inf = _mm256_set1_epi16(short(Bits::kInf));
+  const __m256i ma = _mm256_and_si256(a, magnitude), mb = _mm256_and_si256(b, magnitude);
+  const __m256i nan_a = _mm256_cmpgt_epi16(ma, inf), nan_b = _mm256_cmpgt_epi16(mb, inf);
+  __m256i neg_a = _mm256_srai_epi16(a, 15), neg_b = _mm256_srai_epi16(b, 15);
+  if constexpr (std::is_same_v<Op, MaxOp>) {
+    neg_a = _mm256_andnot_si256(nan_a, neg_a);
+    neg_b = _mm256_andnot_si256(nan_b, neg_b);
+  } else {
+    neg_a = _mm256_or_si256(nan_a, neg_a);
+    neg_b = _mm256_or_si256(nan_b, neg_b);
+  }
+  const __m256i r =
+      _mm256_blendv_epi8(b, a,
+                         select_takes_a_avx2<Op>(select_key_avx2<Bits, kDaz>(ma, neg_a),
+                                                 select_key_avx2<Bits, kDaz>(mb, neg_b)));
+  return _mm256_or_si256(
+      r, _mm256_and_si256(_mm256_or_si256(nan_a, nan_b), _mm256_set1_epi16(short(Bits::kQuiet))));
+}
+
+template <typename Bits, typename Op, bool kDaz>
+__attribute__((target(RCOLL_AVX2_ISA), always_inline)) inline __m256i select_block_avx2(__m256i a,
+                                                                                        __m256i b) {
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
+  const __m256i ma = _mm256_and_si256(a, magnitude), mb = _mm256_and_si256(b, magnitude);
+  const __m256i nan =
+      _mm256_cmpgt_epi16(_mm256_max_epi16(ma, mb), _mm256_set1_epi16(short(Bits::kInf)));
+  if (__builtin_expect(!_mm256_testz_si256(nan, nan), 0)) {
+    return select_with_nan_avx2<Bits, Op, kDaz>(a, b);
+  }
+  const __m256i take_a =
+      select_takes_a_avx2<Op>(select_key_avx2<Bits, kDaz>(ma, _mm256_srai_epi16(a, 15)),
+                              select_key_avx2<Bits, kDaz>(mb, _mm256_srai_epi16(b, 15)));
+  return _mm256_blendv_epi8(b, a, take_a);
+}
+
+template <typename Bits, typename Op, bool kDaz>
+__attribute__((target(RCOLL_AVX2_ISA), always_inline)) inline void select_step_avx2(
+    uint16_t* d, const uint16_t* x, const uint16_t* y) {
+  const __m256i r =
+      select_block_avx2<Bits, Op, kDaz>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)),
+                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), r);
+}
+
+template <typename Bits, typename Op, bool kDaz = false>
+__attribute__((target(RCOLL_AVX2_ISA))) void select_reduce_avx2(uint16_t* dst, const uint16_t* a,
+                                                                const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 2 * kAvx2Lanes <= n; i += 2 * kAvx2Lanes) {
+    select_step_avx2<Bits, Op, kDaz>(dst + i, a + i, b + i);
+    select_step_avx2<Bits, Op, kDaz>(dst + i + kAvx2Lanes, a + i + kAvx2Lanes, b + i + kAvx2Lanes);
+  }
+  for (; i + kAvx2Lanes <= n; i += kAvx2Lanes) {
+    select_step_avx2<Bits, Op, kDaz>(dst + i, a + i, b + i);
+  }
+  if (i < n) {
+    // A zero-padded copy, as in f16c_reduce: zeros are never NaN.
+    uint16_t ta[kAvx2Lanes] = {}, tb[kAvx2Lanes] = {}, td[kAvx2Lanes];
+    std::memcpy(ta, a + i, (n - i) * sizeof(uint16_t));
+    std::memcpy(tb, b + i, (n - i) * sizeof(uint16_t));
+    select_step_avx2<Bits, Op, kDaz>(td, ta, tb);
+    std::memcpy(dst + i, td, (n - i) * sizeof(uint16_t));
+  }
+}
+
+bool has_avx2() {
+  static const bool kHas = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+  }();
+  return kHas;
+}
 #endif  // RCOLL_X86
 
 // Min and max, the ops that select an operand rather than compute a value.
@@ -614,17 +714,29 @@ bool is_select(ReduceOp op) { return op == ReduceOp::kMin || op == ReduceOp::kMa
 std::atomic<Bfloat16Path> g_bf16_path{Bfloat16Path::kBest};
 
 // The path a bfloat16 op takes. A pinned path that does not compute the op
-// (kAvx512Bf16 for min and max, kAvx512Bw for the rest) leaves it to kBest's.
+// (kAvx512Bf16 for min and max, kAvx512Bw and kAvx2 for the rest) leaves it
+// to kBest's.
 Bfloat16Path bf16_path(bool select) {
   const Bfloat16Path p = g_bf16_path.load(std::memory_order_relaxed);
   if (!bfloat16_path_available(p)) return Bfloat16Path::kPortable;
+  const bool select_path = p == Bfloat16Path::kAvx512Bw || p == Bfloat16Path::kAvx2;
   if (p == Bfloat16Path::kBest || (p == Bfloat16Path::kAvx512Bf16 && select) ||
-      (p == Bfloat16Path::kAvx512Bw && !select)) {
-    const Bfloat16Path fast = select ? Bfloat16Path::kAvx512Bw : Bfloat16Path::kAvx512Bf16;
-    return bfloat16_path_available(fast) ? fast : Bfloat16Path::kPortable;
+      (select_path && !select)) {
+    if (!select) {
+      return bfloat16_path_available(Bfloat16Path::kAvx512Bf16) ? Bfloat16Path::kAvx512Bf16
+                                                                : Bfloat16Path::kPortable;
+    }
+    for (Bfloat16Path fast : {Bfloat16Path::kAvx512Bw, Bfloat16Path::kAvx2}) {
+      if (bfloat16_path_available(fast)) return fast;
+    }
+    return Bfloat16Path::kPortable;
   }
   return p;
 }
+
+#if RCOLL_X86
+constexpr unsigned kDazBit = 0x0040;  // MXCSR.DAZ
+#endif
 
 template <typename Op>
 void run_bf16(void* dst, const void* a, const void* b, size_t n) {
@@ -641,9 +753,14 @@ void run_bf16(void* dst, const void* a, const void* b, size_t n) {
 #if RCOLL_X86
     case Bfloat16Path::kAvx512Bw:
       if constexpr (kSelect) {
-        constexpr unsigned kDazBit = 0x0040;
         if (_mm_getcsr() & kDazBit) return select_reduce<Bf16Bits, Op, true>(d, x, y, n);
         return select_reduce<Bf16Bits, Op>(d, x, y, n);
+      }
+      break;
+    case Bfloat16Path::kAvx2:
+      if constexpr (kSelect) {
+        if (_mm_getcsr() & kDazBit) return select_reduce_avx2<Bf16Bits, Op, true>(d, x, y, n);
+        return select_reduce_avx2<Bf16Bits, Op>(d, x, y, n);
       }
       break;
 #endif
@@ -670,14 +787,19 @@ void run_op_bf16(ReduceOp op, void* dst, const void* a, const void* b, size_t n)
 std::atomic<Float16Path> g_f16_path{Float16Path::kBest};
 
 // The path a float16 op takes. A pinned path that does not compute the op
-// (kAvx512Fp16 for min and max, kAvx512Bw for the rest) leaves it to kBest's.
+// (kAvx512Fp16 for min and max, kAvx512Bw and kAvx2 for the rest) leaves it
+// to kBest's.
 Float16Path f16_path(bool select) {
   const Float16Path p = g_f16_path.load(std::memory_order_relaxed);
   if (!float16_path_available(p)) return Float16Path::kPortable;
+  const bool select_path = p == Float16Path::kAvx512Bw || p == Float16Path::kAvx2;
   if (p == Float16Path::kBest || (p == Float16Path::kAvx512Fp16 && select) ||
-      (p == Float16Path::kAvx512Bw && !select)) {
-    const Float16Path fast = select ? Float16Path::kAvx512Bw : Float16Path::kAvx512Fp16;
-    if (float16_path_available(fast)) return fast;
+      (select_path && !select)) {
+    for (Float16Path fast :
+         {Float16Path::kAvx512Bw, Float16Path::kAvx2, Float16Path::kAvx512Fp16}) {
+      const bool computes = (fast == Float16Path::kAvx512Fp16) != select;
+      if (computes && float16_path_available(fast)) return fast;
+    }
     return float16_path_available(Float16Path::kF16c) ? Float16Path::kF16c : Float16Path::kPortable;
   }
   return p;
@@ -698,6 +820,9 @@ void run_f16(void* dst, const void* a, const void* b, size_t n) {
 #if RCOLL_X86
     case Float16Path::kAvx512Bw:
       if constexpr (kSelect) return select_reduce<F16Bits, Op>(d, x, y, n);
+      break;
+    case Float16Path::kAvx2:
+      if constexpr (kSelect) return select_reduce_avx2<F16Bits, Op>(d, x, y, n);
       break;
     case Float16Path::kF16c:
       return f16c_reduce<Op>(d, x, y, n);
@@ -803,6 +928,12 @@ bool float16_path_available(Float16Path path) {
 #else
       return false;
 #endif
+    case Float16Path::kAvx2:
+#if RCOLL_X86
+      return has_avx2();
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -817,6 +948,8 @@ const char* to_string(Float16Path path) {
       return "avx512fp16";
     case Float16Path::kAvx512Bw:
       return "avx512bw";
+    case Float16Path::kAvx2:
+      return "avx2";
     case Float16Path::kF16c:
       return "f16c";
     case Float16Path::kPortable:
@@ -844,6 +977,12 @@ bool bfloat16_path_available(Bfloat16Path path) {
 #else
       return false;
 #endif
+    case Bfloat16Path::kAvx2:
+#if RCOLL_X86
+      return has_avx2();
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -858,6 +997,8 @@ const char* to_string(Bfloat16Path path) {
       return "avx512bf16";
     case Bfloat16Path::kAvx512Bw:
       return "avx512bw";
+    case Bfloat16Path::kAvx2:
+      return "avx2";
     case Bfloat16Path::kPortable:
       return "portable";
   }

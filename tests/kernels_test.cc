@@ -365,7 +365,7 @@ struct PinnedFloat16Path {
 std::vector<Float16Path> float16_paths() {
   std::vector<Float16Path> paths;
   for (Float16Path p : {Float16Path::kBest, Float16Path::kAvx512Fp16, Float16Path::kAvx512Bw,
-                        Float16Path::kF16c, Float16Path::kPortable}) {
+                        Float16Path::kAvx2, Float16Path::kF16c, Float16Path::kPortable}) {
     if (float16_path_available(p)) paths.push_back(p);
   }
   return paths;
@@ -380,7 +380,7 @@ struct PinnedBfloat16Path {
 std::vector<Bfloat16Path> bfloat16_paths() {
   std::vector<Bfloat16Path> paths;
   for (Bfloat16Path p : {Bfloat16Path::kBest, Bfloat16Path::kAvx512Bf16, Bfloat16Path::kAvx512Bw,
-                         Bfloat16Path::kPortable}) {
+                         Bfloat16Path::kAvx2, Bfloat16Path::kPortable}) {
     if (bfloat16_path_available(p)) paths.push_back(p);
   }
   return paths;
@@ -641,8 +641,8 @@ TEST(Kernels, Float16PathTakenIsTheOneChosen) {
 }
 
 // Sum and prod take AVX512-FP16 where the CPU has it, min and max AVX-512BW's
-// integer compares, and F16C what the CPU has neither for. A pinned path that
-// does not compute an op leaves it to the default's choice.
+// integer compares (else AVX2's), and F16C what the CPU has neither for. A
+// pinned path that does not compute an op leaves it to the default's choice.
 TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
   const std::string fallback = float16_path_available(Float16Path::kF16c) ? "f16c" : "portable";
   const std::string arithmetic = float16_path_name(ReduceOp::kSum);
@@ -650,7 +650,9 @@ TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
   EXPECT_EQ(arithmetic, float16_path_available(Float16Path::kAvx512Fp16) ? "avx512fp16" : fallback);
   const std::string select = float16_path_name(ReduceOp::kMin);
   EXPECT_EQ(select, float16_path_name(ReduceOp::kMax));
-  EXPECT_EQ(select, float16_path_available(Float16Path::kAvx512Bw) ? "avx512bw" : fallback);
+  EXPECT_EQ(select, float16_path_available(Float16Path::kAvx512Bw) ? "avx512bw"
+                    : float16_path_available(Float16Path::kAvx2)   ? "avx2"
+                                                                   : fallback);
   {
     PinnedFloat16Path pin(Float16Path::kPortable);
     EXPECT_EQ(std::string(float16_path_name(ReduceOp::kSum)), "portable");
@@ -665,9 +667,10 @@ TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
     EXPECT_EQ(std::string(float16_path_name(ReduceOp::kSum)), "avx512fp16");
     EXPECT_EQ(float16_path_name(ReduceOp::kMin), select);
   }
-  if (float16_path_available(Float16Path::kAvx512Bw)) {
-    PinnedFloat16Path pin(Float16Path::kAvx512Bw);
-    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMin)), "avx512bw");
+  for (Float16Path p : {Float16Path::kAvx512Bw, Float16Path::kAvx2}) {
+    if (!float16_path_available(p)) continue;
+    PinnedFloat16Path pin(p);
+    EXPECT_EQ(std::string(float16_path_name(ReduceOp::kMin)), to_string(p));
     EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);
   }
   EXPECT_EQ(float16_path_name(ReduceOp::kSum), arithmetic);  // unpinned again
@@ -675,47 +678,55 @@ TEST(Kernels, Float16PathsAreTheFastestTheCpuHas) {
 }
 
 // Which code ran for min and max, told by the case the contract leaves open:
-// of two NaNs, AVX-512BW's integer compares return the one of larger
-// magnitude (it keys them alike), F16C and the portable path return a.
+// of two NaNs, the integer compares (AVX-512BW, AVX2) return the one of larger
+// magnitude (they key them alike), F16C and the portable path return a.
 TEST(Kernels, SelectPathTakenIsTheOneChosen) {
   struct Case {
     DataType dtype;
     uint16_t nan_a, nan_b;  // quiet NaNs, nan_b of larger payload
   };
+  enum class Pin { kBest, kAvx512Bw, kAvx2, kPortable };
+  // Pins p for dtype; whether the CPU has it.
+  auto pin = [](DataType dtype, Pin p) {
+    constexpr Float16Path kF16[] = {Float16Path::kBest, Float16Path::kAvx512Bw, Float16Path::kAvx2,
+                                    Float16Path::kPortable};
+    constexpr Bfloat16Path kBf16[] = {Bfloat16Path::kBest, Bfloat16Path::kAvx512Bw,
+                                      Bfloat16Path::kAvx2, Bfloat16Path::kPortable};
+    if (dtype == DataType::kFloat16) {
+      pin_float16_path(kF16[int(p)]);
+      return float16_path_available(kF16[int(p)]);
+    }
+    pin_bfloat16_path(kBf16[int(p)]);
+    return bfloat16_path_available(kBf16[int(p)]);
+  };
   for (const Case& c :
        {Case{DataType::kFloat16, 0x7e01, 0x7eff}, Case{DataType::kBfloat16, 0x7fc1, 0x7fff}}) {
     auto run = [&](ReduceOp op) {
-      // 97 elements: the two-block loop, the one-block loop and a masked tail of one.
+      // 97 elements: the two-block loops, the one-block loops and a tail.
       std::vector<uint16_t> a(97, c.nan_a), b(97, c.nan_b);
       reduce(c.dtype, op, a.data(), a.data(), b.data(), a.size());
       for (size_t i = 1; i < a.size(); ++i) EXPECT_EQ(a[i], a[0]) << "element " << i;
       return a[0];
     };
-    auto pin = [&](bool bw) {
-      if (c.dtype == DataType::kFloat16) {
-        pin_float16_path(bw ? Float16Path::kAvx512Bw : Float16Path::kPortable);
-      } else {
-        pin_bfloat16_path(bw ? Bfloat16Path::kAvx512Bw : Bfloat16Path::kPortable);
-      }
-    };
-    const bool bw = c.dtype == DataType::kFloat16
-                        ? float16_path_available(Float16Path::kAvx512Bw)
-                        : bfloat16_path_available(Bfloat16Path::kAvx512Bw);
+    const bool bw = pin(c.dtype, Pin::kAvx512Bw), avx2 = pin(c.dtype, Pin::kAvx2);
     for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
       SCOPED_TRACE(std::string(to_string(c.dtype)) + " " + to_string(op));
-      EXPECT_EQ(run(op), bw ? c.nan_b : c.nan_a) << "the default path";
-      pin(false);
+      pin(c.dtype, Pin::kBest);
+      EXPECT_EQ(run(op), bw || avx2 ? c.nan_b : c.nan_a) << "the default path";
+      pin(c.dtype, Pin::kPortable);
       EXPECT_EQ(run(op), c.nan_a) << "portable";
-      pin(true);
+      pin(c.dtype, Pin::kAvx512Bw);
       EXPECT_EQ(run(op), bw ? c.nan_b : c.nan_a) << "avx512bw (portable when unavailable)";
-      pin_float16_path(Float16Path::kBest);
-      pin_bfloat16_path(Bfloat16Path::kBest);
+      pin(c.dtype, Pin::kAvx2);
+      EXPECT_EQ(run(op), avx2 ? c.nan_b : c.nan_a) << "avx2 (portable when unavailable)";
     }
+    pin(c.dtype, Pin::kBest);
     if (float16_path_available(Float16Path::kF16c) && c.dtype == DataType::kFloat16) {
       PinnedFloat16Path f16c(Float16Path::kF16c);
       EXPECT_EQ(run(ReduceOp::kMax), c.nan_a) << "f16c";
     }
     if (!bw) std::fprintf(stderr, "this CPU has no AVX-512BW: that path is not tested here\n");
+    if (!avx2) std::fprintf(stderr, "this CPU has no AVX2: that path is not tested here\n");
   }
 }
 
@@ -762,16 +773,18 @@ TEST(Kernels, Float16PathsAgreeUnderDenormalsAreZero) {
 #endif
 
 // bfloat16 sum and prod take AVX512-BF16 where the CPU has it, min and max
-// AVX-512BW's integer compares. (Every path gives the same bits, so unlike
+// AVX-512BW's integer compares (else AVX2's). (Every path gives the same bits, so unlike
 // float16's no result tells which ran; the micro-benchmark shows it,
 // bfloat16_sum against bfloat16_sum@portable.)
 TEST(Kernels, Bfloat16PathIsTheFastestTheCpuHas) {
   const bool bf16 = bfloat16_path_available(Bfloat16Path::kAvx512Bf16);
   const bool bw = bfloat16_path_available(Bfloat16Path::kAvx512Bw);
+  const bool avx2 = bfloat16_path_available(Bfloat16Path::kAvx2);
   RecordProperty("avx512bf16_path", bf16 ? "tested" : "not on this CPU");
   RecordProperty("avx512bw_path", bw ? "tested" : "not on this CPU");
+  RecordProperty("avx2_path", avx2 ? "tested" : "not on this CPU");
   const std::string arithmetic = bf16 ? "avx512bf16" : "portable";
-  const std::string select = bw ? "avx512bw" : "portable";
+  const std::string select = bw ? "avx512bw" : avx2 ? "avx2" : "portable";
   auto taken = [](ReduceOp op) { return std::string(bfloat16_path_name(op)); };
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kAvg})
     EXPECT_EQ(taken(op), arithmetic);
@@ -788,8 +801,13 @@ TEST(Kernels, Bfloat16PathIsTheFastestTheCpuHas) {
   }
   {
     PinnedBfloat16Path pin(Bfloat16Path::kAvx512Bw);  // sum goes to the default's choice
-    EXPECT_EQ(taken(ReduceOp::kMax), select);
+    EXPECT_EQ(taken(ReduceOp::kMax), bw ? "avx512bw" : "portable");
     EXPECT_EQ(taken(ReduceOp::kSum), bw ? arithmetic : "portable");
+  }
+  {
+    PinnedBfloat16Path pin(Bfloat16Path::kAvx2);
+    EXPECT_EQ(taken(ReduceOp::kMax), avx2 ? "avx2" : "portable");
+    EXPECT_EQ(taken(ReduceOp::kSum), avx2 ? arithmetic : "portable");
   }
   EXPECT_EQ(taken(ReduceOp::kSum), arithmetic);  // unpinned again
   EXPECT_EQ(taken(ReduceOp::kMax), select);
