@@ -249,20 +249,36 @@ void run(void* dst, const void* a, const void* b, size_t n) {
   }
 }
 
-template <typename S>
-void run_op(ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
+// Calls Run::apply<Op> with the op's functor. kAvg is the sum; scale_avg
+// does the division after.
+template <typename Run>
+void for_op(ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg:  // the sum half of avg; scale_avg does the division
-      return run<S, SumOp>(dst, a, b, n);
+    case ReduceOp::kAvg:
+      return Run::template apply<SumOp>(dst, a, b, n);
     case ReduceOp::kProd:
-      return run<S, ProdOp>(dst, a, b, n);
+      return Run::template apply<ProdOp>(dst, a, b, n);
     case ReduceOp::kMin:
-      return run<S, MinOp>(dst, a, b, n);
+      return Run::template apply<MinOp>(dst, a, b, n);
     case ReduceOp::kMax:
-      return run<S, MaxOp>(dst, a, b, n);
+      return Run::template apply<MaxOp>(dst, a, b, n);
   }
 }
+
+// One storage type through the plain loops.
+template <typename S>
+struct PlainLoops {
+  template <typename Op>
+  static void apply(void* dst, const void* a, const void* b, size_t n) {
+    run<S, Op>(dst, a, b, n);
+  }
+};
+
+// Min and max, the ops that select an operand rather than compute a value.
+template <typename Op>
+constexpr bool kSelects = std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>;
+bool is_select(ReduceOp op) { return op == ReduceOp::kMin || op == ReduceOp::kMax; }
 
 // ---- float16 ----
 
@@ -708,8 +724,6 @@ bool has_avx2() {
 }
 #endif  // RCOLL_X86
 
-// Min and max, the ops that select an operand rather than compute a value.
-bool is_select(ReduceOp op) { return op == ReduceOp::kMin || op == ReduceOp::kMax; }
 
 std::atomic<Bfloat16Path> g_bf16_path{Bfloat16Path::kBest};
 
@@ -738,12 +752,18 @@ Bfloat16Path bf16_path(bool select) {
 constexpr unsigned kDazBit = 0x0040;  // MXCSR.DAZ
 #endif
 
+// bfloat16 through the path bf16_path picks for the op.
+struct Bf16Paths {
+  template <typename Op>
+  static void apply(void* dst, const void* a, const void* b, size_t n);
+};
+
 template <typename Op>
-void run_bf16(void* dst, const void* a, const void* b, size_t n) {
+void Bf16Paths::apply(void* dst, const void* a, const void* b, size_t n) {
   [[maybe_unused]] auto* d = static_cast<uint16_t*>(dst);
   [[maybe_unused]] auto* x = static_cast<const uint16_t*>(a);
   [[maybe_unused]] auto* y = static_cast<const uint16_t*>(b);
-  constexpr bool kSelect = std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>;
+  constexpr bool kSelect = kSelects<Op>;
   switch (bf16_path(kSelect)) {
 #if RCOLL_AVX512BF16
     case Bfloat16Path::kAvx512Bf16:
@@ -770,20 +790,6 @@ void run_bf16(void* dst, const void* a, const void* b, size_t n) {
   run<Bf16, Op>(dst, a, b, n);
 }
 
-void run_op_bf16(ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      return run_bf16<SumOp>(dst, a, b, n);
-    case ReduceOp::kProd:
-      return run_bf16<ProdOp>(dst, a, b, n);
-    case ReduceOp::kMin:
-      return run_bf16<MinOp>(dst, a, b, n);
-    case ReduceOp::kMax:
-      return run_bf16<MaxOp>(dst, a, b, n);
-  }
-}
-
 std::atomic<Float16Path> g_f16_path{Float16Path::kBest};
 
 // The path a float16 op takes. A pinned path that does not compute the op
@@ -795,22 +801,30 @@ Float16Path f16_path(bool select) {
   const bool select_path = p == Float16Path::kAvx512Bw || p == Float16Path::kAvx2;
   if (p == Float16Path::kBest || (p == Float16Path::kAvx512Fp16 && select) ||
       (select_path && !select)) {
-    for (Float16Path fast :
-         {Float16Path::kAvx512Bw, Float16Path::kAvx2, Float16Path::kAvx512Fp16}) {
-      const bool computes = (fast == Float16Path::kAvx512Fp16) != select;
-      if (computes && float16_path_available(fast)) return fast;
+    if (select) {
+      for (Float16Path fast : {Float16Path::kAvx512Bw, Float16Path::kAvx2}) {
+        if (float16_path_available(fast)) return fast;
+      }
+    } else if (float16_path_available(Float16Path::kAvx512Fp16)) {
+      return Float16Path::kAvx512Fp16;
     }
     return float16_path_available(Float16Path::kF16c) ? Float16Path::kF16c : Float16Path::kPortable;
   }
   return p;
 }
 
+// float16 through the path f16_path picks for the op.
+struct F16Paths {
+  template <typename Op>
+  static void apply(void* dst, const void* a, const void* b, size_t n);
+};
+
 template <typename Op>
-void run_f16(void* dst, const void* a, const void* b, size_t n) {
+void F16Paths::apply(void* dst, const void* a, const void* b, size_t n) {
   [[maybe_unused]] auto* d = static_cast<uint16_t*>(dst);
   [[maybe_unused]] auto* x = static_cast<const uint16_t*>(a);
   [[maybe_unused]] auto* y = static_cast<const uint16_t*>(b);
-  constexpr bool kSelect = std::is_same_v<Op, MinOp> || std::is_same_v<Op, MaxOp>;
+  constexpr bool kSelect = kSelects<Op>;
   switch (f16_path(kSelect)) {
 #if RCOLL_AVX512FP16
     case Float16Path::kAvx512Fp16:
@@ -833,45 +847,31 @@ void run_f16(void* dst, const void* a, const void* b, size_t n) {
   run<F16Portable, Op>(dst, a, b, n);
 }
 
-void run_op_f16(ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      return run_f16<SumOp>(dst, a, b, n);
-    case ReduceOp::kProd:
-      return run_f16<ProdOp>(dst, a, b, n);
-    case ReduceOp::kMin:
-      return run_f16<MinOp>(dst, a, b, n);
-    case ReduceOp::kMax:
-      return run_f16<MaxOp>(dst, a, b, n);
-  }
-}
-
 }  // namespace
 
 void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   if (count == 0) return;
   switch (dtype) {
     case DataType::kInt8:
-      return run_op<Native<int8_t>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<int8_t>>>(op, dst, a, b, count);
     case DataType::kUint8:
-      return run_op<Native<uint8_t>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<uint8_t>>>(op, dst, a, b, count);
     case DataType::kInt32:
-      return run_op<Native<int32_t>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<int32_t>>>(op, dst, a, b, count);
     case DataType::kUint32:
-      return run_op<Native<uint32_t>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<uint32_t>>>(op, dst, a, b, count);
     case DataType::kInt64:
-      return run_op<Native<int64_t>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<int64_t>>>(op, dst, a, b, count);
     case DataType::kUint64:
-      return run_op<Native<uint64_t>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<uint64_t>>>(op, dst, a, b, count);
     case DataType::kFloat16:
-      return run_op_f16(op, dst, a, b, count);
+      return for_op<F16Paths>(op, dst, a, b, count);
     case DataType::kBfloat16:
-      return run_op_bf16(op, dst, a, b, count);
+      return for_op<Bf16Paths>(op, dst, a, b, count);
     case DataType::kFloat32:
-      return run_op<Native<float>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<float>>>(op, dst, a, b, count);
     case DataType::kFloat64:
-      return run_op<Native<double>>(op, dst, a, b, count);
+      return for_op<PlainLoops<Native<double>>>(op, dst, a, b, count);
   }
 }
 
