@@ -258,10 +258,21 @@ Status apply_env_overrides(Options* o) {
   auto chunk = env_int("RCOLL_CHUNK_BYTES", 64, 1LL << 30);
   if (!chunk.ok()) return chunk.status();
   if (chunk.value() && o->chunk_bytes == 0) o->chunk_bytes = static_cast<size_t>(*chunk.value());
-  auto sockbuf = env_int("RCOLL_SOCKET_BUFFER_BYTES", 4096, 1LL << 30);
+  auto sockbuf = env_int("RCOLL_SOCKET_BUFFER_BYTES", 1, 1LL << 30);
   if (!sockbuf.ok()) return sockbuf.status();
-  if (sockbuf.value() && o->socket_buffer_bytes == 0)
-    o->socket_buffer_bytes = static_cast<size_t>(*sockbuf.value());
+  const bool sockbuf_from_env = sockbuf.value() && o->socket_buffer_bytes == 0;
+  if (sockbuf_from_env) o->socket_buffer_bytes = static_cast<size_t>(*sockbuf.value());
+  if (o->socket_buffer_bytes != 0 && o->socket_buffer_bytes < kMinSocketBufferBytes) {
+    const std::string source =
+        sockbuf_from_env ? "RCOLL_SOCKET_BUFFER_BYTES=" : "Options::socket_buffer_bytes=";
+    const std::string floor = std::to_string(kMinSocketBufferBytes);
+    return Status(ErrorCode::kInvalidArgument,
+                  source + std::to_string(o->socket_buffer_bytes) + " is below " + floor +
+                      ", the smallest socket buffer rcoll accepts: a TCP receive window under "
+                      "one segment (64 KiB on loopback) holds every segment until the sender's "
+                      "persist timer fires, so even the link timing at connect would outlast the "
+                      "connect timeout. Leave it unset (4 MiB) or use at least " + floor);
+  }
   auto depth = env_int("RCOLL_PIPELINE_DEPTH", 1, 1024);
   if (!depth.ok()) return depth.status();
   if (depth.value() && o->pipeline_depth == 0) o->pipeline_depth = static_cast<int>(*depth.value());

@@ -28,8 +28,16 @@ Result<Bootstrap> bootstrap(const Options& options);
 
 // Fills options the caller left at their defaults from RCOLL_* variables
 // (RCOLL_TRANSPORT, RCOLL_SOCKET_IFNAME, RCOLL_OP_TIMEOUT_MS,
-// RCOLL_CONNECT_TIMEOUT_MS, RCOLL_CHUNK_BYTES). A malformed value is an error.
+// RCOLL_CONNECT_TIMEOUT_MS, RCOLL_CHUNK_BYTES). A malformed value is an error,
+// and so is a socket buffer below kMinSocketBufferBytes, from either source.
 Status apply_env_overrides(Options* options);
+
+// The smallest Options::socket_buffer_bytes / RCOLL_SOCKET_BUFFER_BYTES (0
+// aside). Over loopback (MTU 64 KiB) 12 KiB buffers stalled the connect-time
+// link timing past the 8 s connect timeout, 16 KiB ones passed (bench/RESULTS.md,
+// stop 32); a real NIC's smaller segments would pass lower, but no link gains
+// from buffers this small.
+constexpr size_t kMinSocketBufferBytes = 64u << 10;
 
 // Strict integer parse of an environment variable: nullopt when unset, an
 // error naming the variable when it is set but not an integer in [lo, hi].

@@ -60,7 +60,7 @@ const char* const kVars[] = {
     "RCOLL_RANK", "RCOLL_WORLD_SIZE", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "RCOLL_STORE_ADDR", "RCOLL_STORE_SERVE",
     "RCOLL_STORE_FILE", "MASTER_ADDR", "MASTER_PORT", "RCOLL_SOCKET_IFNAME", "RCOLL_TRANSPORT",
-    "RCOLL_JOB_TOKEN", "RCOLL_INJECT",
+    "RCOLL_JOB_TOKEN", "RCOLL_INJECT", "RCOLL_SOCKET_BUFFER_BYTES",
 };
 
 class BootstrapTest : public ::testing::Test {
@@ -415,6 +415,41 @@ TEST_F(BootstrapTest, UnknownTransportIsInvalid) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
     EXPECT_TRUE(contains(e.what(), "carrier-pigeon")) << e.what();
   }
+}
+
+// A socket buffer under one loopback segment stalled TCP for the whole
+// connect timeout, and creation then failed as "peer unreachable ... check
+// RCOLL_SOCKET_IFNAME". Now it is refused up front, naming where it came from;
+// the smallest accepted value works.
+TEST_F(BootstrapTest, SocketBufferBelowOneSegmentIsInvalid) {
+  auto expect_refused = [](const Options& o, const std::string& source) {
+    try {
+      Communicator::create(o);
+      ADD_FAILURE() << "create accepted " << source;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_TRUE(contains(e.what(), source)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "at least 65536")) << e.what();
+    }
+  };
+  Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.name = unique_name();
+  set("RCOLL_SOCKET_BUFFER_BYTES", "8192");
+  expect_refused(o, "RCOLL_SOCKET_BUFFER_BYTES=8192");
+  set("RCOLL_SOCKET_BUFFER_BYTES", "65535");
+  expect_refused(o, "RCOLL_SOCKET_BUFFER_BYTES=65535");
+  ::unsetenv("RCOLL_SOCKET_BUFFER_BYTES");
+  o.socket_buffer_bytes = 16384;
+  expect_refused(o, "Options::socket_buffer_bytes=16384");
+  o.socket_buffer_bytes = 65536;
+  o.name = unique_name();
+  EXPECT_NO_THROW(Communicator::create(o));
+  o.socket_buffer_bytes = 0;
+  set("RCOLL_SOCKET_BUFFER_BYTES", "65536");
+  o.name = unique_name();
+  EXPECT_NO_THROW(Communicator::create(o));
 }
 
 // ---- Unreachable peers -------------------------------------------------------------

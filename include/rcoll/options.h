@@ -105,8 +105,10 @@ struct Options {
   size_t chunk_bytes = 0;
   int pipeline_depth = 0;
   // Socket buffer size for the TCP transport (RCOLL_SOCKET_BUFFER_BYTES); 0 =
-  // chosen by rcoll (4 MiB). The same on every rank: it also bounds what a
-  // send may have in flight, which decides how long the replay log keeps it.
+  // chosen by rcoll (4 MiB), else at least 64 KiB (create() refuses less:
+  // a window under one loopback segment stalls TCP). The same on every rank:
+  // it also bounds what a send may have in flight, which decides how long
+  // the replay log keeps it.
   size_t socket_buffer_bytes = 0;
   // TCP congestion control of the data plane's sockets (RCOLL_TCP_CONGESTION):
   // "auto" = reno when the data plane runs over loopback (there BBR's pacing

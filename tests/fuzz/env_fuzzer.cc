@@ -81,8 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (s.ok()) {
     if (o.transport != "auto" && o.transport != "tcp" && o.transport != "ucx" && o.transport != "nccl") std::abort();
     if (o.chunk_bytes != 0 && (o.chunk_bytes < 64 || o.chunk_bytes > (size_t{1} << 30))) std::abort();
-    if (o.socket_buffer_bytes != 0 &&
-        (o.socket_buffer_bytes < 4096 || o.socket_buffer_bytes > (size_t{1} << 30)))
+    if (o.socket_buffer_bytes != 0 && (o.socket_buffer_bytes < kMinSocketBufferBytes ||
+                                       o.socket_buffer_bytes > (size_t{1} << 30)))
       std::abort();
     if (o.liveness_budget.count() < 50) std::abort();
   } else if (s.message().find("RCOLL_") == std::string::npos) {
