@@ -63,7 +63,10 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
   }
   const Deadline connect_deadline = Deadline::after(impl->options_.connect_timeout);
   if (Status s = impl->connect_epoch(0, connect_deadline); !s.ok()) return s;
-  if (Status s = impl->start_liveness(connect_deadline); !s.ok()) return s;
+  // The link timing in connect_epoch may end past connect_deadline: without a
+  // budget of its own the liveness channel would get none, and a slow link
+  // would fail creation as "peer unreachable".
+  if (Status s = impl->start_liveness(impl->own_budget(connect_deadline)); !s.ok()) return s;
   impl->progress_ = std::thread([p = impl.get()] { p->progress_loop(); });
   return impl;
 }
@@ -296,9 +299,7 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
 Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   // Its own budget, as long as a connect's: a slow connect (8 ranks on 2 cores
   // can take most of it) must not leave the timing too little to finish in.
-  const Deadline deadline = connect_deadline.is_never()
-                                ? connect_deadline
-                                : Deadline::after(std::max<Millis>(options_.connect_timeout, connect_deadline.remaining_ms()));
+  const Deadline deadline = own_budget(connect_deadline);
   if (size_ == 1) {
     if (epoch == 0) schedule_.reset(base_tuning_);  // a group shrunk to one rank starts over
     return Status();
@@ -322,12 +323,17 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
                   "could not publish this rank's link timing of epoch " + std::to_string(epoch) + " in the store: " +
                       s.message() + "; the epoch cannot be used");
   }
+  // The others' probes end by their own deadlines, which started when their
+  // connects did: a probe that ran out of time here would leave none for
+  // reading theirs.
+  const Deadline exchange = own_budget(deadline);
   std::vector<LinkSample> samples;
   std::string unmeasured;
   for (int q = 0; q < size_; ++q) {
     const std::string key = prefix + std::to_string(q);
     for (;;) {
-      auto v = store_->get(key, std::clamp<Millis>(deadline.remaining_ms(), Millis(1), Millis(100)));
+      auto v =
+          store_->get(key, std::clamp<Millis>(exchange.remaining_ms(), Millis(1), Millis(100)));
       if (v.ok()) {
         samples.push_back(decode_sample(std::string(v.value().begin(), v.value().end())));
         if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
@@ -336,7 +342,7 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
       // A rank that died (or left) after connecting will never publish: say so
       // now, as the recovery would, rather than when the deadline runs out.
       const bool dead = (dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead);
-      if (dead || v.status().code() != ErrorCode::kTimeout || deadline.expired()) {
+      if (dead || v.status().code() != ErrorCode::kTimeout || exchange.expired()) {
         return Status(dead ? ErrorCode::kPeerDead : v.status().code(), ErrorContext{rank_, q, 0, epoch, tname},
                       "rank " + std::to_string(q) + (dead ? " died" : " did not publish its link timing") +
                           " while epoch " + std::to_string(epoch) + " was being set up" +

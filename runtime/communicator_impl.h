@@ -3,6 +3,7 @@
 // recovery that replaces a failed epoch with a new one and resumes the ops.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -71,6 +72,15 @@ class CommunicatorImpl : public ProgressGuard {
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
+  // A setup phase that follows one which may have used up `d` (the link timing
+  // after a slow connect, or reading the others' timing and connecting the
+  // liveness channel after a slow timing) gets what is left of d, but no less
+  // than a connect's budget of its own.
+  Deadline own_budget(Deadline d) const {
+    return d.is_never()
+               ? d
+               : Deadline::after(std::max<Millis>(options_.connect_timeout, d.remaining_ms()));
+  }
   // Shrink mode: agree with the other survivors on the new group, renumber,
   // rebuild the data plane and the heartbeat mesh. Ops queued for the old
   // group fail with `why`; returns how many. A failure sets fatal_.

@@ -107,7 +107,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   log::set_identity("rank " + std::to_string(new_rank) + "/" + std::to_string(new_size));
   log::set_thread_rank(new_rank, new_size);
   if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
-  if (Status s = start_liveness(deadline); !s.ok()) return s;
+  if (Status s = start_liveness(own_budget(deadline)); !s.ok()) return s;  // as in create()
   RCOLL_LOG(kWarn, "shrink mode: the group is now old ranks {%s}: this rank was %d of %d and is %d of %d", members.c_str(),
             old_rank, old_size, new_rank, new_size);
   return Status();

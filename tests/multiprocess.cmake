@@ -356,6 +356,19 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   # The probe's bandwidth sets what it checks: alone, whatever ctest's -j.
   set_tests_properties(adaptive_chunking_link_degrades_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
+# A link too slow for the link timing at creation (every frame 200 ms late,
+# a 1 s connect timeout): the timing of epoch 0 runs out, every rank aborts
+# that epoch, creation completes all the same and the first op recovers, its
+# results checked. Before, the ranks read each other's timing, and then
+# connected the liveness channel, with the deadline the timing had used up:
+# creation failed as "did not publish its link timing" or "peer unreachable ...
+# check RCOLL_SOCKET_IFNAME". On TCP only: creation takes the same path on
+# every transport.
+add_test(NAME slow_link_timing_at_creation_tcp
+         COMMAND ${RCOLL_EXPECT} 0 "timing the links of epoch 0 over tcp failed && recovered: epoch 1" 90 --
+                 env RCOLL_CONNECT_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 2 --timeout 80 --inject link-latency:us=200000 --
+                 ${RCOLL_FAULT_RUN} --sizes 4K --ops allreduce --expect-recoveries 1 --max-recoveries 1)
+rcoll_transport_props(slow_link_timing_at_creation tcp 100 "faults;recovery")
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_straggler_no_recovery_${t}
