@@ -45,7 +45,9 @@ Status ring_allreduce(AlgoContext& ctx) {
   const size_t slices = (n + slice - 1) / slice;
   const size_t window = ctx.window();
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
-  char* tmp = static_cast<char*>(ctx.scratch(window * piece * es));
+  // A slot holds one received segment: at most a piece, and never more than the op.
+  const size_t stride = std::min(piece, n);
+  char* tmp = static_cast<char*>(ctx.scratch(std::min(window, slices) * stride * es));
 
   std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
@@ -62,7 +64,8 @@ Status ring_allreduce(AlgoContext& ctx) {
       for (size_t k = 0; k < w; ++k) {
         size_t off, len;
         seg(k, recv_seg, &off, &len);
-        ctx.recv(left, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), tmp + k * piece * es, len * es, &recvs[k]);
+        ctx.recv(left, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s),
+                 tmp + k * stride * es, len * es, &recvs[k]);
         seg(k, send_seg, &off, &len);
         ctx.send(right, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), s == 0 ? ctx.in(off) : ctx.out(off),
                  len * es, &sends[k]);
@@ -71,7 +74,7 @@ Status ring_allreduce(AlgoContext& ctx) {
         if (Status st = ctx.wait(recvs[k]); !st.ok()) return st;
         size_t off, len;
         seg(k, recv_seg, &off, &len);
-        kernels::reduce(op.out.dtype, red, ctx.out(off), ctx.in(off), tmp + k * piece * es, len);
+        kernels::reduce(op.out.dtype, red, ctx.out(off), ctx.in(off), tmp + k * stride * es, len);
       }
       if (Status st = ctx.wait_all({sends.data(), w}); !st.ok()) return st;
     }
@@ -112,8 +115,10 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
   const size_t window = ctx.window();
   const ReduceOp red = op.reduce == ReduceOp::kAvg ? ReduceOp::kSum : op.reduce;
   const size_t half = static_cast<size_t>(p / 2);
-  // The most one exchange receives per slot: half the slice (segments hold at most a piece).
-  char* tmp = static_cast<char*>(ctx.scratch(window * half * piece * es));
+  // The most one exchange receives per slot: half the slice (segments hold at
+  // most a piece), and never more than the op.
+  const size_t stride = std::min(half * piece, n);
+  char* tmp = static_cast<char*>(ctx.scratch(std::min(window, slices) * stride * es));
   int steps = 0;
   while ((1 << steps) < p) ++steps;
 
@@ -141,7 +146,7 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
           size_t off, len;
           segs(k, keep + j, keep + j + 1, &off, &len);  // lands at its place in the kept range
           ctx.recv(partner, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s),
-                   tmp + (k * half * piece + (off - keep_off)) * es, len * es, &recvs[q]);
+                   tmp + (k * stride + (off - keep_off)) * es, len * es, &recvs[q]);
           segs(k, give + j, give + j + 1, &off, &len);
           ctx.send(partner, static_cast<uint32_t>(first + k), static_cast<uint16_t>(s), s == 0 ? ctx.in(off) : ctx.out(off),
                    len * es, &sends[q]);
@@ -151,7 +156,8 @@ Status halving_doubling_allreduce(AlgoContext& ctx) {
       for (size_t k = 0; k < w; ++k) {
         size_t off, len;
         segs(k, keep, keep + d, &off, &len);
-        kernels::reduce(op.out.dtype, red, ctx.out(off), s == 0 ? ctx.in(off) : ctx.out(off), tmp + k * half * piece * es, len);
+        kernels::reduce(op.out.dtype, red, ctx.out(off), s == 0 ? ctx.in(off) : ctx.out(off),
+                        tmp + k * stride * es, len);
       }
       if (Status st = ctx.wait_all({sends.data(), q}); !st.ok()) return st;
       lo = keep;

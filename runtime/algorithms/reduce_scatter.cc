@@ -30,11 +30,18 @@ Status halving_reduce_scatter(AlgoContext& ctx) {
   const size_t slices = std::max<size_t>(1, (n + piece - 1) / piece);
   const size_t window = ctx.window();
   const size_t half = static_cast<size_t>(p / 2);
-  // Per window slot: the partials of the half kept at step 0, and receive buffers.
-  char* scratch = static_cast<char*>(ctx.scratch(window * 2 * half * piece * es));
+  // Per window slot: the partials of the half kept at step 0, and receive
+  // buffers, each at most a piece and never more than the op's block.
+  const size_t stride = std::min(piece, n);
+  char* scratch =
+      static_cast<char*>(ctx.scratch(std::min(window, slices) * 2 * half * stride * es));
   const int kept0 = (r & (p / 2)) ? p / 2 : 0;  // first block of the half kept at step 0
-  auto partial = [&](size_t k, int b) { return scratch + ((k * 2) * half + static_cast<size_t>(b - kept0)) * piece * es; };
-  auto recv_buf = [&](size_t k, int j) { return scratch + ((k * 2 + 1) * half + static_cast<size_t>(j)) * piece * es; };
+  auto partial = [&](size_t k, int b) {
+    return scratch + ((k * 2) * half + static_cast<size_t>(b - kept0)) * stride * es;
+  };
+  auto recv_buf = [&](size_t k, int j) {
+    return scratch + ((k * 2 + 1) * half + static_cast<size_t>(j)) * stride * es;
+  };
   auto block = [&](int b, size_t off) { return ctx.in(static_cast<size_t>(b) * n + off); };
   std::span<Request> sends = ctx.requests(window * half), recvs = ctx.requests(window * half);
   for (size_t first = ctx.first_slice(); first < ctx.end_slice(slices); first += window) {
@@ -97,10 +104,12 @@ Status run_reduce_scatter(AlgoContext& ctx) {
     return Status();
   }
   if (blocks_by_doubling(p, ctx.tuning())) return halving_reduce_scatter(ctx);
-  // Per window slot: one receive buffer and two partial-sum buffers.
-  char* scratch = static_cast<char*>(ctx.scratch(window * 3 * piece * es));
-  auto recv_buf = [&](size_t k) { return scratch + (k * 3) * piece * es; };
-  auto partial = [&](size_t k, int s) { return scratch + (k * 3 + 1 + (s & 1)) * piece * es; };
+  // Per window slot: one receive buffer and two partial-sum buffers, each at
+  // most a piece and never more than the op's block.
+  const size_t stride = std::min(piece, n);
+  char* scratch = static_cast<char*>(ctx.scratch(std::min(window, slices) * 3 * stride * es));
+  auto recv_buf = [&](size_t k) { return scratch + (k * 3) * stride * es; };
+  auto partial = [&](size_t k, int s) { return scratch + (k * 3 + 1 + (s & 1)) * stride * es; };
   auto block = [&](int b, size_t off) { return ctx.in(static_cast<size_t>(b) * n + off); };
 
   std::span<Request> sends = ctx.requests(window), recvs = ctx.requests(window);
