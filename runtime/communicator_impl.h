@@ -72,6 +72,9 @@ class CommunicatorImpl : public ProgressGuard {
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
+  // An op that threw std::bad_alloc: the communicator gives up (fatal_),
+  // telling the peers; returns the op's status.
+  Status give_up_out_of_memory(const Op& op);
   // A setup phase that follows one which may have used up `d` (the link timing
   // after a slow connect, or reading the others' timing and connecting the
   // liveness channel after a slow timing) gets what is left of d, but no less

@@ -2,6 +2,7 @@
 // and turns a failed op into a recovery and a resume rather than an error.
 #include <algorithm>
 #include <csignal>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -57,7 +58,16 @@ void CommunicatorImpl::progress_loop() {
 
 void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   closing_barrier_running_ = closing_barrier;
-  Status s = op.on_device() ? run_device_op(op) : run_op(op);
+  Status s;
+  try {
+    s = op.on_device() ? run_device_op(op) : run_op(op);
+  } catch (const std::bad_alloc&) {
+    // Scratch or backup memory that could not be had, mid-op. The op's state
+    // is not to be trusted, so the communicator gives up, as after a failed
+    // recovery; before, the exception left the data plane marked busy and
+    // the caller's next op or close() waited for it for ever.
+    s = give_up_out_of_memory(op);
+  }
   closing_barrier_running_ = false;
   last_op_end_ = Clock::now();
   idle_trimmed_ = false;
@@ -67,6 +77,21 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
     RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
   }
   op.work->finish(std::move(s));
+}
+
+Status CommunicatorImpl::give_up_out_of_memory(const Op& op) {
+  current_ = nullptr;
+  Status s(ErrorCode::kOutOfMemory,
+           ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+           op.describe() + ": host memory ran out (std::bad_alloc) while it ran");
+  fatal_ = s;
+  publish_fatal(s);
+  if (transport_) transport_->abort(s);
+  RCOLL_LOG(kError, "%s; this rank aborts the epoch and later ops on this communicator will fail",
+            s.to_string().c_str());
+  publish_state(false);
+  recorder_.finished(op.seq, false);
+  return s;
 }
 
 // While no op runs: a dead peer (shrink mode), or a peer that failed the epoch

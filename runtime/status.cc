@@ -20,6 +20,7 @@ const char* to_string(ErrorCode code) {
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kInternal: return "internal error";
     case ErrorCode::kDevice: return "device failed";
+    case ErrorCode::kOutOfMemory: return "out of memory";
   }
   return "unknown error";
 }

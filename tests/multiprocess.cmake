@@ -369,6 +369,20 @@ add_test(NAME slow_link_timing_at_creation_tcp
                  env RCOLL_CONNECT_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 2 --timeout 80 --inject link-latency:us=200000 --
                  ${RCOLL_FAULT_RUN} --sizes 4K --ops allreduce --expect-recoveries 1 --max-recoveries 1)
 rcoll_transport_props(slow_link_timing_at_creation tcp 100 "faults;recovery")
+# Host memory that runs out in the middle of an op (an address-space limit
+# between what rcoll-bench's own buffers need and what the op's scratch adds
+# on top, with a pinned 1 GiB chunk: 256 MiB of scratch): a typed error on
+# both ranks, kOutOfMemory, naming the op. Before, the std::bad_alloc left the
+# data plane marked busy and the process hung in close(). The limit's margins
+# were about 150 MB either way (0.95 and 1.25 GB bound it here).
+if(TARGET rcoll-bench)
+  add_test(NAME out_of_memory_mid_op_is_an_error
+           COMMAND ${RCOLL_EXPECT} 3 "rank 0 op [0-9]+ epoch 0 tcp\\] out of memory: allreduce seq [0-9]+ .*host memory ran out" 60 --
+                   bash -c "ulimit -v 1100000 && exec \"$0\" -n 2 --timeout 50 -- \"$1\" --op allreduce --sizes 256M --iters 1 --warmup 0"
+                   ${RCOLL_RUN} $<TARGET_FILE:rcoll-bench>)
+  set_tests_properties(out_of_memory_mid_op_is_an_error PROPERTIES
+                       ENVIRONMENT "RCOLL_TRANSPORT=tcp;RCOLL_CHUNK_BYTES=1073741824" TIMEOUT 80 LABELS "faults;tcp")
+endif()
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_straggler_no_recovery_${t}

@@ -27,6 +27,7 @@ enum class ErrorCode : int {
   kUnsupported,      // a feature this build or transport does not have
   kInternal,         // a bug in rcoll: please report
   kDevice,           // the GPU failed (a sticky CUDA error: illegal address, ECC, ...); this process cannot use it any more
+  kOutOfMemory,      // host memory ran out in the middle of an op; later ops on the communicator fail
 };
 
 const char* to_string(ErrorCode code);
