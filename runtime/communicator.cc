@@ -474,13 +474,22 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   if (how == Issue::kHereIfIdle && queue_.empty() && !running_) {
     running_ = true;
     lock.unlock();
+    // Handed back however execute() ends: an exception it lets through goes
+    // to the caller, but must not leave the progress thread and close()
+    // waiting for a data plane marked busy for ever.
+    struct HandBack {
+      CommunicatorImpl* self;
+      std::unique_lock<std::mutex>& lock;
+      ~HandBack() {
+        lock.lock();
+        self->running_ = false;
+        const bool more = !self->queue_.empty() || self->closing_;
+        lock.unlock();
+        if (more) self->cv_.notify_all();
+      }
+    } hand_back{this, lock};
     log::set_thread_rank(rank_, size_);
     execute(op, false);
-    lock.lock();
-    running_ = false;
-    const bool more = !queue_.empty() || closing_;
-    lock.unlock();
-    if (more) cv_.notify_all();
     return Work(work);
   }
   queue_.push_back(std::move(op));

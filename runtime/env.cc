@@ -262,16 +262,23 @@ Status apply_env_overrides(Options* o) {
   if (!sockbuf.ok()) return sockbuf.status();
   const bool sockbuf_from_env = sockbuf.value() && o->socket_buffer_bytes == 0;
   if (sockbuf_from_env) o->socket_buffer_bytes = static_cast<size_t>(*sockbuf.value());
+  if (o->socket_buffer_bytes > (size_t{1} << 30)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "Options::socket_buffer_bytes=" + std::to_string(o->socket_buffer_bytes) +
+                      " is above 1073741824 (1 GiB), the largest socket buffer rcoll accepts");
+  }
   if (o->socket_buffer_bytes != 0 && o->socket_buffer_bytes < kMinSocketBufferBytes) {
     const std::string source =
         sockbuf_from_env ? "RCOLL_SOCKET_BUFFER_BYTES=" : "Options::socket_buffer_bytes=";
     const std::string floor = std::to_string(kMinSocketBufferBytes);
     return Status(ErrorCode::kInvalidArgument,
                   source + std::to_string(o->socket_buffer_bytes) + " is below " + floor +
-                      ", the smallest socket buffer rcoll accepts: a TCP receive window under "
-                      "one segment (64 KiB on loopback) holds every segment until the sender's "
-                      "persist timer fires, so even the link timing at connect would outlast the "
-                      "connect timeout. Leave it unset (4 MiB) or use at least " + floor);
+                      ", the smallest socket buffer rcoll accepts (a margin over what stalls: "
+                      "over loopback, whose segments are up to 64 KiB, 12 KiB buffers held "
+                      "segments until the sender's persist timer fired, and the link timing at "
+                      "connect ran past the 8 s connect timeout). Leave it unset (4 MiB) or use "
+                      "at least " +
+                      floor);
   }
   auto depth = env_int("RCOLL_PIPELINE_DEPTH", 1, 1024);
   if (!depth.ok()) return depth.status();

@@ -18,6 +18,7 @@ const char* to_string(FaultKind kind) {
     case FaultKind::kFailConnect: return "fail-connect";
     case FaultKind::kRandom: return "random";
     case FaultKind::kLinkLatency: return "link-latency";
+    case FaultKind::kBadAlloc: return "bad-alloc";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ const std::map<std::string, KindInfo>& kinds() {
       {"fail-connect", {FaultKind::kFailConnect, {"transport", "count"}, {"rank", "epoch"}}},
       {"random", {FaultKind::kRandom, {"rate", "seed"}, {"kinds"}}},
       {"link-latency", {FaultKind::kLinkLatency, {"us"}, {"rank", "epoch"}}},
+      {"bad-alloc", {FaultKind::kBadAlloc, {"rank", "op"}, {}}},
   };
   return k;
 }
@@ -139,8 +141,10 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
           std::string k = value.substr(q, plus - q);
           q = plus + 1;
           auto kit = kinds().find(k);
-          if (kit == kinds().end() || kit->second.kind == FaultKind::kRandom || kit->second.kind == FaultKind::kFailConnect ||
-              kit->second.kind == FaultKind::kLinkLatency) {
+          if (kit == kinds().end() || kit->second.kind == FaultKind::kRandom ||
+              kit->second.kind == FaultKind::kFailConnect ||
+              kit->second.kind == FaultKind::kLinkLatency ||
+              kit->second.kind == FaultKind::kBadAlloc) {
             return bad(item, "kinds='" + value + "': '" + k + "' cannot be drawn at random");
           }
           f.random_kinds.push_back(kit->second.kind);

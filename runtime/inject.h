@@ -15,6 +15,8 @@
 //                [rank, epoch]         (on that rank only; from that epoch on)
 //   random       rate, seed, kinds     each op of each rank gets a fault of `kinds`
 //                                      ('+'-separated) with probability rate
+//   bad-alloc    rank, op              the rank's op throws std::bad_alloc mid-op,
+//                                      as a failed scratch allocation would
 //   link-latency us [, rank, epoch]    every frame the rank (default: every rank)
 //                                      receives is delivered us later: a long link
 //                                      (from that epoch on: a link that degrades)
@@ -28,7 +30,17 @@
 
 namespace rcoll {
 
-enum class FaultKind : uint8_t { kCloseLink, kStall, kKill, kDelayChunk, kDropChunk, kFailConnect, kRandom, kLinkLatency };
+enum class FaultKind : uint8_t {
+  kCloseLink,
+  kStall,
+  kKill,
+  kDelayChunk,
+  kDropChunk,
+  kFailConnect,
+  kRandom,
+  kLinkLatency,
+  kBadAlloc
+};
 const char* to_string(FaultKind kind);
 
 struct Fault {

@@ -31,6 +31,7 @@
 //     communicator and resumes at the slice every rank agreed on.
 #include <algorithm>
 #include <csignal>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -361,6 +362,10 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
         ++delays_injected_;
         std::this_thread::sleep_for(Millis(f.ms));
         break;
+      case FaultKind::kBadAlloc:
+        RCOLL_LOG(kWarn, "fault injection: %s on nccl throws std::bad_alloc",
+                  op.describe().c_str());
+        throw std::bad_alloc();
       default:
         break;  // stall is applied in run_op; the rest act on frames NCCL does not have
     }

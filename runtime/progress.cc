@@ -81,17 +81,35 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
 
 Status CommunicatorImpl::give_up_out_of_memory(const Op& op) {
   current_ = nullptr;
-  Status s(ErrorCode::kOutOfMemory,
-           ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-           op.describe() + ": host memory ran out (std::bad_alloc) while it ran");
-  fatal_ = s;
-  publish_fatal(s);
-  if (transport_) transport_->abort(s);
-  RCOLL_LOG(kError, "%s; this rank aborts the epoch and later ops on this communicator will fail",
-            s.to_string().c_str());
-  publish_state(false);
-  recorder_.finished(op.seq, false);
-  return s;
+  try {
+    Status s(ErrorCode::kOutOfMemory,
+             ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+             op.describe() + ": host memory ran out (std::bad_alloc) while it ran");
+    fatal_ = s;
+    if (transport_) transport_->abort(s);
+    if (nccl_) {
+      // A slice already enqueued on NCCL waits for peers that are about to
+      // stop: abort it, on the communicator's device, as shrink does.
+      int device = -1;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        device = device_;
+      }
+      kernels::cuda::ScopedDevice on;
+      if (device >= 0) (void)on.enter(device);
+      nccl_->abort(s);
+    }
+    publish_fatal(s);
+    RCOLL_LOG(kError, "%s; this rank aborts the epoch and later ops on this communicator will fail",
+              s.to_string().c_str());
+    publish_state(false);
+    recorder_.finished(op.seq, false);
+    return s;
+  } catch (const std::bad_alloc&) {
+    // Not even the message fits: a status short enough to need no allocation.
+    fatal_ = Status(ErrorCode::kOutOfMemory, "out of memory");
+    return fatal_;
+  }
 }
 
 // While no op runs: a dead peer (shrink mode), or a peer that failed the epoch
@@ -753,6 +771,10 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         ctx.inject_first_send(f.ms, false);
         break;
       case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
+      case FaultKind::kBadAlloc:
+        RCOLL_LOG(kWarn, "fault injection: %s throws std::bad_alloc, as a failed allocation would",
+                  op.describe().c_str());
+        throw std::bad_alloc();
       case FaultKind::kFailConnect:
       case FaultKind::kLinkLatency:
       case FaultKind::kRandom: break;

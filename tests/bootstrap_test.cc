@@ -443,6 +443,14 @@ TEST_F(BootstrapTest, SocketBufferBelowOneSegmentIsInvalid) {
   ::unsetenv("RCOLL_SOCKET_BUFFER_BYTES");
   o.socket_buffer_bytes = 16384;
   expect_refused(o, "Options::socket_buffer_bytes=16384");
+  o.socket_buffer_bytes = (size_t{1} << 30) + 1;  // and the top, which the env range has
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "create accepted a socket buffer above 1 GiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_TRUE(contains(e.what(), "Options::socket_buffer_bytes=1073741825")) << e.what();
+  }
   o.socket_buffer_bytes = 65536;
   o.name = unique_name();
   EXPECT_NO_THROW(Communicator::create(o));

@@ -1243,33 +1243,40 @@ TEST(CommunicatorTest, HeldMemoryIsReleasedWhenIdle) {
 }
 
 // Scratch is sized by what the op can use, not by the pinned chunk: with
-// 64 MiB pieces x 8 in flight, a 4 KiB ring allreduce took 8 x 64 MiB of
-// zeroed scratch (a 1 MiB one with 1 GiB pieces: 4.2 GB per rank, and the
-// OOM killer at 4 ranks). Every scratch-using algorithm, results checked.
+// 64 MiB pieces x 8 in flight, two 4 KiB ops held 1.6 GB of zeroed scratch (a
+// 1 MiB allreduce with 1 GiB pieces: 4.2 GB per rank, and a 2-rank --op all
+// met the OOM killer). Ring and halving-doubling allreduce, and reduce-scatter
+// (by halving over TCP at 4 ranks, the ring otherwise), on a count that no
+// rank count divides; results checked.
 TEST(CommunicatorTest, ScratchFollowsTheOpNotThePinnedChunk) {
-  for (AllreduceAlgorithm algo :
-       {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling}) {
-    run_ranks(
-        2,
-        [](Communicator& c) {
-          const float r = float(c.rank());
-          std::vector<float> in(1024, r + 1), out(1024, 0.0f);
-          c.allreduce(Buffer::of(in), Buffer::of(out), ReduceOp::kSum);
-          EXPECT_TRUE(matches(
-              out, [](size_t) { return 3.0f; }, "allreduce"));
-          std::vector<float> blocks(2048), mine(1024, 0.0f);
-          for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = float(i) + r;
-          c.reduce_scatter(Buffer::of(blocks), Buffer::of(mine), ReduceOp::kSum);
-          const size_t base = size_t(c.rank()) * 1024;
-          EXPECT_TRUE(matches(
-              mine, [&](size_t i) { return 2.0f * float(base + i) + 1.0f; }, "reduce_scatter"));
-          EXPECT_LT(c.counters().held_bytes, 4u << 20) << "held after 4 KiB ops with 64 MiB pieces";
-        },
-        [algo](int, Options& o) {
-          o.chunk_bytes = 64u << 20;
-          o.pipeline_depth = 8;
-          o.allreduce_algorithm = algo;
-        });
+  constexpr size_t kCount = 1027;
+  for (int p : {2, 4}) {
+    for (AllreduceAlgorithm algo :
+         {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling}) {
+      run_ranks(
+          p,
+          [p](Communicator& c) {
+            const float r = float(c.rank()), ranks = float(p);
+            std::vector<float> in(kCount, r + 1), out(kCount, 0.0f);
+            c.allreduce(Buffer::of(in), Buffer::of(out), ReduceOp::kSum);
+            EXPECT_TRUE(matches(
+                out, [&](size_t) { return ranks * (ranks + 1) / 2; }, "allreduce"));
+            std::vector<float> blocks(kCount * size_t(p)), mine(kCount, 0.0f);
+            for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = float(i) + r;
+            c.reduce_scatter(Buffer::of(blocks), Buffer::of(mine), ReduceOp::kSum);
+            const size_t base = size_t(c.rank()) * kCount;
+            EXPECT_TRUE(matches(
+                mine, [&](size_t i) { return ranks * float(base + i) + ranks * (ranks - 1) / 2; },
+                "reduce_scatter"));
+            EXPECT_LT(c.counters().held_bytes, 4u << 20)
+                << "held after 4 KiB ops with 64 MiB pieces";
+          },
+          [algo](int, Options& o) {
+            o.chunk_bytes = 64u << 20;
+            o.pipeline_depth = 8;
+            o.allreduce_algorithm = algo;
+          });
+    }
   }
 }
 

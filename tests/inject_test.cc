@@ -26,9 +26,10 @@ TEST(InjectSpec, ParsesTheDesignExample) {
 TEST(InjectSpec, ParsesEveryKind) {
   auto r = parse_fault_spec(
       "kill:rank=0,op=3; delay-chunk:rank=1,op=2,ms=5 ;drop-chunk:rank=2,op=9;"
-      "fail-connect:transport=tcp,count=2;random:rate=0.05,seed=7,kinds=close-link+delay-chunk;");
+      "fail-connect:transport=tcp,count=2;random:rate=0.05,seed=7,kinds=close-link+delay-chunk;"
+      "bad-alloc:rank=1,op=4");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_EQ(r.value().size(), 5u);
+  ASSERT_EQ(r.value().size(), 6u);
   EXPECT_EQ(r.value()[0].kind, FaultKind::kKill);
   EXPECT_EQ(r.value()[1].kind, FaultKind::kDelayChunk);
   EXPECT_EQ(r.value()[1].ms, 5);
@@ -39,6 +40,9 @@ TEST(InjectSpec, ParsesEveryKind) {
   EXPECT_EQ(r.value()[4].seed, 7u);
   ASSERT_EQ(r.value()[4].random_kinds.size(), 2u);
   EXPECT_EQ(r.value()[4].random_kinds[1], FaultKind::kDelayChunk);
+  EXPECT_EQ(r.value()[5].kind, FaultKind::kBadAlloc);
+  EXPECT_EQ(r.value()[5].rank, 1);
+  EXPECT_EQ(r.value()[5].op, 4u);
 }
 
 TEST(InjectSpec, EmptySpecIsNoFaults) {
@@ -75,6 +79,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSpec{"fail-connect:transport=smoke,count=1", "transport 'smoke'"},
                       BadSpec{"random:rate=2,seed=1", "rate='2'"},
                       BadSpec{"random:rate=0.1,seed=1,kinds=kill+random", "cannot be drawn"},
+                      BadSpec{"random:rate=0.1,seed=1,kinds=bad-alloc", "cannot be drawn"},
+                      BadSpec{"bad-alloc:rank=1", "missing key 'op'"},
                       BadSpec{"stall:rank=1,op=2,ms=99999999999", "ms='99999999999'"}));
 
 }  // namespace

@@ -79,7 +79,9 @@ struct Counters {
 class Communicator {
  public:
   // Joins the group described by `options` and the environment. Blocks until
-  // every rank has connected or options.connect_timeout expires. Throws rcoll::Error.
+  // every rank has connected, or gives up within about 4 x options.connect_timeout
+  // (one for the connects, and one each for the phases after them: see
+  // Options::connect_timeout). Throws rcoll::Error.
   static Communicator create(Options options = {});
 
   Communicator(Communicator&&) noexcept;

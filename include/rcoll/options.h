@@ -69,7 +69,11 @@ struct Options {
   std::string socket_ifname;
 
   // Deadlines.
-  std::chrono::milliseconds connect_timeout{8000};  // per epoch: listeners, connects, hello
+  // Per phase of setting up an epoch: listeners, connects and hello; then the
+  // link timing, reading the other ranks' timing, and (at creation) the
+  // heartbeat channel's connects, each of which gets at least this much again.
+  // So creation gives up after at most about 4x this (RCOLL_CONNECT_TIMEOUT_MS).
+  std::chrono::milliseconds connect_timeout{8000};
   std::chrono::milliseconds store_timeout{30000};   // store waits during setup
   // Progress deadline of one op: how long it may move no bytes before the data
   // plane counts as hung (RCOLL_OP_TIMEOUT_MS). 0 = derived: deadline_floor plus
