@@ -75,6 +75,9 @@ class CommunicatorImpl : public ProgressGuard {
   // An op that threw std::bad_alloc: the communicator gives up (fatal_),
   // telling the peers; returns the op's status.
   Status give_up_out_of_memory(const Op& op);
+  // Aborts nccl_ (if any) with the communicator's device current, from any
+  // thread (else CUDA would make a context on GPU 0 for it).
+  void abort_nccl_on_device(const Status& why);
   // A setup phase that follows one which may have used up `d` (the link timing
   // after a slow connect, or reading the others' timing and connecting the
   // liveness channel after a slow timing) gets what is left of d, but no less

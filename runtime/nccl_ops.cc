@@ -140,6 +140,18 @@ std::string CommunicatorImpl::nccl_vote() {
          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()) + " s";
 }
 
+void CommunicatorImpl::abort_nccl_on_device(const Status& why) {
+  if (!nccl_) return;
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = device_;
+  }
+  kernels::cuda::ScopedDevice on;
+  if (device >= 0) (void)on.enter(device);
+  nccl_->abort(why);
+}
+
 void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
   if (!nccl_off_.empty()) return;
   nccl_off_ = why;

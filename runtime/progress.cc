@@ -87,18 +87,8 @@ Status CommunicatorImpl::give_up_out_of_memory(const Op& op) {
              op.describe() + ": host memory ran out (std::bad_alloc) while it ran");
     fatal_ = s;
     if (transport_) transport_->abort(s);
-    if (nccl_) {
-      // A slice already enqueued on NCCL waits for peers that are about to
-      // stop: abort it, on the communicator's device, as shrink does.
-      int device = -1;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        device = device_;
-      }
-      kernels::cuda::ScopedDevice on;
-      if (device >= 0) (void)on.enter(device);
-      nccl_->abort(s);
-    }
+    // A slice already enqueued on NCCL waits for peers that are about to stop.
+    abort_nccl_on_device(s);
     publish_fatal(s);
     RCOLL_LOG(kError, "%s; this rank aborts the epoch and later ops on this communicator will fail",
               s.to_string().c_str());

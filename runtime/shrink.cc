@@ -67,14 +67,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   // The old group's NCCL communicator (dead rank included) is aborted and
   // retired: the next one follows its stream.
   if (nccl_) {
-    int device = -1;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      device = device_;
-    }
-    kernels::cuda::ScopedDevice on;
-    if (device >= 0) (void)on.enter(device);
-    nccl_->abort(why);
+    abort_nccl_on_device(why);
     nccl_retired_ = std::move(nccl_);
   }
   nccl_init_failures_ = 0;
