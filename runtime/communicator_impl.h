@@ -72,9 +72,10 @@ class CommunicatorImpl : public ProgressGuard {
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
-  // An op that threw std::bad_alloc: the communicator gives up (fatal_),
-  // telling the peers; returns the op's status.
-  Status give_up_out_of_memory(const Op& op);
+  // An op that threw (std::bad_alloc: kOutOfMemory; anything else: kInternal,
+  // `what` saying what): the communicator gives up (fatal_), telling the
+  // peers; returns the op's status.
+  Status give_up_after_exception(const Op& op, ErrorCode code, const std::string& what);
   // Aborts nccl_ (if any) with the communicator's device current, from any
   // thread (else CUDA would make a context on GPU 0 for it).
   void abort_nccl_on_device(const Status& why);

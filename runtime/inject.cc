@@ -19,6 +19,7 @@ const char* to_string(FaultKind kind) {
     case FaultKind::kRandom: return "random";
     case FaultKind::kLinkLatency: return "link-latency";
     case FaultKind::kBadAlloc: return "bad-alloc";
+    case FaultKind::kThrow: return "throw";
   }
   return "?";
 }
@@ -42,6 +43,7 @@ const std::map<std::string, KindInfo>& kinds() {
       {"random", {FaultKind::kRandom, {"rate", "seed"}, {"kinds"}}},
       {"link-latency", {FaultKind::kLinkLatency, {"us"}, {"rank", "epoch"}}},
       {"bad-alloc", {FaultKind::kBadAlloc, {"rank", "op"}, {}}},
+      {"throw", {FaultKind::kThrow, {"rank", "op"}, {}}},
   };
   return k;
 }
@@ -144,7 +146,7 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
           if (kit == kinds().end() || kit->second.kind == FaultKind::kRandom ||
               kit->second.kind == FaultKind::kFailConnect ||
               kit->second.kind == FaultKind::kLinkLatency ||
-              kit->second.kind == FaultKind::kBadAlloc) {
+              kit->second.kind == FaultKind::kBadAlloc || kit->second.kind == FaultKind::kThrow) {
             return bad(item, "kinds='" + value + "': '" + k + "' cannot be drawn at random");
           }
           f.random_kinds.push_back(kit->second.kind);

@@ -17,6 +17,8 @@
 //                                      ('+'-separated) with probability rate
 //   bad-alloc    rank, op              the rank's op throws std::bad_alloc mid-op,
 //                                      as a failed scratch allocation would
+//   throw        rank, op              the rank's op throws std::runtime_error
+//                                      mid-op, as a defect in rcoll would
 //   link-latency us [, rank, epoch]    every frame the rank (default: every rank)
 //                                      receives is delivered us later: a long link
 //                                      (from that epoch on: a link that degrades)
@@ -39,7 +41,8 @@ enum class FaultKind : uint8_t {
   kFailConnect,
   kRandom,
   kLinkLatency,
-  kBadAlloc
+  kBadAlloc,
+  kThrow
 };
 const char* to_string(FaultKind kind);
 

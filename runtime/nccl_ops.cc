@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <csignal>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -378,6 +379,11 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
         RCOLL_LOG(kWarn, "fault injection: %s on nccl throws std::bad_alloc",
                   op.describe().c_str());
         throw std::bad_alloc();
+      case FaultKind::kThrow:
+        RCOLL_LOG(kWarn, "fault injection: %s on nccl throws std::runtime_error",
+                  op.describe().c_str());
+        throw std::runtime_error("injected by RCOLL_INJECT throw:rank=" + std::to_string(rank_) +
+                                 ",op=" + std::to_string(op.seq));
       default:
         break;  // stall is applied in run_op; the rest act on frames NCCL does not have
     }

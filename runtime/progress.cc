@@ -1,15 +1,36 @@
 // The progress thread: runs ops in issue order, each as a range of slices,
 // and turns a failed op into a recovery and a resume rather than an error.
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
+#include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <typeinfo>
 
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
 
 namespace rcoll {
+
+namespace {
+
+// "threw std::system_error (Resource temporarily unavailable) while it ran; ...":
+// what an exception other than std::bad_alloc says of itself, for the log.
+std::string exception_words(const std::exception& e) {
+  const char* mangled = typeid(e).name();
+  int failed = 0;
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &failed), std::free);
+  return std::string("threw ") + (failed == 0 && name ? name.get() : mangled) + " (" + e.what() +
+         ") while it ran, which is a defect of rcoll's: please report it with this log";
+}
+
+}  // namespace
 
 void CommunicatorImpl::progress_loop() {
   log::set_thread_rank(rank_, size_);
@@ -66,7 +87,23 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
     // is not to be trusted, so the communicator gives up, as after a failed
     // recovery; before, the exception left the data plane marked busy and
     // the caller's next op or close() waited for it for ever.
-    s = give_up_out_of_memory(op);
+    s = give_up_after_exception(op, ErrorCode::kOutOfMemory,
+                                "host memory ran out (std::bad_alloc) while it ran");
+  } catch (const std::exception& e) {
+    // Anything else thrown mid-op is a defect of rcoll's (or of a library
+    // under it). On the progress thread it would end the process in
+    // std::terminate, with no word of the op or the peers: give up as above.
+    std::string what = "threw an exception while it ran";
+    try {
+      what = exception_words(e);
+    } catch (const std::bad_alloc&) {
+    }
+    s = give_up_after_exception(op, ErrorCode::kInternal, what);
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is being cancelled: let the unwinding go on
+  } catch (...) {
+    s = give_up_after_exception(op, ErrorCode::kInternal,
+                                "threw an exception that is not a std::exception");
   }
   closing_barrier_running_ = false;
   last_op_end_ = Clock::now();
@@ -79,12 +116,12 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   op.work->finish(std::move(s));
 }
 
-Status CommunicatorImpl::give_up_out_of_memory(const Op& op) {
+Status CommunicatorImpl::give_up_after_exception(const Op& op, ErrorCode code,
+                                                 const std::string& what) {
   current_ = nullptr;
   try {
-    Status s(ErrorCode::kOutOfMemory,
-             ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-             op.describe() + ": host memory ran out (std::bad_alloc) while it ran");
+    Status s(code, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+             op.describe() + ": " + what);
     fatal_ = s;
     if (transport_) transport_->abort(s);
     // A slice already enqueued on NCCL waits for peers that are about to stop.
@@ -97,7 +134,7 @@ Status CommunicatorImpl::give_up_out_of_memory(const Op& op) {
     return s;
   } catch (const std::bad_alloc&) {
     // Not even the message fits: a status short enough to need no allocation.
-    fatal_ = Status(ErrorCode::kOutOfMemory, "out of memory");
+    fatal_ = Status(code, code == ErrorCode::kOutOfMemory ? "out of memory" : "rcoll defect");
     return fatal_;
   }
 }
@@ -765,6 +802,11 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         RCOLL_LOG(kWarn, "fault injection: %s throws std::bad_alloc, as a failed allocation would",
                   op.describe().c_str());
         throw std::bad_alloc();
+      case FaultKind::kThrow:
+        RCOLL_LOG(kWarn, "fault injection: %s throws std::runtime_error, as a defect would",
+                  op.describe().c_str());
+        throw std::runtime_error("injected by RCOLL_INJECT throw:rank=" + std::to_string(rank_) +
+                                 ",op=" + std::to_string(op.seq));
       case FaultKind::kFailConnect:
       case FaultKind::kLinkLatency:
       case FaultKind::kRandom: break;

@@ -27,9 +27,9 @@ TEST(InjectSpec, ParsesEveryKind) {
   auto r = parse_fault_spec(
       "kill:rank=0,op=3; delay-chunk:rank=1,op=2,ms=5 ;drop-chunk:rank=2,op=9;"
       "fail-connect:transport=tcp,count=2;random:rate=0.05,seed=7,kinds=close-link+delay-chunk;"
-      "bad-alloc:rank=1,op=4");
+      "bad-alloc:rank=1,op=4;throw:rank=0,op=2");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_EQ(r.value().size(), 6u);
+  ASSERT_EQ(r.value().size(), 7u);
   EXPECT_EQ(r.value()[0].kind, FaultKind::kKill);
   EXPECT_EQ(r.value()[1].kind, FaultKind::kDelayChunk);
   EXPECT_EQ(r.value()[1].ms, 5);
@@ -43,6 +43,9 @@ TEST(InjectSpec, ParsesEveryKind) {
   EXPECT_EQ(r.value()[5].kind, FaultKind::kBadAlloc);
   EXPECT_EQ(r.value()[5].rank, 1);
   EXPECT_EQ(r.value()[5].op, 4u);
+  EXPECT_EQ(r.value()[6].kind, FaultKind::kThrow);
+  EXPECT_EQ(r.value()[6].rank, 0);
+  EXPECT_EQ(r.value()[6].op, 2u);
 }
 
 TEST(InjectSpec, EmptySpecIsNoFaults) {
@@ -81,6 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSpec{"random:rate=0.1,seed=1,kinds=kill+random", "cannot be drawn"},
                       BadSpec{"random:rate=0.1,seed=1,kinds=bad-alloc", "cannot be drawn"},
                       BadSpec{"bad-alloc:rank=1", "missing key 'op'"},
+                      BadSpec{"random:rate=0.1,seed=1,kinds=throw", "cannot be drawn"},
+                      BadSpec{"throw:op=2", "missing key 'rank'"},
                       BadSpec{"stall:rank=1,op=2,ms=99999999999", "ms='99999999999'"}));
 
 }  // namespace

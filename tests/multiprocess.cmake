@@ -386,6 +386,25 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(out_of_memory_mid_op_is_an_error ${t} 80 "faults")
 endforeach()
 endif()
+# Any other exception thrown mid-op (injected: std::runtime_error, as a defect
+# would throw): kInternal naming the op and the exception on that rank, and the
+# peer stops too. Before, thrown on the progress thread (an async op), it ended
+# the process in std::terminate without a word of the op.
+if(TARGET rcoll-bench)
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME exception_mid_op_is_an_error_${t}
+           COMMAND ${RCOLL_EXPECT} 3 "rank 1 op 3 epoch 0 [a-z]+\\] internal error: allreduce seq 3 .*threw std::runtime_error \\(injected by RCOLL_INJECT throw:rank=1,op=3\\) while it ran, which is a defect && rank 0 op 3 epoch 0 [a-z]+\\] internal error: .*reported by rank 1" 60 --
+                   ${RCOLL_RUN} -n 2 --timeout 50 --linger 20 --inject throw:rank=1,op=3 --
+                   $<TARGET_FILE:rcoll-bench> --op allreduce --sizes 1M --iters 3 --warmup 1)
+  rcoll_transport_props(exception_mid_op_is_an_error ${t} 80 "faults")
+  # The same thrown on the progress thread: send/recv are issued async.
+  add_test(NAME exception_in_async_op_is_an_error_${t}
+           COMMAND ${RCOLL_EXPECT} 3 "rank 1 op 3 epoch 0 [a-z]+\\] internal error: [a-z]+ seq 3 .*threw std::runtime_error \\(injected by RCOLL_INJECT throw:rank=1,op=3\\) while it ran && rank 0 op [0-9]+ epoch 0 [a-z]+\\] internal error: .*reported by rank 1" 60 --
+                   ${RCOLL_RUN} -n 2 --timeout 50 --linger 20 --inject throw:rank=1,op=3 --
+                   $<TARGET_FILE:rcoll-bench> --op sendrecv --sizes 1M --iters 3 --warmup 1)
+  rcoll_transport_props(exception_in_async_op_is_an_error ${t} 80 "faults")
+endforeach()
+endif()
 # A straggler (late by 2.5 s, heartbeating) is waited for and logged: no recovery.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_straggler_no_recovery_${t}
