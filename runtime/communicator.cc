@@ -162,6 +162,10 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
     store_ = make_prefix_store(base, std::to_string(instance));
     instance_store_ = store_;
   }
+  if (!settings_agreed_ && size_ > 1) {
+    settings_agreed_ = true;
+    if (Status s = agree_settings(deadline); !s.ok()) return s;
+  }
   for (;;) {
     const std::string name = chain_.current();
     const std::string failed_key = "connect/" + std::to_string(epoch) + "/" + name + "/failed";
@@ -294,6 +298,107 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
                     "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " + s.message());
     }
   }
+}
+
+namespace {
+
+// What every rank must set alike, as "name=value" lines. Each of these decides
+// which frames a rank sends or expects (chunk size, window, algorithms, the
+// transports and their order), how long a sent frame is kept for a replay
+// (socket buffers), or whether every rank takes part in a recovery or a
+// shrink. Options a rank may set for itself (timeouts, backup memory, the
+// interface, congestion control) are not here.
+std::string settings_every_rank_shares(const Options& o, const TransportChain& chain) {
+  // The names RCOLL_ALLREDUCE_ALGO and RCOLL_BROADCAST_ALGO take.
+  static constexpr const char* kAllreduce[] = {"auto", "ring", "direct", "hd", "rd"};
+  static constexpr const char* kBroadcast[] = {"auto", "chain", "star"};
+  auto algo = [](auto a, const auto& names) {
+    const size_t i = static_cast<size_t>(a);
+    return i < std::size(names) ? std::string(names[i]) : std::to_string(i);
+  };
+  std::string order;
+  for (const std::string& t : chain.order()) order += (order.empty() ? "" : ",") + t;
+  return "chunk_bytes (RCOLL_CHUNK_BYTES)=" + std::to_string(o.chunk_bytes) +
+         "\npipeline_depth (RCOLL_PIPELINE_DEPTH)=" + std::to_string(o.pipeline_depth) +
+         "\nsocket_buffer_bytes (RCOLL_SOCKET_BUFFER_BYTES)=" +
+         std::to_string(o.socket_buffer_bytes) +
+         "\nallreduce_algorithm (RCOLL_ALLREDUCE_ALGO)=" + algo(o.allreduce_algorithm, kAllreduce) +
+         "\nbroadcast_algorithm (RCOLL_BROADCAST_ALGO)=" + algo(o.broadcast_algorithm, kBroadcast) +
+         "\nsmall_allreduce_bytes=" + std::to_string(o.small_allreduce_bytes) +
+         "\nrecovery (RCOLL_RECOVERY)=" + std::to_string(o.recovery ? 1 : 0) +
+         "\nshrink_on_death (RCOLL_SHRINK)=" + std::to_string(o.shrink_on_death ? 1 : 0) +
+         "\ntransports (RCOLL_TRANSPORT, RCOLL_TRANSPORTS)=" + order +
+         (chain.nccl() ? ",nccl for device buffers" : "");
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    out.push_back(text.substr(start, end - start));
+  out.push_back(text.substr(start));
+  return out;
+}
+
+}  // namespace
+
+Status CommunicatorImpl::agree_settings(Deadline deadline) {
+  const std::string mine = settings_every_rank_shares(options_, chain_);
+  const ErrorContext ctx{rank_, -1, 0, 0, ""};
+  if (Status s = store_->set("settings/" + std::to_string(rank_), Bytes(mine.begin(), mine.end()));
+      !s.ok()) {
+    return Status(s.code(), ctx,
+                  "could not publish this rank's settings in the store: " + s.message());
+  }
+  // Every rank reads every rank's, so all find the same first difference.
+  std::vector<std::string> theirs;
+  for (int q = 0; q < size_; ++q) {
+    auto v = store_->get("settings/" + std::to_string(q),
+                         std::max<Millis>(Millis(1), deadline.remaining_ms()));
+    if (!v.ok()) {
+      const bool late = v.status().code() == ErrorCode::kTimeout;
+      return Status(late ? ErrorCode::kPeerUnreachable : v.status().code(),
+                    ErrorContext{rank_, q, 0, 0, ""},
+                    late ? "rank " + std::to_string(q) +
+                               " did not reach the store within the connect timeout (not started, "
+                               "crashed, or its "
+                               "communicator failed to be created: see its log): " +
+                               v.status().message()
+                         : "could not read rank " + std::to_string(q) +
+                               "'s settings from the store: " + v.status().message());
+    }
+    theirs.emplace_back(v.value().begin(), v.value().end());
+  }
+  int differing = 0, first = -1;
+  for (int q = 1; q < size_; ++q) {
+    if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;
+    ++differing;
+    if (first < 0) first = q;
+  }
+  if (first < 0) return Status();
+  const std::vector<std::string> a = lines_of(theirs[0]),
+                                 b = lines_of(theirs[static_cast<size_t>(first)]);
+  // Every setting in which the first differing rank differs from rank 0.
+  std::string what;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
+    if (x == y) continue;
+    const size_t eq = x.rfind('=');
+    const std::string name = eq == std::string::npos ? x : x.substr(0, eq);
+    what += what.empty() ? "" : "; ";
+    if (eq != std::string::npos && y.compare(0, name.size() + 1, name + "=") == 0) {
+      what += name + " is " + x.substr(eq + 1) + " on rank 0 but " + y.substr(name.size() + 1) +
+              " on rank " + std::to_string(first);
+    } else {
+      what += "rank 0 has '" + x + "' where rank " + std::to_string(first) + " has '" + y +
+              "' (another rcoll version?)";
+    }
+  }
+  return Status(ErrorCode::kInvalidArgument, ctx,
+                "the ranks' settings differ: " + what + " (" + std::to_string(differing) + " of " +
+                    std::to_string(size_) +
+                    " ranks differ from rank 0); every rank must set these alike (they decide "
+                    "which frames a rank sends and expects), so no rank creates the communicator");
 }
 
 Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {

@@ -66,6 +66,12 @@ class CommunicatorImpl : public ProgressGuard {
   // Publishes this rank's connect outcome and learns whether every rank
   // connected: OK, or the first failure some rank reported.
   Status agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline);
+  // At creation, before any transport: every rank publishes the settings all
+  // ranks must share (settings_every_rank_shares) and compares them with rank
+  // 0's. A difference is kInvalidArgument on every rank, naming the setting,
+  // both values and both ranks; before, a rank with another chunk size (say)
+  // connected, and its first op failed as lost frames after 8 recoveries.
+  Status agree_settings(Deadline deadline);
   Status start_liveness(Deadline deadline);
   void retire_transport();
   // Times the new data plane's ring and agrees, through the store, on the
@@ -197,6 +203,7 @@ class CommunicatorImpl : public ProgressGuard {
   // the tuning each op takes, and what the current epoch's links measured.
   Tuning base_tuning_;
   TuningPins pins_;
+  bool settings_agreed_ = false;  // agree_settings ran (at creation; not again after a shrink)
   TuningSchedule schedule_;
   uint64_t tune_from_seq_ = 0;  // set by recover(): first collective no rank has started
   std::atomic<uint64_t> tuned_piece_{0};

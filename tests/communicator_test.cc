@@ -1051,6 +1051,69 @@ TEST(CommunicatorTest, SendRecvDtypeMismatchNamesBothDtypes) {
   });
 }
 
+// Settings that decide which frames a rank sends and expects must be alike on
+// every rank. Before, ranks with different pinned chunk sizes connected, and
+// their first op failed as lost frames after 8 recoveries ("frames lost ...
+// expected 131072 bytes but got 65536"); different transports waited out the
+// connect timeout and blamed RCOLL_SOCKET_IFNAME. Now creation fails at once
+// on every rank, naming each setting, both values and both ranks.
+TEST(CommunicatorTest, SettingsThatDifferBetweenRanksAreRefusedAtCreation) {
+  struct Case {
+    int size;
+    int odd_rank;
+    std::function<void(Options&)> tweak;
+    std::vector<std::string> words;
+  };
+  const std::vector<Case> cases = {
+      {2,
+       1,
+       [](Options& o) { o.chunk_bytes = 131072; },
+       {"chunk_bytes (RCOLL_CHUNK_BYTES) is 65536 on rank 0 but 131072 on rank 1", "1 of 2 ranks"}},
+      {3,
+       2,
+       [](Options& o) {
+         o.allreduce_algorithm = AllreduceAlgorithm::kRing;
+         o.recovery = false;
+       },
+       {"allreduce_algorithm (RCOLL_ALLREDUCE_ALGO) is auto on rank 0 but ring on rank 2",
+        "recovery (RCOLL_RECOVERY) is 1 on rank 0 but 0 on rank 2", "1 of 3 ranks"}},
+      {3,
+       0,
+       [](Options& o) { o.pipeline_depth = 2; },
+       {"pipeline_depth (RCOLL_PIPELINE_DEPTH) is 2 on rank 0 but 0 on rank 1", "2 of 3 ranks"}},
+      {2,
+       1,
+       [](Options& o) { o.transport = "ucx"; },
+       {"transports (RCOLL_TRANSPORT, RCOLL_TRANSPORTS) is tcp on rank 0 but ucx on rank 1"}},
+  };
+  const auto built = available_transports();
+  for (const Case& c : cases) {
+    if (c.words[0].rfind("transports", 0) == 0 &&
+        std::find(built.begin(), built.end(), "ucx") == built.end())
+      continue;
+    const std::string name = unique_name();
+    testing_support::run_thread_ranks(c.size, [&](int r, std::shared_ptr<Store> store) {
+      Options o = options_for(r, c.size, std::move(store), name);
+      o.chunk_bytes = 65536;
+      o.transport = "tcp";
+      if (r == c.odd_rank) c.tweak(o);
+      const auto t0 = Clock::now();
+      try {
+        Communicator::create(o);
+        ADD_FAILURE() << "rank " << r << " created a communicator whose ranks' settings differ";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        for (const std::string& w : c.words)
+          EXPECT_TRUE(contains(e.what(), w)) << "rank " << r << ": " << e.what();
+        EXPECT_LT(ms_since(t0), 2000) << "refused only after a timeout: " << e.what();
+      }
+    });
+  }
+  // The control: the same settings on every rank.
+  run_ranks(
+      2, [](Communicator& c) { c.barrier(); }, [](int, Options& o) { o.chunk_bytes = 65536; });
+}
+
 TEST(CommunicatorTest, DesyncIsReportedNotHung) {
   std::mutex mu;
   std::vector<Status> results(3);

@@ -31,6 +31,13 @@ enum class AllreduceAlgorithm : uint8_t { kAuto = 0, kRing, kDirect, kHalvingDou
 // piece; the chain otherwise (runtime/algorithms/broadcast.cc says why).
 enum class BroadcastAlgorithm : uint8_t { kAuto = 0, kChain, kStar };
 
+// Every rank must set these alike: transport and transports (as resolved, the
+// chain in its order), chunk_bytes, pipeline_depth, socket_buffer_bytes,
+// allreduce_algorithm, broadcast_algorithm, small_allreduce_bytes, recovery and
+// shrink_on_death. create() compares them across the ranks before connecting;
+// a difference is kInvalidArgument on every rank, naming the setting, both
+// values and both ranks. The rest (timeouts, backup memory, the interface,
+// congestion control, spinning) a rank may set for itself.
 struct Options {
   // Identity. -1 = from the environment.
   int rank = -1;
@@ -127,7 +134,8 @@ struct Options {
   // power-of-two groups above 2 ranks, recursive doubling up to this x 4/p
   // (64 KiB at 4 ranks, 32 KiB at 8).
   size_t small_allreduce_bytes = 64 * 1024;
-  // RCOLL_BROADCAST_ALGO (auto, chain, star). Every rank must pin the same.
+  // RCOLL_BROADCAST_ALGO (auto, chain, star). Every rank must pin the same
+  // (checked at creation, as for the other settings listed above Options).
   BroadcastAlgorithm broadcast_algorithm = BroadcastAlgorithm::kAuto;
 };
 
