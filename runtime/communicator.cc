@@ -1,14 +1,15 @@
 #include "rcoll/communicator.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <csignal>
+#include <cstdio>
 #include <string>
 #include <thread>
 
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "runtime/store/call_deadline.h"
 #include "transports/latency/latency_transport.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/tcp_transport.h"
@@ -308,7 +309,9 @@ namespace {
 // (socket buffers), or whether every rank takes part in a recovery or a
 // shrink. Options a rank may set for itself (timeouts, backup memory, the
 // interface, congestion control) are not here.
-std::string settings_every_rank_shares(const Options& o, const TransportChain& chain) {
+// `socket_buffer_bytes`: as used (the default where the option is 0).
+std::string settings_every_rank_shares(const Options& o, const TransportChain& chain,
+                                       size_t socket_buffer_bytes) {
   // The names RCOLL_ALLREDUCE_ALGO and RCOLL_BROADCAST_ALGO take.
   static constexpr const char* kAllreduce[] = {"auto", "ring", "direct", "hd", "rd"};
   static constexpr const char* kBroadcast[] = {"auto", "chain", "star"};
@@ -321,7 +324,7 @@ std::string settings_every_rank_shares(const Options& o, const TransportChain& c
   return "chunk_bytes (RCOLL_CHUNK_BYTES)=" + std::to_string(o.chunk_bytes) +
          "\npipeline_depth (RCOLL_PIPELINE_DEPTH)=" + std::to_string(o.pipeline_depth) +
          "\nsocket_buffer_bytes (RCOLL_SOCKET_BUFFER_BYTES)=" +
-         std::to_string(o.socket_buffer_bytes) +
+         std::to_string(socket_buffer_bytes) +
          "\nallreduce_algorithm (RCOLL_ALLREDUCE_ALGO)=" + algo(o.allreduce_algorithm, kAllreduce) +
          "\nbroadcast_algorithm (RCOLL_BROADCAST_ALGO)=" + algo(o.broadcast_algorithm, kBroadcast) +
          "\nsmall_allreduce_bytes=" + std::to_string(o.small_allreduce_bytes) +
@@ -343,8 +346,12 @@ std::vector<std::string> lines_of(const std::string& text) {
 }  // namespace
 
 Status CommunicatorImpl::agree_settings(Deadline deadline) {
-  const std::string mine = settings_every_rank_shares(options_, chain_);
+  const std::string mine = settings_every_rank_shares(
+      options_, chain_,
+      options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
   const ErrorContext ctx{rank_, -1, 0, 0, ""};
+  // The set takes no deadline of its own (the TCP store client's is 30 s).
+  const ScopedStoreDeadline store_bound(deadline);
   if (Status s = store_->set("settings/" + std::to_string(rank_), Bytes(mine.begin(), mine.end()));
       !s.ok()) {
     return Status(s.code(), ctx,
@@ -357,15 +364,16 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
                          std::max<Millis>(Millis(1), deadline.remaining_ms()));
     if (!v.ok()) {
       const bool late = v.status().code() == ErrorCode::kTimeout;
-      return Status(late ? ErrorCode::kPeerUnreachable : v.status().code(),
-                    ErrorContext{rank_, q, 0, 0, ""},
-                    late ? "rank " + std::to_string(q) +
-                               " did not reach the store within the connect timeout (not started, "
-                               "crashed, or its "
-                               "communicator failed to be created: see its log): " +
-                               v.status().message()
-                         : "could not read rank " + std::to_string(q) +
-                               "'s settings from the store: " + v.status().message());
+      return Status(
+          late ? ErrorCode::kPeerUnreachable : v.status().code(), ErrorContext{rank_, q, 0, 0, ""},
+          late ? "rank " + std::to_string(q) +
+                     " did not publish its settings in the store within the connect timeout (not "
+                     "started, crashed, or its communicator failed to be created: see its log; or "
+                     "the "
+                     "store is not answering): " +
+                     v.status().message()
+               : "could not read rank " + std::to_string(q) +
+                     "'s settings from the store: " + v.status().message());
     }
     theirs.emplace_back(v.value().begin(), v.value().end());
   }

@@ -78,10 +78,12 @@ class CommunicatorImpl : public ProgressGuard {
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
-  // An op that threw (std::bad_alloc: kOutOfMemory; anything else: kInternal,
-  // `what` saying what): the communicator gives up (fatal_), telling the
-  // peers; returns the op's status.
-  Status give_up_after_exception(const Op& op, ErrorCode code, const std::string& what);
+  // Called while an exception is being handled, thrown by `op` (nullptr: by
+  // an idle check or a recovery while no op ran): the communicator gives up
+  // (fatal_), telling the peers; std::bad_alloc is kOutOfMemory, anything
+  // else kInternal naming the exception. Returns the op's status.
+  Status give_up_on_exception(const Op* op);
+  Status give_up_after_exception(const Op* op, ErrorCode code, const std::string& what);
   // Aborts nccl_ (if any) with the communicator's device current, from any
   // thread (else CUDA would make a context on GPU 0 for it).
   void abort_nccl_on_device(const Status& why);

@@ -19,15 +19,16 @@ namespace rcoll {
 
 namespace {
 
-// "threw std::system_error (Resource temporarily unavailable) while it ran; ...":
-// what an exception other than std::bad_alloc says of itself, for the log.
+// "threw std::system_error (Resource temporarily unavailable)": what an
+// exception other than std::bad_alloc says of itself, for the log. (Demangling
+// and abi::__forced_unwind below are libstdc++'s, the only library built with.)
 std::string exception_words(const std::exception& e) {
   const char* mangled = typeid(e).name();
   int failed = 0;
   std::unique_ptr<char, void (*)(void*)> name(
       abi::__cxa_demangle(mangled, nullptr, nullptr, &failed), std::free);
   return std::string("threw ") + (failed == 0 && name ? name.get() : mangled) + " (" + e.what() +
-         ") while it ran, which is a defect of rcoll's: please report it with this log";
+         ")";
 }
 
 }  // namespace
@@ -60,7 +61,13 @@ void CommunicatorImpl::progress_loop() {
         } else {
           running_ = true;
           lock.unlock();
-          idle_checks();
+          try {
+            idle_checks();
+          } catch (abi::__forced_unwind&) {
+            throw;
+          } catch (...) {
+            (void)give_up_on_exception(nullptr);  // later ops fail with it (fatal_)
+          }
           lock.lock();
           running_ = false;
           continue;
@@ -82,28 +89,16 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   Status s;
   try {
     s = op.on_device() ? run_device_op(op) : run_op(op);
-  } catch (const std::bad_alloc&) {
-    // Scratch or backup memory that could not be had, mid-op. The op's state
-    // is not to be trusted, so the communicator gives up, as after a failed
-    // recovery; before, the exception left the data plane marked busy and
-    // the caller's next op or close() waited for it for ever.
-    s = give_up_after_exception(op, ErrorCode::kOutOfMemory,
-                                "host memory ran out (std::bad_alloc) while it ran");
-  } catch (const std::exception& e) {
-    // Anything else thrown mid-op is a defect of rcoll's (or of a library
-    // under it). On the progress thread it would end the process in
-    // std::terminate, with no word of the op or the peers: give up as above.
-    std::string what = "threw an exception while it ran";
-    try {
-      what = exception_words(e);
-    } catch (const std::bad_alloc&) {
-    }
-    s = give_up_after_exception(op, ErrorCode::kInternal, what);
   } catch (abi::__forced_unwind&) {
     throw;  // the thread is being cancelled: let the unwinding go on
   } catch (...) {
-    s = give_up_after_exception(op, ErrorCode::kInternal,
-                                "threw an exception that is not a std::exception");
+    // Scratch or backup memory that could not be had (std::bad_alloc), or
+    // anything else thrown mid-op: the op's state is not to be trusted, so the
+    // communicator gives up, as after a failed recovery. Before, an exception
+    // left the data plane marked busy (the caller's next op or close() waited
+    // for ever), or on the progress thread ended the process in
+    // std::terminate with no word of the op.
+    s = give_up_on_exception(&op);
   }
   closing_barrier_running_ = false;
   last_op_end_ = Clock::now();
@@ -116,27 +111,64 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   op.work->finish(std::move(s));
 }
 
-Status CommunicatorImpl::give_up_after_exception(const Op& op, ErrorCode code,
+Status CommunicatorImpl::give_up_on_exception(const Op* op) {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string what;
+  try {
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      code = ErrorCode::kOutOfMemory;
+      what = "host memory ran out (std::bad_alloc)";
+    } catch (const std::exception& e) {
+      what = exception_words(e);
+    } catch (...) {
+      what = "threw an exception that is not a std::exception";
+    }
+    what += op != nullptr ? " while it ran" : " while no op ran (an idle check or a recovery)";
+    if (code == ErrorCode::kInternal)
+      what += ", a defect in rcoll or in a Store it was given: please report it with this log";
+  } catch (const std::bad_alloc&) {
+  }
+  return give_up_after_exception(op, code, what);
+}
+
+Status CommunicatorImpl::give_up_after_exception(const Op* op, ErrorCode code,
                                                  const std::string& what) {
   current_ = nullptr;
+  Status s;
   try {
-    Status s(code, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-             op.describe() + ": " + what);
+    s = Status(
+        code,
+        ErrorContext{rank_, -1, op != nullptr ? op->seq : 0, epoch_.load(), transport_name_.load()},
+        (op != nullptr ? op->describe() + ": " : std::string()) + what);
     fatal_ = s;
-    if (transport_) transport_->abort(s);
-    // A slice already enqueued on NCCL waits for peers that are about to stop.
-    abort_nccl_on_device(s);
-    publish_fatal(s);
-    RCOLL_LOG(kError, "%s; this rank aborts the epoch and later ops on this communicator will fail",
-              s.to_string().c_str());
-    publish_state(false);
-    recorder_.finished(op.seq, false);
-    return s;
   } catch (const std::bad_alloc&) {
     // Not even the message fits: a status short enough to need no allocation.
     fatal_ = Status(code, code == ErrorCode::kOutOfMemory ? "out of memory" : "rcoll defect");
     return fatal_;
   }
+  // Best effort from here: a step that throws (memory, a user's Store) must
+  // not take the others with it, nor leave the op unfinished.
+  auto best_effort = [](auto&& step) {
+    try {
+      step();
+    } catch (...) {
+    }
+  };
+  best_effort([&] {
+    if (transport_) transport_->abort(s);
+  });
+  // A slice already enqueued on NCCL waits for peers that are about to stop.
+  best_effort([&] { abort_nccl_on_device(s); });
+  best_effort([&] { publish_fatal(s); });
+  best_effort([&] {
+    RCOLL_LOG(kError, "%s; this rank aborts the epoch and later ops on this communicator will fail",
+              s.to_string().c_str());
+  });
+  best_effort([&] { publish_state(false); });
+  if (op != nullptr) best_effort([&] { recorder_.finished(op->seq, false); });
+  return s;
 }
 
 // While no op runs: a dead peer (shrink mode), or a peer that failed the epoch

@@ -393,7 +393,7 @@ endif()
 if(TARGET rcoll-bench)
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME exception_mid_op_is_an_error_${t}
-           COMMAND ${RCOLL_EXPECT} 3 "rank 1 op 3 epoch 0 [a-z]+\\] internal error: allreduce seq 3 .*threw std::runtime_error \\(injected by RCOLL_INJECT throw:rank=1,op=3\\) while it ran, which is a defect && rank 0 op 3 epoch 0 [a-z]+\\] internal error: .*reported by rank 1" 60 --
+           COMMAND ${RCOLL_EXPECT} 3 "rank 1 op 3 epoch 0 [a-z]+\\] internal error: allreduce seq 3 .*threw std::runtime_error \\(injected by RCOLL_INJECT throw:rank=1,op=3\\) while it ran, a defect in rcoll && rank 0 op 3 epoch 0 [a-z]+\\] internal error: .*reported by rank 1" 60 --
                    ${RCOLL_RUN} -n 2 --timeout 50 --linger 20 --inject throw:rank=1,op=3 --
                    $<TARGET_FILE:rcoll-bench> --op allreduce --sizes 1M --iters 3 --warmup 1)
   rcoll_transport_props(exception_mid_op_is_an_error ${t} 80 "faults")
