@@ -19,6 +19,7 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1112,6 +1113,76 @@ TEST(CommunicatorTest, SettingsThatDifferBetweenRanksAreRefusedAtCreation) {
   // The control: the same settings on every rank.
   run_ranks(
       2, [](Communicator& c) { c.barrier(); }, [](int, Options& o) { o.chunk_bytes = 65536; });
+}
+
+// A Store that throws, as a user's Store may: on `set` of this rank's ledger
+// in a recovery, once armed.
+class LedgerThrowingStore : public Store {
+ public:
+  explicit LedgerThrowingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::atomic<bool> armed{false};
+  std::atomic<int> thrown{0};
+  Status set(const std::string& key, const Bytes& value) override {
+    if (armed && contains(key, "/recovery/") && contains(key, "/ledger/")) {
+      ++thrown;
+      throw std::runtime_error("test store refuses " + key);
+    }
+    return inner_->set(key, value);
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return inner_->get(key, timeout);
+  }
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    return inner_->add(key, delta);
+  }
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return inner_->wait(keys, timeout);
+  }
+  Result<bool> check(const std::string& key) override { return inner_->check(key); }
+  Status erase(const std::string& key) override { return inner_->erase(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+// An exception thrown while no op runs: rank 1 is idle when rank 0's op fails
+// (its link closed by injection), so rank 1 joins the recovery from its
+// progress thread, where its Store throws. Before, that ended the process in
+// std::terminate; now rank 1 gives up (kInternal, naming the exception and
+// that no op ran), its next op says so, and rank 0 learns it from rank 1.
+TEST(CommunicatorTest, ExceptionWhileIdleGivesUpInsteadOfTerminating) {
+  ::setenv("RCOLL_INJECT", "close-link:rank=0,peer=1,op=1", 1);
+  std::latch rank0_done(1);
+  const std::string name = unique_name();
+  testing_support::run_thread_ranks(2, [&](int r, std::shared_ptr<Store> store) {
+    auto throwing = std::make_shared<LedgerThrowingStore>(std::move(store));
+    Options o = options_for(r, 2, throwing, name);
+    o.recovery_timeout = 3000ms;
+    o.transport = "tcp";
+    try {
+      Communicator c = Communicator::create(o);
+      std::vector<float> data(1024, 1.0f);
+      if (r == 0) {
+        Status s = c.send_async(Buffer::of(data), 1).wait(20000ms);
+        EXPECT_EQ(s.code(), ErrorCode::kInternal) << s.to_string();
+        EXPECT_TRUE(contains(s.to_string(), "reported by rank 1")) << s.to_string();
+        rank0_done.count_down();
+      } else {
+        throwing->armed = true;  // rank 1 issues nothing until rank 0's op has ended
+        rank0_done.wait();
+        EXPECT_EQ(throwing->thrown.load(), 1);
+        Status s = c.recv_async(Buffer::of(data), 0).wait(5000ms);
+        EXPECT_EQ(s.code(), ErrorCode::kInternal) << s.to_string();
+        EXPECT_TRUE(contains(s.to_string(), "threw std::runtime_error (test store refuses"))
+            << s.to_string();
+        EXPECT_TRUE(contains(s.to_string(), "while no op ran")) << s.to_string();
+      }
+    } catch (const Error& e) {
+      ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+      if (r == 0) rank0_done.count_down();
+    }
+  });
+  ::unsetenv("RCOLL_INJECT");
 }
 
 TEST(CommunicatorTest, DesyncIsReportedNotHung) {
