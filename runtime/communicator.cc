@@ -312,21 +312,14 @@ namespace {
 // `socket_buffer_bytes`: as used (the default where the option is 0).
 std::string settings_every_rank_shares(const Options& o, const TransportChain& chain,
                                        size_t socket_buffer_bytes) {
-  // The names RCOLL_ALLREDUCE_ALGO and RCOLL_BROADCAST_ALGO take.
-  static constexpr const char* kAllreduce[] = {"auto", "ring", "direct", "hd", "rd"};
-  static constexpr const char* kBroadcast[] = {"auto", "chain", "star"};
-  auto algo = [](auto a, const auto& names) {
-    const size_t i = static_cast<size_t>(a);
-    return i < std::size(names) ? std::string(names[i]) : std::to_string(i);
-  };
   std::string order;
   for (const std::string& t : chain.order()) order += (order.empty() ? "" : ",") + t;
   return "chunk_bytes (RCOLL_CHUNK_BYTES)=" + std::to_string(o.chunk_bytes) +
          "\npipeline_depth (RCOLL_PIPELINE_DEPTH)=" + std::to_string(o.pipeline_depth) +
          "\nsocket_buffer_bytes (RCOLL_SOCKET_BUFFER_BYTES)=" +
          std::to_string(socket_buffer_bytes) +
-         "\nallreduce_algorithm (RCOLL_ALLREDUCE_ALGO)=" + algo(o.allreduce_algorithm, kAllreduce) +
-         "\nbroadcast_algorithm (RCOLL_BROADCAST_ALGO)=" + algo(o.broadcast_algorithm, kBroadcast) +
+         "\nallreduce_algorithm (RCOLL_ALLREDUCE_ALGO)=" + algorithm_name(o.allreduce_algorithm) +
+         "\nbroadcast_algorithm (RCOLL_BROADCAST_ALGO)=" + algorithm_name(o.broadcast_algorithm) +
          "\nsmall_allreduce_bytes=" + std::to_string(o.small_allreduce_bytes) +
          "\nrecovery (RCOLL_RECOVERY)=" + std::to_string(o.recovery ? 1 : 0) +
          "\nshrink_on_death (RCOLL_SHRINK)=" + std::to_string(o.shrink_on_death ? 1 : 0) +
@@ -369,8 +362,7 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
           late ? "rank " + std::to_string(q) +
                      " did not publish its settings in the store within the connect timeout (not "
                      "started, crashed, or its communicator failed to be created: see its log; or "
-                     "the "
-                     "store is not answering): " +
+                     "the store is not answering): " +
                      v.status().message()
                : "could not read rank " + std::to_string(q) +
                      "'s settings from the store: " + v.status().message());

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "runtime/deadline.h"
@@ -165,6 +166,28 @@ Result<Bootstrap> bootstrap(const Options& o) {
   return b;
 }
 
+namespace {
+
+// Where `name` stands in `names`; -1 if nowhere.
+template <size_t N>
+int index_of(const char* const (&names)[N], const std::string& name) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i]) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+const char* algorithm_name(AllreduceAlgorithm a) {
+  const size_t i = static_cast<size_t>(a);
+  return i < std::size(kAllreduceAlgorithmNames) ? kAllreduceAlgorithmNames[i] : "?";
+}
+
+const char* algorithm_name(BroadcastAlgorithm a) {
+  const size_t i = static_cast<size_t>(a);
+  return i < std::size(kBroadcastAlgorithmNames) ? kBroadcastAlgorithmNames[i] : "?";
+}
+
 Status apply_env_overrides(Options* o) {
   if (o->transport == "auto") {
     o->transport = env_string("RCOLL_TRANSPORT").value_or("auto");
@@ -195,20 +218,18 @@ Status apply_env_overrides(Options* o) {
     }
   }
   if (auto algo = env_string("RCOLL_ALLREDUCE_ALGO"); algo && o->allreduce_algorithm == AllreduceAlgorithm::kAuto) {
-    if (*algo == "ring") o->allreduce_algorithm = AllreduceAlgorithm::kRing;
-    else if (*algo == "direct") o->allreduce_algorithm = AllreduceAlgorithm::kDirect;
-    else if (*algo == "hd") o->allreduce_algorithm = AllreduceAlgorithm::kHalvingDoubling;
-    else if (*algo == "rd") o->allreduce_algorithm = AllreduceAlgorithm::kRecursiveDoubling;
-    else if (*algo != "auto") {
+    const int i = index_of(kAllreduceAlgorithmNames, *algo);
+    if (i < 0) {
       return Status(ErrorCode::kInvalidArgument, "RCOLL_ALLREDUCE_ALGO='" + *algo + "' is not auto, ring, direct, hd or rd");
     }
+    o->allreduce_algorithm = static_cast<AllreduceAlgorithm>(i);
   }
   if (auto algo = env_string("RCOLL_BROADCAST_ALGO"); algo && o->broadcast_algorithm == BroadcastAlgorithm::kAuto) {
-    if (*algo == "chain") o->broadcast_algorithm = BroadcastAlgorithm::kChain;
-    else if (*algo == "star") o->broadcast_algorithm = BroadcastAlgorithm::kStar;
-    else if (*algo != "auto") {
+    const int i = index_of(kBroadcastAlgorithmNames, *algo);
+    if (i < 0) {
       return Status(ErrorCode::kInvalidArgument, "RCOLL_BROADCAST_ALGO='" + *algo + "' is not auto, chain or star");
     }
+    o->broadcast_algorithm = static_cast<BroadcastAlgorithm>(i);
   }
   auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);
   if (!spin.ok()) return spin.status();

@@ -39,6 +39,13 @@ Status apply_env_overrides(Options* options);
 // from buffers this small.
 constexpr size_t kMinSocketBufferBytes = 64u << 10;
 
+// The names RCOLL_ALLREDUCE_ALGO and RCOLL_BROADCAST_ALGO take, indexed by the
+// enums' values.
+inline constexpr const char* kAllreduceAlgorithmNames[] = {"auto", "ring", "direct", "hd", "rd"};
+inline constexpr const char* kBroadcastAlgorithmNames[] = {"auto", "chain", "star"};
+const char* algorithm_name(AllreduceAlgorithm a);
+const char* algorithm_name(BroadcastAlgorithm a);
+
 // Strict integer parse of an environment variable: nullopt when unset, an
 // error naming the variable when it is set but not an integer in [lo, hi].
 Result<std::optional<long long>> env_int(const char* name, long long lo, long long hi);

@@ -3,8 +3,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <set>
+#include <stdexcept>
 #include <string>
+
+#include "runtime/log.h"
 
 namespace rcoll {
 
@@ -63,6 +67,17 @@ Result<int64_t> parse_int(const std::string& fault, const std::string& key, cons
 }
 
 }  // namespace
+
+void throw_injected(FaultKind kind, int rank, uint64_t op_seq, const std::string& op) {
+  if (kind == FaultKind::kBadAlloc) {
+    RCOLL_LOG(kWarn, "fault injection: %s throws std::bad_alloc, as a failed allocation would",
+              op.c_str());
+    throw std::bad_alloc();
+  }
+  RCOLL_LOG(kWarn, "fault injection: %s throws std::runtime_error, as a defect would", op.c_str());
+  throw std::runtime_error("injected by RCOLL_INJECT throw:rank=" + std::to_string(rank) +
+                           ",op=" + std::to_string(op_seq));
+}
 
 Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
   std::vector<Fault> out;

@@ -61,6 +61,10 @@ struct Fault {
   std::vector<FaultKind> random_kinds;
 };
 
+// The faults that throw (bad-alloc: std::bad_alloc; throw: std::runtime_error),
+// logged first; `op` describes the op it hits (seq `op_seq`) on `rank`.
+[[noreturn]] void throw_injected(FaultKind kind, int rank, uint64_t op_seq, const std::string& op);
+
 // Parses a whole RCOLL_INJECT value. Errors are kInvalidArgument naming the
 // fault, the key and what was expected.
 Result<std::vector<Fault>> parse_fault_spec(const std::string& spec);

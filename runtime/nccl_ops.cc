@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <csignal>
 #include <new>
-#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -376,14 +375,8 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
         std::this_thread::sleep_for(Millis(f.ms));
         break;
       case FaultKind::kBadAlloc:
-        RCOLL_LOG(kWarn, "fault injection: %s on nccl throws std::bad_alloc",
-                  op.describe().c_str());
-        throw std::bad_alloc();
       case FaultKind::kThrow:
-        RCOLL_LOG(kWarn, "fault injection: %s on nccl throws std::runtime_error",
-                  op.describe().c_str());
-        throw std::runtime_error("injected by RCOLL_INJECT throw:rank=" + std::to_string(rank_) +
-                                 ",op=" + std::to_string(op.seq));
+        throw_injected(f.kind, rank_, op.seq, op.describe() + " on nccl");
       default:
         break;  // stall is applied in run_op; the rest act on frames NCCL does not have
     }

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <new>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <typeinfo>
@@ -831,14 +831,8 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         break;
       case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
       case FaultKind::kBadAlloc:
-        RCOLL_LOG(kWarn, "fault injection: %s throws std::bad_alloc, as a failed allocation would",
-                  op.describe().c_str());
-        throw std::bad_alloc();
       case FaultKind::kThrow:
-        RCOLL_LOG(kWarn, "fault injection: %s throws std::runtime_error, as a defect would",
-                  op.describe().c_str());
-        throw std::runtime_error("injected by RCOLL_INJECT throw:rank=" + std::to_string(rank_) +
-                                 ",op=" + std::to_string(op.seq));
+        throw_injected(f.kind, rank_, op.seq, op.describe());
       case FaultKind::kFailConnect:
       case FaultKind::kLinkLatency:
       case FaultKind::kRandom: break;
