@@ -525,6 +525,7 @@ std::shared_ptr<WorkState> CommunicatorImpl::reuse_work() {
       std::atomic_thread_fence(std::memory_order_acquire);
       std::lock_guard<std::mutex> lock(w->mu);
       w->done = false;
+      w->issued = false;
       w->status = Status();
       w->seq = 0;
       return w;
@@ -563,6 +564,9 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
     return Work(work);
   }
   Status valid = validate(op, rank_, size_);
+  // An async device op may be waited for on a stream (Work::stream_wait); a
+  // blocking one never is, and skips queueing a verdict for it.
+  op.gated = how == Issue::kQueue && op.device >= 0;
   if (valid.ok()) valid = prepare_device_op(op);
   if (Status s = std::move(valid); !s.ok()) {
     // Bad input never consumes a sequence number peers would wait for.
@@ -618,11 +622,34 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
   };
   cuda::ScopedDevice on;
   if (Status s = on.enter(op.device); !s.ok()) return failed(s);
-  auto event = cuda::event_create();
-  if (!event.ok()) return failed(event.status());
-  op.stream_ready = std::shared_ptr<void>(event.value(), cuda::event_destroy);
-  if (Status s = cuda::event_record(event.value(), op.options.cuda_stream); !s.ok()) return failed(s);
+  // The work state's events are made once and reused with it: creating and
+  // destroying an event per op cost about a microsecond each.
+  WorkState& w = *op.work;
+  for (void** e : {&w.ready_event, &w.verdict_event}) {
+    if (*e != nullptr) continue;
+    auto event = cuda::event_create();
+    if (!event.ok()) return failed(event.status());
+    *e = event.value();
+  }
+  // Shares the work state's ownership: the event lives as long as the op.
+  op.stream_ready = std::shared_ptr<void>(op.work, w.ready_event);
+  if (Status s = cuda::event_record(w.ready_event, op.options.cuda_stream); !s.ok()) return failed(s);
   device_ = op.device;
+  if (op.gated && !gate_tried_) {
+    // The gate and the stream the verdicts queue on, once per communicator.
+    // Without stream memory operations Work::stream_wait waits on the host.
+    gate_tried_ = true;
+    auto gate = cuda::StreamGate::create(static_cast<uint32_t>(op.seq - 1));
+    Status s = gate.ok() ? verdict_stream_.create() : gate.status();
+    if (s.ok()) {
+      gate_owner_ = std::move(gate).value();
+      gate_.store(gate_owner_.get());
+    } else {
+      RCOLL_LOG(kInfo, "no stream gate on CUDA device %d (%s): Work::stream_wait on device ops waits on the host",
+                op.device, s.message().c_str());
+    }
+  }
+  if (!gate_.load()) op.gated = false;
   return Status();
 }
 
@@ -638,6 +665,11 @@ void CommunicatorImpl::close() {
   epoch_watch_.stop();
   transport_.reset();
   liveness_.reset();  // says goodbye, so peers do not take this exit for a death
+  {
+    // No stream may wait for an op that will never run.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto* g = gate_.load()) g->open_through(next_seq_);
+  }
   release_device_resources();
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
@@ -665,6 +697,9 @@ void CommunicatorImpl::release_device_resources() {
   nccl_confirm_host_.release();
   device_event_.reset();
   device_stream_.reset();
+  // Destroying a stream with work queued returns at once; the work still runs.
+  verdict_stream_.reset();
+  nccl_stream_.reset();
 }
 
 std::string CommunicatorImpl::diagnostics() const {

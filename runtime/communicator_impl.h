@@ -26,6 +26,7 @@
 #include "runtime/op.h"
 #include "runtime/ring_queue.h"
 #include "runtime/transport_chain.h"
+#include "kernels/stream_gate.h"
 #include "transports/nccl/nccl_comm.h"
 #include "transports/transport.h"
 
@@ -53,6 +54,9 @@ class CommunicatorImpl : public ProgressGuard {
 
   // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
+  // For a send or receive waiting on `peer`: the rank at the end of the
+  // chain of waits that is alive and in compute (a straggler), or -1.
+  int holds_up(int peer) const;
   Status interrupted() override;
 
  private:
@@ -143,6 +147,9 @@ class CommunicatorImpl : public ProgressGuard {
   // rank stops using NCCL and sets nccl_restart_staged_.
   Status ensure_nccl(const Op& op);
   Status run_nccl_slices(OpRecord& rec, size_t first);
+  // An op issued with Op::gated: queues its verdict event behind its calls on
+  // `comm` and the stream gate (see run_nccl_slices), and marks it issued.
+  Status queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm);
   // This rank's vote in a recovery: why every rank should stop using NCCL
   // (it cannot join a communicator, or NCCL failed too often lately), or "".
   std::string nccl_vote();
@@ -229,6 +236,19 @@ class CommunicatorImpl : public ProgressGuard {
   std::atomic<uint64_t> nccl_ops_{0};            // ops completed on NCCL
   std::atomic<uint64_t> nccl_fallbacks_{0};
   std::atomic<bool> nccl_dropped_{false};  // for counters(), from any thread
+  // Device ops issued asynchronously: the stream gate Work::stream_wait waits
+  // at (kernels/stream_gate.h), opened by execute() as each op ends, and the
+  // stream the verdicts queue on (made with the gate, at the first such op,
+  // under mu_). The gate's owner is set once and never reset; gate_ is read
+  // from any thread.
+  std::unique_ptr<kernels::cuda::StreamGate> gate_owner_;
+  std::atomic<kernels::cuda::StreamGate*> gate_{nullptr};
+  bool gate_tried_ = false;
+  kernels::cuda::Stream verdict_stream_;
+  // The stream of every epoch's NCCL communicator: one for all of them, made
+  // once, so a recovery queues its work on a stream (and a hardware queue)
+  // that was there before any verdict waited (see run_nccl_slices).
+  kernels::cuda::Stream nccl_stream_;
   // Inputs of the current in-place all-reduce on NCCL, bytes [0, nccl_backed_up_)
   // of op nccl_backup_seq_'s buffer; allocated in order on device_stream_
   // (declared first: it outlives the buffer).

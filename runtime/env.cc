@@ -231,6 +231,9 @@ Status apply_env_overrides(Options* o) {
     }
     o->broadcast_algorithm = static_cast<BroadcastAlgorithm>(i);
   }
+  auto blocking = env_int("RCOLL_NCCL_BLOCKING", 0, 1);
+  if (!blocking.ok()) return blocking.status();
+  if (o->nccl_blocking < 0) o->nccl_blocking = blocking.value() ? static_cast<int>(*blocking.value()) : 0;
   auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);
   if (!spin.ok()) return spin.status();
   if (spin.value() && o->spin_us < 0) o->spin_us = static_cast<int>(*spin.value());

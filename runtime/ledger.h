@@ -74,6 +74,9 @@ struct InputBackup {
 
 struct OpRecord {
   Op op;
+  // The caller's completion state while the op runs (op.work is not the
+  // record's to keep: states are reused); null once it is logged.
+  WorkState* work = nullptr;
   size_t total = 1;       // slices of the op (equal on every rank)
   size_t done = 0;        // slices [0, done) complete on this rank
   bool complete = false;  // the caller has its result

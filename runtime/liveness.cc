@@ -197,6 +197,7 @@ class LivenessImpl final : public Liveness {
     h.op_seq = local_.op_seq;
     h.epoch = local_.epoch;
     h.flags = local_.in_comm ? kFlagInComm : 0;
+    h.count = static_cast<uint64_t>(local_.waiting_on + 1);  // 0: waits on no one peer
     return h;
   }
 
@@ -291,6 +292,7 @@ class LivenessImpl final : public Liveness {
       }
       v.state.op_seq = h.op_seq;
       v.state.in_comm = (h.flags & kFlagInComm) != 0;
+      v.state.waiting_on = h.count > 0 && h.count <= static_cast<uint64_t>(size_) ? static_cast<int>(h.count) - 1 : -1;
       v.state.epoch = h.epoch;
       v.last_heard = now;
     }

@@ -31,6 +31,7 @@ struct RankState {
   uint64_t op_seq = 0;     // the op it is in (in_comm) or last finished (in compute)
   bool in_comm = false;    // inside an op (true) or in compute between ops (false)
   uint32_t epoch = 0;      // its current data-plane epoch
+  int waiting_on = -1;     // in a send or receive: the peer it waits on (else -1)
 };
 
 struct PeerView {

@@ -72,6 +72,12 @@ std::vector<Call> slice_calls(const Op& op, int size, size_t k, size_t slices) {
       return {Call{CallKind::kAllGather, op.in.data, op.out.data, op.in.count, op.out.dtype}};
     case OpKind::kReduceScatter:
       return {Call{CallKind::kReduceScatter, op.in.data, op.out.data, op.out.count, op.out.dtype, op.reduce}};
+    case OpKind::kSendRecv:
+      if (op.is_send) {
+        return {Call{CallKind::kSend, at(op.in.data, r.begin), nullptr, r.end - r.begin, op.out.dtype, ReduceOp::kSum, op.peer}};
+      }
+      return {Call{CallKind::kRecv, nullptr, at_mut(op.out.data, r.begin), r.end - r.begin, op.out.dtype, ReduceOp::kSum,
+                   op.peer}};
     case OpKind::kAlltoall: {
       // NCCL has no all-to-all of its own in every version: a group of sends and receives.
       const size_t block = op.out.count / static_cast<size_t>(size);
@@ -117,11 +123,11 @@ uint64_t fingerprint(const Op& op) {
 bool CommunicatorImpl::runs_on_nccl(const Op& op) const {
   if (!nccl::built() || !chain_.nccl() || !nccl_off_.empty() || op.device < 0) return false;
   return op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather || op.kind == OpKind::kReduceScatter ||
-         op.kind == OpKind::kBroadcast || op.kind == OpKind::kAlltoall;
+         op.kind == OpKind::kBroadcast || op.kind == OpKind::kAlltoall || op.kind == OpKind::kSendRecv;
 }
 
 size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
-  if (op.kind != OpKind::kAllreduce && op.kind != OpKind::kBroadcast) return 1;
+  if (op.kind != OpKind::kAllreduce && op.kind != OpKind::kBroadcast && op.kind != OpKind::kSendRecv) return 1;
   return std::max<size_t>(1, (op.out.bytes() + kNcclSliceBytes - 1) / kNcclSliceBytes);
 }
 
@@ -261,6 +267,10 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     cfg.device = op.device;
     cfg.epoch = epoch;
     cfg.init_deadline = init_deadline;
+    cfg.blocking = options_.nccl_blocking == 1;
+    // One stream for every epoch (made on the first): the new communicator's
+    // calls queue behind whatever the aborted one left on it.
+    if (Status s = nccl_stream_.create(); s.ok()) cfg.stream = nccl_stream_.get();
     if (Status s = nccl_confirm_host_.reserve(32); s.ok()) {
       // Two halves, by epoch: a retired stream may still copy the last
       // epoch's confirmation back into its half.
@@ -391,6 +401,11 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     nccl_restart_staged_ = true;
     return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"}, "NCCL dropped: " + nccl_off_);
   }
+  if (op.kind == OpKind::kSendRecv && op.out.count == 0) {
+    // Moves nothing, so NCCL is not asked (both sides skip it alike).
+    rec.done = rec.total;
+    return Status();
+  }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_;
   const uint32_t epoch = epoch_.load();
@@ -406,15 +421,30 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
   const size_t slice_bytes = std::min(op.out.bytes(), kNcclSliceBytes);
   const Clock::duration budget = progress_budget(op, std::max<size_t>(slice_bytes, 1), 1);
-  const int awaited = (rank_ + 1) % size_;  // the ring neighbour NCCL waits on most
+  // The peer NCCL waits on: the other side of a send or receive, else the
+  // ring neighbour (what a collective waits on most).
+  const int awaited = op.kind == OpKind::kSendRecv ? op.peer : (rank_ + 1) % size_;
   // How a wait for NCCL (enqueuing or completing) goes on: a peer's abort
   // notice ends it, and no completion for the budget is a stall, judged as
   // for any op.
   Clock::time_point last_progress = Clock::now();
+  // A rank that went silent (frozen, partitioned) holds NCCL's kernels on
+  // every rank: judged at once rather than after the whole progress budget
+  // (DESIGN.md: a silent peer is suspect after the liveness budget).
+  auto silent_participant = [&] {
+    if (!liveness_) return false;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_ || (op.kind == OpKind::kSendRecv && q != op.peer)) continue;
+      if (liveness_->peer(q).health == PeerHealth::kSilent) return true;
+    }
+    return false;
+  };
   auto keep_waiting = [&]() -> Status {
     if (Status s = interrupted(); !s.ok()) return s;
     const Clock::time_point now = Clock::now();
-    if (now - last_progress < budget) return Status();
+    if (now - last_progress < budget && !(now - last_progress >= options_.liveness_budget && silent_participant())) {
+      return Status();
+    }
     Status verdict = on_stall(op, awaited, now - last_progress);
     if (verdict.ok()) last_progress = now;  // a live straggler: wait another budget
     return verdict;
@@ -488,15 +518,28 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // between the op and its confirmation: one NCCL launch after the other).
   // A close-link fault planned for this op strikes after its first slice and
   // before its confirmation, as it always did: there the confirmation waits.
+  // A send or receive confirms between its pair only.
   const bool confirms = size_ > 1 && options_.recovery;
+  const int confirm_peer = op.kind == OpKind::kSendRecv ? op.peer : -1;
   uint64_t confirmation = 0;  // its ticket; 0 = not issued yet (tickets start at 1)
   auto confirm = [&]() -> Status {
-    auto t = comm.issue_confirmation(fingerprint(op), keep_waiting);
+    auto t = comm.issue_confirmation(fingerprint(op), keep_waiting, confirm_peer);
     if (t.ok()) confirmation = t.value();
     return t.status();
   };
   if (confirms && !abort_after_first) {
     if (Status s = confirm(); !s.ok()) return fail(s);
+  }
+  // The op's verdict for a caller's stream (Work::stream_wait), queued once
+  // its GPU work is: on the verdict stream, behind this attempt's calls, a
+  // wait at the gate for this op, then the verdict event. The gate opens
+  // when execute() has the op's final outcome, after whatever recoveries it
+  // takes: the stream never goes on with an attempt an abort cut short. It
+  // only ever waits on work already queued (the runtime sees it done and
+  // opens the gate); a recovery queues its new attempt on nccl_stream_, made
+  // before any verdict waited, and on the verdict stream nothing else runs.
+  if (op.gated && rec.work != nullptr && !rec.work->issued) {
+    if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
 
   // Poll in order; a completion is progress. Yielding for the first
@@ -537,8 +580,18 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     rec.confirmed = true;
   }
   ++nccl_ops_;
-  // Work queued on the caller's stream from here on sees the result.
-  if (Status s = comm.order_after_me(op.options.cuda_stream); !s.ok()) return failed(s);
+  // The host saw every call of the op finish: work the caller queues from
+  // here on sees the result without waiting on the GPU for it.
+  return Status();
+}
+
+Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm) {
+  kernels::cuda::StreamGate* gate = gate_.load();
+  Status s = comm.order_after_me(verdict_stream_.get());
+  if (s.ok()) s = gate->enqueue_wait(verdict_stream_.get(), op.seq);
+  if (s.ok()) s = kernels::cuda::event_record(w.verdict_event, verdict_stream_.get());
+  if (!s.ok()) return Status(s.code(), "queueing the op's verdict for the caller's stream: " + s.message());
+  w.mark_issued();
   return Status();
 }
 

@@ -149,3 +149,12 @@ Status validate(Op& op, int rank, int size) {
 }
 
 }  // namespace rcoll
+
+namespace rcoll {
+
+WorkState::~WorkState() {
+  kernels::cuda::event_destroy(ready_event);
+  kernels::cuda::event_destroy(verdict_event);
+}
+
+}  // namespace rcoll

@@ -21,12 +21,35 @@ struct WorkState {
   bool done = false;
   Status status;
   uint64_t seq = 0;
+  // Device ops on NCCL issued asynchronously (Op::gated): once the op's GPU
+  // work and its verdict are queued, `issued` is set and `verdict_event`
+  // fires when the communicator's stream gate opens through this op (its
+  // final outcome is known, after any recoveries): what Work::stream_wait
+  // makes a caller's stream wait for.
+  bool issued = false;
+  // CUDA events of this state's device ops (timing disabled), made once on
+  // the communicator's device and reused with the state: where the caller's
+  // stream was at issue, and the verdict. Destroyed with the state.
+  void* ready_event = nullptr;
+  void* verdict_event = nullptr;
+
+  WorkState() = default;
+  WorkState(const WorkState&) = delete;
+  WorkState& operator=(const WorkState&) = delete;
+  ~WorkState();
 
   void finish(Status s) {
     {
       std::lock_guard<std::mutex> lock(mu);
       status = std::move(s);
       done = true;
+    }
+    cv.notify_all();
+  }
+  void mark_issued() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      issued = true;
     }
     cv.notify_all();
   }
@@ -63,9 +86,13 @@ struct Op {
   std::shared_ptr<WorkState> work;
   // Device buffers (MemoryKind::kCuda): the device they are on (set by
   // validate) and an event recorded on the caller's stream when the op was
-  // issued, which the op's first device work waits for.
+  // issued, which the op's first device work waits for (the work state's
+  // ready_event, kept alive with it).
   int device = -1;
   std::shared_ptr<void> stream_ready;
+  // Issued asynchronously on device buffers: the runtime queues a verdict
+  // event for Work::stream_wait when it runs on NCCL.
+  bool gated = false;
 
   size_t element_size() const { return size_of(out.dtype); }
   bool in_place() const { return in.data == out.data; }

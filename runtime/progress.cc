@@ -108,6 +108,9 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   if (!s.ok() && closing_barrier) {
     RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
   }
+  // The op's verdict: streams waiting for it (Work::stream_wait) go on. Its
+  // GPU work, if any, was seen done (or, after a failure for good, is let go).
+  if (auto* gate = gate_.load()) gate->open_through(op.seq);
   op.work->finish(std::move(s));
 }
 
@@ -333,6 +336,8 @@ Status CommunicatorImpl::run_op(const Op& op) {
   OpRecord rec;
   rec.op = op;
   rec.op.work = nullptr;  // the caller's handle: not the log's to keep (WorkStates are reused)
+  rec.work = op.work.get();
+  rec.op.stream_ready.reset();  // used before the op runs; it would keep the work state alive in the log
   rec.pool = log_.pool();
   // The tuning this op keeps, replays included (link_model.h).
   if (op.kind == OpKind::kSendRecv) {
@@ -439,6 +444,9 @@ void CommunicatorImpl::publish_state(bool in_comm) {
   RankState st;
   st.op_seq = current_ && current_->op.kind != OpKind::kSendRecv ? current_->op.match_seq : log_.collective_through;
   st.in_comm = in_comm;
+  // Whom a send or receive waits on: peers follow the chain of waits to the
+  // rank that holds it up (on_stall).
+  st.waiting_on = in_comm && current_ && current_->op.kind == OpKind::kSendRecv ? current_->op.peer : -1;
   st.epoch = epoch_.load();
   liveness_->set_local(st);
 }
@@ -459,11 +467,13 @@ int CommunicatorImpl::first_dead_peer() const {
 // Receives and acknowledged broadcasts (which complete only when everyone
 // downstream acknowledged) are never re-run for a peer.
 void CommunicatorImpl::record_completion(OpRecord&& rec) {
+  rec.work = nullptr;
   const Op& op = rec.op;
   if (op.kind == OpKind::kSendRecv) {
     auto& through = op.is_send ? log_.send_through : log_.recv_through;
     through[static_cast<size_t>(op.peer)] = std::max(through[static_cast<size_t>(op.peer)], op.match_seq);
-    if (!op.is_send) return;
+    // On NCCL the pair confirmed it (or it moved nothing): never re-run.
+    if (!op.is_send || rec.nccl) return;
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
     // An op that talked to every rank shows that all of them started it (an
@@ -686,10 +696,15 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
     }
     // In a ring or chain most ranks wait on a neighbour that is itself waiting:
     // the op waits for a straggler if ANY live rank has not reached it yet.
-    // For send/recv, the awaited peer being in compute is the straggler.
+    // For send/recv, the rank at the end of the chain of waits (holds_up).
     bool behind = false;
     if (op.kind == OpKind::kSendRecv) {
-      behind = v.health == PeerHealth::kAlive && !v.state.in_comm;
+      const int q = holds_up(peer);
+      if (q >= 0) {
+        behind = true;
+        peer = q;
+        ctx.peer = q;
+      }
     } else {
       for (int q = 0; q < size_ && !behind; ++q) {
         if (q == rank_) continue;
@@ -723,6 +738,25 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
                 op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
 }
 
+int CommunicatorImpl::holds_up(int peer) const {
+  // Follow the chain of waits: the peer may be in a send or receive of its
+  // own, waiting on another rank, and so on (a pipeline's stages behind a
+  // slow one). Whoever at the end of the chain is alive and in compute holds
+  // it up. A chain that ends in a collective or at a rank not heard from, or
+  // comes back to this rank (every rank in comm waiting on the next), has no
+  // straggler at its end: that is a hang (or a silent or dead rank).
+  if (!liveness_ || peer < 0) return -1;
+  int q = peer;
+  for (int hops = 0; hops < size_; ++hops) {
+    const PeerView w = liveness_->peer(q);
+    if (w.health != PeerHealth::kAlive) return -1;
+    if (!w.state.in_comm) return q;
+    if (w.state.waiting_on < 0 || w.state.waiting_on == rank_) return -1;
+    q = w.state.waiting_on;
+  }
+  return -1;
+}
+
 Status CommunicatorImpl::interrupted() {
   if (size_ == 1) return Status();
   if (int dead = first_dead_peer(); dead >= 0) {
@@ -731,6 +765,21 @@ Status CommunicatorImpl::interrupted() {
                   "a dead rank cannot be recovered in place");
   }
   // Log a straggler once per op, as soon as it is clearly late.
+  if (liveness_ && current_ && !straggler_logged_ && current_->op.kind == OpKind::kSendRecv &&
+      Clock::now() - op_started_ > options_.liveness_budget) {
+    const Op& op = current_->op;
+    if (const int q = holds_up(op.peer); q >= 0) {
+      straggler_logged_ = true;
+      straggler_rank_ = q;
+      RCOLL_LOG(kWarn, "%s waits on rank %d%s, which is in compute (at collective seq %llu) %.1f s after this rank "
+                "arrived; waiting (straggler timeout %lld s), no recovery",
+                op.describe().c_str(), q,
+                q == op.peer ? "" : (" (through rank " + std::to_string(op.peer) + "'s chain of sends and receives)").c_str(),
+                static_cast<unsigned long long>(liveness_->peer(q).state.op_seq),
+                std::chrono::duration<double>(Clock::now() - op_started_).count(),
+                static_cast<long long>(options_.straggler_timeout.count() / 1000));
+    }
+  }
   if (liveness_ && current_ && !straggler_logged_ && current_->op.kind != OpKind::kSendRecv &&
       Clock::now() - op_started_ > options_.liveness_budget) {
     for (int q = 0; q < size_; ++q) {

@@ -1,5 +1,6 @@
 #include <chrono>
 
+#include "kernels/cuda_memory.h"
 #include "rcoll/communicator.h"
 #include "runtime/deadline.h"
 #include "runtime/op.h"
@@ -19,6 +20,25 @@ Status Work::wait(std::chrono::milliseconds timeout) const {
                       std::to_string(timeout.count()) + " ms; it keeps running and can be waited for again");
   }
   return state_->status;
+}
+
+Status Work::stream_wait(void* cuda_stream) const {
+  if (!state_) return Status(ErrorCode::kInvalidArgument, "stream_wait() on an empty Work handle");
+  void* verdict = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    // Bounded as wait() is: by the op's own deadlines and recovery budget.
+    state_->cv.wait(lock, [this] { return state_->done || state_->issued; });
+    // Done: the runtime saw the op's GPU work finish, so anything queued on
+    // the stream from now on sees the result without a wait.
+    if (state_->done) return state_->status;
+    verdict = state_->verdict_event;
+  }
+  if (Status s = kernels::cuda::stream_wait_event(cuda_stream, verdict); !s.ok()) {
+    return Status(s.code(), ErrorContext{-1, -1, state_->seq, -1, "nccl"},
+                  "op " + std::to_string(state_->seq) + ": making the caller's stream wait for its verdict: " + s.message());
+  }
+  return Status();
 }
 
 bool Work::done() const {

@@ -120,6 +120,24 @@ if(RCOLL_HAVE_NCCL)
                    ${RCOLL_CORRECTNESS} --memory cuda --dtypes float32 --sizes 64M --ops allreduce --repeat 10
                    --expect-recoveries 1 --expect-device-transport nccl)
   list(APPEND RCOLL_NCCL_TESTS recovery_cuda_nccl_multislice fallback_cuda_nccl_mid_op)
+  # Stream semantics (--stream-wait): every checked op issued async on the
+  # worker's stream, which waits for it on the GPU (Work::stream_wait) and
+  # copies the result back behind it; send/recv on NCCL too. Then with the
+  # close-link faults above: the copy must see the recovered result, never
+  # the aborted first attempt's. And the suite on blocking NCCL calls.
+  add_test(NAME correctness_cuda_nccl_np2_stream_wait
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1
+                   --sizes 0,1,7,4K+3,1M,16M --big-dtypes float32 --expect-device-transport nccl)
+  add_test(NAME recovery_cuda_nccl_close_link_stream_wait
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
+                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=3;close-link:rank=0,op=17" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,1M --dtypes float32,int64
+                   --expect-recoveries 3 --expect-device-transport nccl)
+  add_test(NAME correctness_cuda_nccl_np2_blocking
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_NCCL_BLOCKING=1 ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS}
+                   --memory cuda --sizes 0,1,7,4K+3,1M --expect-device-transport nccl)
+  list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np2_stream_wait recovery_cuda_nccl_close_link_stream_wait
+       correctness_cuda_nccl_np2_blocking)
   # rcoll-bench on device buffers, every op checked, beside raw NCCL (rcoll-nccl-bench).
   if(TARGET rcoll-bench AND TARGET rcoll-nccl-bench)
     add_test(NAME bench_cuda_nccl_compare

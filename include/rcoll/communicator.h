@@ -31,8 +31,21 @@ class Work {
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
 
   // Waits for the op. Returns its final Status, or kWaitTimeout if `timeout`
-  // expired first (the op keeps running and can be waited for again).
+  // expired first (the op keeps running and can be waited for again). For a
+  // device op, work queued afterwards on any stream sees the result.
   Status wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
+  // NCCL's way: makes `cuda_stream` (a cudaStream_t; nullptr = the legacy
+  // default stream) wait, on the GPU, for the op's result, and returns
+  // without waiting for it on the host. For an async op on device buffers
+  // that runs on NCCL, it returns once the op's GPU work is queued (the ops
+  // before it have finished); the stream then waits for rcoll's verdict on
+  // the op, not for a first attempt that a recovery may have aborted, so
+  // work queued after this never sees a partial result. If the op fails for
+  // good, the stream is let go (its output is then undefined): the failure
+  // is what status() and wait() return, and later ops fail too. Any other op
+  // (host buffers, staged device ops, blocking calls) is waited for here,
+  // as wait() does. Returns kOk, or the op's error if it already failed.
+  Status stream_wait(void* cuda_stream) const;
   bool done() const;
   // The final status once done(); kOk while still running.
   Status status() const;

@@ -72,6 +72,13 @@ struct Options {
   // before it sleeps in the kernel (RCOLL_SPIN_US). -1 = 50. Waits for an op
   // on NCCL poll for at least 1 ms. See README.
   int spin_us = -1;
+  // How device ops call NCCL (RCOLL_NCCL_BLOCKING): 0 = on the non-blocking
+  // communicator every epoch makes (NCCL 2.28 enqueues each call's group on
+  // a thread of its own, and rcoll's deadlines and aborts cut into any call);
+  // 1 = on a blocking communicator split from it once it is up (no thread
+  // per call; a call that waits for a peer inside NCCL, such as a first
+  // send to it, is bounded only by that peer). -1 = from the environment, else 0.
+  int nccl_blocking = -1;
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;
 

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "store_adapter.h"
+#include "streams.h"
 
 namespace rcoll::torch_backend {
 namespace {
@@ -39,8 +40,14 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
 
 }  // namespace
 
+static bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "1";
+}
+
 RcollBackend::RcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size), timeout_(timeout.count() > 0 ? timeout : kBackendDefaultTimeout) {
+    : c10d::Backend(rank, size), timeout_(timeout.count() > 0 ? timeout : kBackendDefaultTimeout),
+      blocking_wait_(env_flag("RCOLL_BLOCKING_WAIT") || env_flag("TORCH_NCCL_BLOCKING_WAIT")) {
   try {
     comm_ = std::make_unique<Communicator>(Communicator::create(options_for(store, rank, size, timeout)));
   } catch (const Error& e) {
@@ -67,11 +74,13 @@ Communicator& RcollBackend::comm(const OpName& w) {
   return *comm_;
 }
 
-c10::intrusive_ptr<RcollWork> RcollBackend::make_work(c10d::OpType type, const OpName& w, std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<RcollWork>(getRank(), type, w.str(), ++issued_, std::move(outputs), timeout_);
+c10::intrusive_ptr<RcollWork> RcollBackend::make_work(c10d::OpType type, const OpName& w, std::vector<at::Tensor> outputs,
+                                                      c10::Device device) {
+  return c10::make_intrusive<RcollWork>(getRank(), type, w.str(), ++issued_, std::move(outputs), timeout_, device,
+                                        blocking_wait_);
 }
 
-void RcollBackend::finish_pending(Pending& p) {
+std::exception_ptr RcollBackend::wait_core_ops(Pending& p) {
   for (auto& op : p.ops) {
     Status s;
     // Core ops are bounded by rcoll's deadlines; the slices let an abort cut in.
@@ -83,27 +92,62 @@ void RcollBackend::finish_pending(Pending& p) {
         break;
       }
     }
-    if (!s.ok()) {
-      p.work->complete(backend_error(p.work->what() + " failed: " + s.to_string()));
+    if (!s.ok()) return backend_error(p.work->what() + " failed: " + s.to_string());
+  }
+  return nullptr;
+}
+
+void RcollBackend::finish_pending(Pending& p) {
+  RcollWork& work = *p.work;
+  if (!work.stream_semantics()) {
+    // The host waits for the result; device ops then finish on a side
+    // stream, where the future's events are recorded.
+    if (std::exception_ptr e = wait_core_ops(p)) {
+      work.complete(e);
+      return;
+    }
+    c10::OptionalStreamGuard side;
+    if (work.device().is_cuda()) side.reset_stream(pool_stream(work.device()));
+    try {
+      if (p.finalize) p.finalize();
+    } catch (...) {
+      work.complete(std::current_exception());
+      return;
+    }
+    work.complete(nullptr);
+    return;
+  }
+  // Stream semantics: a side stream waits for each op's verdict (the host
+  // only until the op is queued); what follows the op is queued there, and
+  // the future's events are recorded behind it.
+  const c10::Stream side = pool_stream(work.device());
+  for (auto& op : p.ops) {
+    if (Status s = op.stream_wait(native(side)); !s.ok()) {
+      work.complete(backend_error(work.what() + " failed: " + s.to_string()));
       return;
     }
   }
-  try {
-    if (p.finalize) p.finalize();
-  } catch (...) {
-    p.work->complete(std::current_exception());
-    return;
+  {
+    c10::StreamGuard guard(side);
+    try {
+      if (p.finalize) p.finalize();
+      // The caching allocator must not hand this memory out again before the
+      // side stream is past it.
+      for (const auto& t : p.keep)
+        if (t.defined() && t.is_cuda()) t.record_stream(side);
+    } catch (...) {
+      work.complete(std::current_exception());
+      return;
+    }
+    work.complete_future();
   }
-  p.work->complete(nullptr);
+  // The tensors stay alive (p.keep) until the host saw the ops end.
+  work.complete_status(wait_core_ops(p));
 }
 
-c10::intrusive_ptr<c10d::Work> RcollBackend::launch(Pending p, bool on_device) {
+c10::intrusive_ptr<c10d::Work> RcollBackend::launch(Pending p) {
   c10::intrusive_ptr<c10d::Work> work = p.work;
   if (coalescing_) coalesced_.push_back(Pending{p.ops, {}, nullptr, nullptr});
-  if (on_device) {
-    finish_pending(p);  // staged through host: complete before returning
-    return work;
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back(std::move(p));
@@ -137,13 +181,13 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::send(std::vector<at::Tensor>& tenso
   check_single(tensors, w);
   TORCH_CHECK_VALUE(dst >= 0 && dst < getSize() && dst != getRank(), w.str(), ": peer ", dst, " is not another rank");
   Staged s = stage(tensors[0], true);
-  auto work = make_work(c10d::OpType::SEND, w, tensors);
+  auto work = make_work(c10d::OpType::SEND, w, tensors, work_device(tensors[0]));
   if (coalescing_) {
     deferred_.push_back(Deferred{true, dst, s, work});
     return work;
   }
-  Pending p{{comm(w).send_async(byte_buffer(s.host), dst)}, {s.host}, nullptr, work};
-  return launch(std::move(p), any_on_device(tensors));
+  Pending p{{comm(w).send_async(byte_buffer(s.work), dst, op_options(s.work))}, {s.user, s.work}, nullptr, work};
+  return launch(std::move(p));
 }
 
 c10::intrusive_ptr<c10d::Work> RcollBackend::recv(std::vector<at::Tensor>& tensors, int src, int /*tag*/) {
@@ -151,13 +195,14 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::recv(std::vector<at::Tensor>& tenso
   check_single(tensors, w);
   TORCH_CHECK_VALUE(src >= 0 && src < getSize() && src != getRank(), w.str(), ": peer ", src, " is not another rank");
   Staged s = stage(tensors[0], false);
-  auto work = make_work(c10d::OpType::RECV, w, tensors);
+  auto work = make_work(c10d::OpType::RECV, w, tensors, work_device(tensors[0]));
   if (coalescing_) {
     deferred_.push_back(Deferred{false, src, s, work});
     return work;
   }
-  Pending p{{comm(w).recv_async(byte_buffer(s.host), src)}, {s.host}, [s] { s.copy_back(); }, work};
-  return launch(std::move(p), any_on_device(tensors));
+  Pending p{{comm(w).recv_async(byte_buffer(s.work), src, op_options(s.work))}, {s.user, s.work}, [s] { s.copy_back(); },
+            work};
+  return launch(std::move(p));
 }
 
 c10::intrusive_ptr<c10d::Work> RcollBackend::recvAnysource(std::vector<at::Tensor>&, int) {
@@ -168,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::recvAnysource(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> RcollBackend::barrier(const c10d::BarrierOptions&) {
   const OpName w = who("barrier");
   Pending p{{comm(w).barrier_async()}, {}, nullptr, make_work(c10d::OpType::BARRIER, w, {})};
-  return launch(std::move(p), false);
+  return launch(std::move(p));
 }
 
 // ------------------------------------------------------------------ coalescing
@@ -202,30 +247,30 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::endCoalescing() {
   });
   Pending batch{{}, {}, nullptr, nullptr};
   std::vector<at::Tensor> outputs;
-  bool device = false;
+  c10::Device device(at::kCPU);
   for (auto& c : coalesced_) batch.ops.insert(batch.ops.end(), c.ops.begin(), c.ops.end());
   std::vector<Pending> parts;
   for (auto& d : deferred_) {
     Staged s = d.tensor;
-    Pending p{{}, {s.host}, nullptr, d.work};
+    Pending p{{}, {s.user, s.work}, nullptr, d.work};
     if (d.is_send) {
-      p.ops.push_back(comm(w).send_async(byte_buffer(s.host), d.peer));
+      p.ops.push_back(comm(w).send_async(byte_buffer(s.work), d.peer, op_options(s.work)));
     } else {
-      p.ops.push_back(comm(w).recv_async(byte_buffer(s.host), d.peer));
+      p.ops.push_back(comm(w).recv_async(byte_buffer(s.work), d.peer, op_options(s.work)));
       p.finalize = [s] { s.copy_back(); };
     }
     batch.ops.push_back(p.ops.back());
     outputs.push_back(s.user);
-    device = device || any_on_device({&s.user});
+    if (s.work.is_cuda()) device = s.work.device();
     parts.push_back(std::move(p));
   }
   deferred_.clear();
   coalesced_.clear();
-  batch.work = make_work(c10d::OpType::COALESCED, w, outputs);
-  // With device tensors everything is issued before anything is waited for
-  // (in the sorted order, which cannot wait in a cycle).
-  for (auto& p : parts) launch(std::move(p), device);
-  return launch(std::move(batch), device);
+  batch.work = make_work(c10d::OpType::COALESCED, w, outputs, device);
+  // Everything is issued before anything is waited for (in the sorted
+  // order, which cannot wait in a cycle).
+  for (auto& p : parts) launch(std::move(p));
+  return launch(std::move(batch));
 }
 
 // ------------------------------------------------------------------ lifecycle

@@ -3,10 +3,11 @@
 // order, so rcoll's deadlines, liveness and in-process recovery apply to DDP,
 // FSDP and plain torch.distributed calls without any change to them.
 //
-// CPU ops are asynchronous: a completion thread finishes each Work (copies
+// Every op is asynchronous: a completion thread finishes each Work (copies
 // staged outputs back, completes the future) as its core ops finish, in issue
-// order. CUDA tensors are staged through host memory and their ops complete
-// before the call returns (rcoll's transports move host memory today).
+// order. Ops on CUDA tensors run on the GPU (on NCCL when rcoll has it),
+// ordered after the current stream, with ProcessGroupNCCL's stream semantics
+// (work.h); the backend never copies them to the host.
 #pragma once
 
 #include <atomic>
@@ -90,6 +91,8 @@ class RcollBackend : public c10d::Backend {
   struct Pending {
     std::vector<rcoll::Work> ops;
     std::vector<at::Tensor> keep;
+    // Runs once the core ops succeeded; for device ops, queued on a side
+    // stream that waits for their verdict (so it may run before they end).
     std::function<void()> finalize;
     c10::intrusive_ptr<RcollWork> work;
   };
@@ -103,19 +106,28 @@ class RcollBackend : public c10d::Backend {
 
   OpName who(const char* op) const { return OpName{op, getRank(), getSize()}; }
   Communicator& comm(const OpName& who);
-  c10::intrusive_ptr<RcollWork> make_work(c10d::OpType type, const OpName& who, std::vector<at::Tensor> outputs);
-  // Hands an issued op to completion: inline for device tensors, else to the completion thread.
-  c10::intrusive_ptr<c10d::Work> launch(Pending p, bool on_device);
+  // `device`: where the op runs (work_device of its tensors).
+  c10::intrusive_ptr<RcollWork> make_work(c10d::OpType type, const OpName& who, std::vector<at::Tensor> outputs,
+                                          c10::Device device = c10::Device(at::kCPU));
+  // A coalesced group of ops already launched, as one Work over `outputs`.
+  Pending group_of(const OpName& w, std::vector<c10::intrusive_ptr<c10d::Work>> parts, const std::vector<at::Tensor>& outputs);
+  // Hands an issued op to the completion thread.
+  c10::intrusive_ptr<c10d::Work> launch(Pending p);
   void finish_pending(Pending& p);
+  // Waits on the host for every core op of `p`; the first failure, or null.
+  std::exception_ptr wait_core_ops(Pending& p);
   void completion_loop();
   // Uneven alltoall over byte blocks: agrees on the block sizes (a small
   // allgather), pads every block to the largest, and runs one core alltoall.
   c10::intrusive_ptr<c10d::Work> alltoallv(const OpName& who, c10d::OpType type, std::vector<at::Tensor> outputs,
                                            std::vector<Staged> sends, std::vector<Staged> recvs,
-                                           std::function<void()> after, bool on_device);
+                                           std::function<void()> after);
 
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
+  // RCOLL_BLOCKING_WAIT=1 (or TORCH_NCCL_BLOCKING_WAIT=1): device ops' wait()
+  // and futures wait on the host for the result, as host ops do.
+  bool blocking_wait_ = false;
   std::atomic<uint64_t> issued_{0};
   std::atomic<bool> closed_{false};
   std::atomic<bool> aborted_{false};

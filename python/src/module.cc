@@ -33,9 +33,11 @@ PYBIND11_MODULE(_C, m) {
             d["delays_injected"] = c.delays_injected;
             d["epoch"] = c.epoch;
             d["transport"] = c.transport;
+            d["device_transport"] = c.device_transport;
+            d["nccl_ops"] = c.nccl_ops;
             return d;
           },
-          "rcoll's counters for this process group: ops, bytes, recoveries, fallbacks, probes, injected faults, epoch, transport")
+          "rcoll's counters for this process group: ops, bytes, recoveries, fallbacks, probes, injected faults, epoch, transport, device transport, ops on NCCL")
       .def("diagnostics", &RcollBackend::diagnostics, py::call_guard<py::gil_scoped_release>(),
            "A human-readable report: identity, epoch, transport, counters and the last ops")
       .def("abort", &RcollBackend::abort, py::call_guard<py::gil_scoped_release>(),

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "streams.h"
+
 namespace rcoll::torch_backend {
 
 std::string OpName::str() const {
@@ -61,24 +63,51 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const OpName& 
   return r;
 }
 
+bool device_ops_built() {
+#ifdef RCOLL_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+c10::Device work_device(const at::Tensor& t) {
+  return device_ops_built() && t.device().is_cuda() ? t.device() : c10::Device(at::kCPU);
+}
+
+at::TensorOptions work_options(const at::Tensor& like) { return like.options().device(work_device(like)); }
+
 void Staged::copy_back() const {
-  if (staged()) user.copy_(host.view(user.sizes()));
+  if (staged()) user.copy_(work.view(user.sizes()));
 }
 
 Staged stage(const at::Tensor& t, bool fill) {
-  if (t.device().is_cpu() && t.is_contiguous()) return Staged{t, t};
-  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
-  if (fill) host.copy_(t);
-  return Staged{t, host};
+  const c10::Device where = work_device(t);
+  if (t.device() == where && t.is_contiguous()) return Staged{t, t};
+  at::Tensor work = at::empty(t.sizes(), t.options().device(where).memory_format(at::MemoryFormat::Contiguous));
+  if (fill) work.copy_(t);
+  return Staged{t, work};
 }
 
-Buffer typed_buffer(const at::Tensor& host, DataType dtype) {
-  const size_t count = static_cast<size_t>(host.numel()) * (host.is_complex() ? 2 : 1);
-  return Buffer{host.data_ptr(), count, dtype, MemoryKind::kHost};
+namespace {
+
+MemoryKind memory_of(const at::Tensor& work) { return work.device().is_cuda() ? MemoryKind::kCuda : MemoryKind::kHost; }
+
+}  // namespace
+
+Buffer typed_buffer(const at::Tensor& work, DataType dtype) {
+  const size_t count = static_cast<size_t>(work.numel()) * (work.is_complex() ? 2 : 1);
+  return Buffer{work.data_ptr(), count, dtype, memory_of(work)};
 }
 
-Buffer byte_buffer(const at::Tensor& host) {
-  return Buffer{host.data_ptr(), static_cast<size_t>(host.nbytes()), DataType::kUint8, MemoryKind::kHost};
+Buffer byte_buffer(const at::Tensor& work) {
+  return Buffer{work.data_ptr(), static_cast<size_t>(work.nbytes()), DataType::kUint8, memory_of(work)};
+}
+
+OpOptions op_options(const at::Tensor& work) {
+  OpOptions o;
+  if (work.device().is_cuda()) o.cuda_stream = native(current_stream(work.device()));
+  return o;
 }
 
 void check_tensor(const at::Tensor& t, const OpName& who, const char* role) {
@@ -101,16 +130,21 @@ void check_same_layout(const at::Tensor& a, const at::Tensor& b, const OpName& w
   TORCH_CHECK_VALUE(a.numel() == b.numel(), who.str(), ": ", what, " has ", b.numel(), " elements, expected ", a.numel());
 }
 
-bool any_on_device(std::initializer_list<const at::Tensor*> ts) {
-  for (const at::Tensor* t : ts)
-    if (t->defined() && !t->device().is_cpu()) return true;
-  return false;
+void check_one_device(std::initializer_list<const at::Tensor*> ts, const OpName& who) {
+  const at::Tensor* first = nullptr;
+  for (const at::Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (first == nullptr) {
+      first = t;
+      continue;
+    }
+    TORCH_CHECK_VALUE(t->device() == first->device(), who.str(), ": its tensors are on ", first->device(), " and ",
+                      t->device(), "; rcoll runs one op on one device (move them to one first)");
+  }
 }
 
-bool any_on_device(const std::vector<at::Tensor>& ts) {
-  for (const auto& t : ts)
-    if (t.defined() && !t.device().is_cpu()) return true;
-  return false;
+void check_one_device(const std::vector<at::Tensor>& ts, const OpName& who) {
+  for (const auto& t : ts) check_one_device({&ts.front(), &t}, who);
 }
 
 }  // namespace rcoll::torch_backend

@@ -8,9 +8,27 @@ Dtypes, shapes (including zero-sized ones) and non-contiguous tensors vary.
 Where gloo lacks an op or a dtype, the reference is computed locally from
 every rank's inputs (all ranks draw the same seeded inputs).
 Exit code 0 when every check passed; prints "N passed, M failed".
+
+RCOLL_CHECK_DEVICE=cpu|cuda (default cpu) picks where the rcoll side runs. With
+cuda every tensor handed to an rcoll op (inputs, outputs, lists, non-contiguous
+views) lives on the GPU, while gloo keeps running on CPU copies (gloo sees only
+CPU tensors) and results are compared on the CPU. Reading a result with .cpu()
+after the op (or after work.wait()) exercises the stream-semantics contract:
+the current stream waits for the op. Ranks share one GPU as separate NCCL hosts.
+
+    torchrun --nproc-per-node N collectives_check.py      # a worker (this file under torchrun)
+    python collectives_check.py --launch N                # checks CUDA, then runs torchrun itself
+
+--launch exists for the skip: with RCOLL_CHECK_DEVICE=cuda and no CUDA device it
+prints "SKIP: ..." and exits 77 without starting torchrun (torchrun reports a
+worker's exit 77 as its own exit 1, so the workers' 77 would not reach CTest's
+SKIP_RETURN_CODE); otherwise it replaces itself with torchrun (exec), whose exit
+code is the test's. A worker started directly without CUDA exits 77 as well.
 """
+import argparse
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -24,6 +42,20 @@ SHAPES = [(0,), (1,), (7,), (3, 5), (2, 3, 4), (1000,)]
 
 passed = 0
 failed = []
+
+CHECK_DEVICE = os.environ.get("RCOLL_CHECK_DEVICE", "cpu").strip().lower() or "cpu"
+DEV = torch.device("cpu")  # where rcoll's tensors live; main() sets the GPU in cuda mode
+
+
+def skip_without_cuda():
+    """RCOLL_CHECK_DEVICE must be cpu or cuda; cuda without a device: "SKIP" and exit 77."""
+    if CHECK_DEVICE not in ("cpu", "cuda"):
+        print(f"RCOLL_CHECK_DEVICE={CHECK_DEVICE!r}: expected cpu or cuda", flush=True)
+        sys.exit(2)
+    if CHECK_DEVICE == "cuda" and not torch.cuda.is_available():
+        print("SKIP: RCOLL_CHECK_DEVICE=cuda but torch.cuda.is_available() is false: no CUDA device or driver here",
+              flush=True)
+        sys.exit(77)
 
 
 def tol(dtype):
@@ -45,6 +77,8 @@ def check(name, got, want, exact=False):
     global passed
     gs = got if isinstance(got, (list, tuple)) else [got]
     ws = want if isinstance(want, (list, tuple)) else [want]
+    # Compare on the CPU: .cpu() of a CUDA tensor copies on the current stream and waits for it.
+    gs, ws = [g.cpu() for g in gs], [w.cpu() for w in ws]
     ok = len(gs) == len(ws) and all(same(g, w, exact=exact) for g, w in zip(gs, ws))
     if ok:
         passed += 1
@@ -60,7 +94,8 @@ def check(name, got, want, exact=False):
 
 def noncontig(t):
     """A non-contiguous tensor with t's values (a strided view into a bigger buffer)."""
-    big = torch.zeros((t.numel() * 2,) if t.dim() <= 1 else (*t.shape[:-1], t.shape[-1] * 2), dtype=t.dtype)
+    big = torch.zeros((t.numel() * 2,) if t.dim() <= 1 else (*t.shape[:-1], t.shape[-1] * 2), dtype=t.dtype,
+                      device=t.device)
     view = big[..., ::2] if t.dim() >= 1 else big
     if t.numel() > 1:
         assert not view.is_contiguous()
@@ -89,16 +124,53 @@ def dup(x):
     return x.clone() if x.is_contiguous() else noncontig(x.contiguous())
 
 
+def dev(x):
+    """x for an rcoll op: x itself in cpu mode; in cuda mode a copy on the GPU
+    with x's layout (a non-contiguous x gives a non-contiguous GPU view)."""
+    if DEV.type == "cpu" or not isinstance(x, torch.Tensor):
+        return x
+    if x.is_contiguous():
+        return x.to(DEV)
+    return noncontig(x.contiguous().to(DEV))
+
+
+def host_only(*tensors):
+    """gloo gets CPU tensors only."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            assert t.device.type == "cpu", f"a {t.device} tensor headed for gloo"
+    return tensors
+
+
 def run_both(fn, *tensors):
     """fn(group, *copies) on rcoll (default group) and gloo; returns both outputs.
-    rcoll gets x's layout (non-contiguous stays so); gloo a contiguous copy."""
-    a = fn(None, *[dup(x) if isinstance(x, torch.Tensor) else x for x in tensors])
-    b = fn(GLOO, *[x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in tensors])
+    rcoll gets x's layout (non-contiguous stays so) on DEV; gloo a contiguous CPU copy."""
+    a = fn(None, *[dev(dup(x)) if isinstance(x, torch.Tensor) else x for x in tensors])
+    b = fn(GLOO, *host_only(*[x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in tensors]))
     return a, b
 
 
+def wait_completed(work, seconds=60.0):
+    """work.is_completed(); on CUDA it follows once the host saw the op end
+    (after wait() and a read of the result), so poll a while there."""
+    done = work.is_completed()
+    deadline = time.monotonic() + seconds
+    while not done and DEV.type == "cuda" and time.monotonic() < deadline:
+        time.sleep(0.01)
+        done = work.is_completed()
+    return done
+
+
 def main():
-    global GLOO
+    global GLOO, DEV
+    skip_without_cuda()
+    if CHECK_DEVICE == "cuda":
+        # Before anything initialises NCCL: ranks sharing a GPU must look like separate hosts.
+        os.environ["NCCL_HOSTID"] = f"rcoll-check-{os.environ.get('RANK', '0')}"
+        os.environ.setdefault("NCCL_NET", "Socket")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        DEV = torch.device("cuda", torch.cuda.current_device())
     dist.init_process_group("rcoll")
     GLOO = dist.new_group(backend="gloo")
     r, p = dist.get_rank(), dist.get_world_size()
@@ -121,23 +193,47 @@ def main():
             for shape in SHAPES:
                 seed += 1
                 x = rand(shape, dtype, seed * 31 + r)
-                got = x.clone()
+                got = dev(x.clone())
                 dist.all_reduce(got, op=dist.ReduceOp.AVG)
                 want = x.clone()
                 dist.all_reduce(want, group=GLOO)  # gloo has no AVG: sum / p
                 check(f"all_reduce AVG {dtype} {shape}", got, (want.double() / p).to(dtype))
-    x = torch.arange(6, dtype=torch.float32) + r
+    x = dev(torch.arange(6, dtype=torch.float32) + r)
     work = dist.all_reduce(x, async_op=True)
     fut = work.get_future()
     work.wait()
     check("all_reduce async result", fut.value()[0], sum(torch.arange(6, dtype=torch.float32) + q for q in range(p)))
-    check("work.is_completed", torch.tensor(work.is_completed()), torch.tensor(True))
+    if DEV.type == "cuda":
+        # Stream semantics: after wait() the current stream waits for the op, so reading
+        # x (.cpu() in check: a copy on the current stream) gives the result.
+        check("all_reduce async: wait() then read the tensor", x,
+              sum(torch.arange(6, dtype=torch.float32) + q for q in range(p)))
+    check("work.is_completed", torch.tensor(wait_completed(work)), torch.tensor(True))
+    if DEV.type == "cuda":
+        # Ordering after the current stream: the input is written by kernels queued just
+        # before the call (behind a spin, so an op that did not wait would read zeros),
+        # and the result is read by a kernel queued after wait().
+        n = 1 << 20
+        x = torch.zeros(n, dtype=torch.float32, device=DEV)
+        if hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(50_000_000)
+        x.fill_(float(r + 1))
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        y = x * 2
+        total = float(sum(q + 1 for q in range(p)))
+        check("all_reduce async: input written on the current stream just before", x,
+              torch.full((n,), total, dtype=torch.float32), exact=True)
+        check("all_reduce async: result read by a kernel queued after wait()", y,
+              torch.full((n,), 2 * total, dtype=torch.float32), exact=True)
+        check("work.is_completed (input written on the current stream)", torch.tensor(wait_completed(work)),
+              torch.tensor(True))
 
     # Coalesced all_reduce (allreduce_coalesced) and all_gather_into_tensor / reduce_scatter_tensor coalesced.
     for dtype in [torch.float32, torch.int64]:
         seed += 1
         xs = [rand(s, dtype, seed * 7 + i * 131 + r) for i, s in enumerate([(3,), (0,), (2, 5)])]
-        got = [x.clone() for x in xs]
+        got = [dev(x.clone()) for x in xs]
         with dist._coalescing_manager():
             for t in got:
                 dist.all_reduce(t)
@@ -145,20 +241,20 @@ def main():
         for t in want:
             dist.all_reduce(t, group=GLOO)
         check(f"all_reduce coalesced {dtype}", got, want)
-        outs = [torch.empty((p * x.shape[0], *x.shape[1:]), dtype=dtype) for x in xs]
+        outs = [torch.empty((p * x.shape[0], *x.shape[1:]), dtype=dtype, device=DEV) for x in xs]
         with dist._coalescing_manager():
             for o, x in zip(outs, xs):
-                dist.all_gather_into_tensor(o, x)
-        wants = [torch.empty_like(o) for o in outs]
+                dist.all_gather_into_tensor(o, dev(x))
+        wants = [torch.empty_like(o, device="cpu") for o in outs]
         for o, x in zip(wants, xs):
             dist.all_gather_into_tensor(o, x, group=GLOO)
         check(f"all_gather_into_tensor coalesced {dtype}", outs, wants, exact=True)
         ins = [rand((p * 4, 3), dtype, seed * 11 + i + r) for i in range(2)]
-        outs = [torch.empty((4, 3), dtype=dtype) for _ in ins]
+        outs = [torch.empty((4, 3), dtype=dtype, device=DEV) for _ in ins]
         with dist._coalescing_manager():
             for o, x in zip(outs, ins):
-                dist.reduce_scatter_tensor(o, x)
-        wants = [torch.empty_like(o) for o in outs]
+                dist.reduce_scatter_tensor(o, dev(x))
+        wants = [torch.empty_like(o, device="cpu") for o in outs]
         for o, x in zip(wants, ins):
             dist.reduce_scatter_tensor(o, x, group=GLOO)
         check(f"reduce_scatter_tensor coalesced {dtype}", outs, wants)
@@ -170,7 +266,7 @@ def main():
             root = seed % p
             src = torch.view_as_complex(rand((*shape, 2), torch.float32, seed * 13 + r)) if dtype.is_complex else rand(shape, dtype, seed * 13 + r)
             for kind, x in variants(src):
-                got = x.clone()
+                got = dev(dup(x))  # dup: keeps the non-contiguous layout (clone would not)
                 dist.broadcast(got, src=root)
                 gsrc = torch.view_as_complex(rand((*shape, 2), torch.float32, seed * 13 + root)) if dtype.is_complex else rand(shape, dtype, seed * 13 + root)
                 check(f"broadcast {dtype} {shape} {kind} root {root}", got, gsrc, exact=True)
@@ -190,14 +286,15 @@ def main():
         for shape in SHAPES:
             seed += 1
             for kind, x in variants(rand(shape, dtype, seed * 19 + r)):
-                outs = [torch.empty(shape, dtype=dtype) if q % 2 == 0 else noncontig(torch.empty(shape, dtype=dtype))
-                        for q in range(p)]
-                dist.all_gather(outs, x)
+                xd = dev(x)
+                outs = [torch.empty(shape, dtype=dtype, device=DEV) if q % 2 == 0
+                        else noncontig(torch.empty(shape, dtype=dtype, device=DEV)) for q in range(p)]
+                dist.all_gather(outs, xd)
                 wants = [torch.empty(shape, dtype=dtype) for _ in range(p)]
                 dist.all_gather(wants, x.clone(), group=GLOO)
                 check(f"all_gather {dtype} {shape} {kind}", outs, wants, exact=True)
-                out = torch.empty((p * shape[0], *shape[1:]), dtype=dtype)
-                dist.all_gather_into_tensor(out, x)
+                out = torch.empty((p * shape[0], *shape[1:]), dtype=dtype, device=DEV)
+                dist.all_gather_into_tensor(out, xd)
                 want = torch.cat(wants)
                 check(f"all_gather_into_tensor {dtype} {shape} {kind}", out, want, exact=True)
 
@@ -207,15 +304,15 @@ def main():
             for shape in [(0,), (5,), (2, 3)]:
                 seed += 1
                 ins = [rand(shape, dtype, seed * 23 + q * 7 + r) for q in range(p)]
-                out = torch.empty(shape, dtype=dtype)
-                dist.reduce_scatter(out, [noncontig(t) if t.numel() > 1 else t for t in ins], op=op)
+                out = torch.empty(shape, dtype=dtype, device=DEV)
+                dist.reduce_scatter(out, [noncontig(dev(t)) if t.numel() > 1 else dev(t) for t in ins], op=op)
                 # Reference: all_reduce of the whole, block r (gloo).
                 whole = torch.stack(ins) if ins[0].numel() else torch.empty((p, *shape), dtype=dtype)
                 dist.all_reduce(whole, op=op, group=GLOO)
                 check(f"reduce_scatter {op} {dtype} {shape}", out, whole[r])
                 big = torch.cat([t.reshape(1, *shape) for t in ins]).reshape(p * shape[0], *shape[1:])
-                out2 = torch.empty(shape, dtype=dtype)
-                dist.reduce_scatter_tensor(out2, big, op=op)
+                out2 = torch.empty(shape, dtype=dtype, device=DEV)
+                dist.reduce_scatter_tensor(out2, dev(big), op=op)
                 check(f"reduce_scatter_tensor {op} {dtype} {shape}", out2, whole[r])
 
     # alltoall_base (all_to_all_single) with equal and uneven splits, and all_to_all (lists).
@@ -223,8 +320,8 @@ def main():
         for rows in [0, 1, 3]:
             seed += 1
             x = rand((p * rows, 3), dtype, seed * 29 + r)
-            out = torch.empty_like(x)
-            dist.all_to_all_single(out, x)
+            out = torch.empty_like(x, device=DEV)
+            dist.all_to_all_single(out, dev(x))
             want = torch.empty_like(x)
             dist.all_to_all_single(want, x.clone(), group=GLOO)
             check(f"all_to_all_single equal {dtype} rows {rows}", out, want, exact=True)
@@ -233,14 +330,14 @@ def main():
         recv = [(q + r) % 3 for q in range(p)]
         seed += 1
         x = rand((sum(send), 2), dtype, seed * 37 + r)
-        out = torch.empty((sum(recv), 2), dtype=dtype)
-        dist.all_to_all_single(out, x, output_split_sizes=recv, input_split_sizes=send)
-        want = torch.empty_like(out)
+        out = torch.empty((sum(recv), 2), dtype=dtype, device=DEV)
+        dist.all_to_all_single(out, dev(x), output_split_sizes=recv, input_split_sizes=send)
+        want = torch.empty_like(out, device="cpu")
         dist.all_to_all_single(want, x.clone(), output_split_sizes=recv, input_split_sizes=send, group=GLOO)
         check(f"all_to_all_single uneven {dtype}", out, want, exact=True)
-        ins = [noncontig(rand((send[j], 2), dtype, seed * 41 + j + 10 * r)) if send[j] > 1 else rand((send[j], 2), dtype, seed * 41 + j + 10 * r)
-               for j in range(p)]
-        outs = [torch.empty((recv[q], 2), dtype=dtype) for q in range(p)]
+        ins = [noncontig(dev(rand((send[j], 2), dtype, seed * 41 + j + 10 * r))) if send[j] > 1
+               else dev(rand((send[j], 2), dtype, seed * 41 + j + 10 * r)) for j in range(p)]
+        outs = [torch.empty((recv[q], 2), dtype=dtype, device=DEV) for q in range(p)]
         dist.all_to_all(outs, ins)
         # gloo has no all_to_all (lists): every rank's inputs are known from the seeds.
         wants = [rand(((q + r) % 3, 2), dtype, seed * 41 + r + 10 * q) for q in range(p)]
@@ -252,14 +349,14 @@ def main():
             seed += 1
             root = seed % p
             x = rand(shape, dtype, seed * 43 + r)
-            outs = [torch.empty(shape, dtype=dtype) for _ in range(p)] if r == root else None
-            dist.gather(x, outs, dst=root)
+            outs = [torch.empty(shape, dtype=dtype, device=DEV) for _ in range(p)] if r == root else None
+            dist.gather(dev(x), outs, dst=root)
             wouts = [torch.empty(shape, dtype=dtype) for _ in range(p)] if r == root else None
             dist.gather(x.clone(), wouts, dst=root, group=GLOO)
             if r == root:
                 check(f"gather {dtype} {shape}", outs, wouts, exact=True)
-            ins = [rand(shape, dtype, seed * 47 + q) for q in range(p)] if r == root else None
-            out = torch.empty(shape, dtype=dtype)
+            ins = [dev(rand(shape, dtype, seed * 47 + q)) for q in range(p)] if r == root else None
+            out = torch.empty(shape, dtype=dtype, device=DEV)
             dist.scatter(out, ins, src=root)
             check(f"scatter {dtype} {shape}", out, rand(shape, dtype, seed * 47 + r), exact=True)
 
@@ -268,14 +365,14 @@ def main():
         for dtype in [torch.float32, torch.int32, torch.float16]:
             seed += 1
             to, frm = (r + 1) % p, (r - 1) % p
-            x = rand((256 * 1024 + 3,), dtype, seed * 53 + r)
+            x = dev(rand((256 * 1024 + 3,), dtype, seed * 53 + r))
             got = noncontig(torch.empty_like(x))
             reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, to), dist.P2POp(dist.irecv, got, frm)])
             for q in reqs:
                 q.wait()
             check(f"batch_isend_irecv ring {dtype}", got, rand(x.shape, dtype, seed * 53 + frm), exact=True)
-        y = torch.arange(10, dtype=torch.float64) * (r + 1)
-        z = torch.empty(10, dtype=torch.float64)
+        y = dev(torch.arange(10, dtype=torch.float64) * (r + 1))
+        z = torch.empty(10, dtype=torch.float64, device=DEV)
         if r % 2 == 0:
             dist.send(y, (r + 1) % p)
             dist.recv(z, (r - 1) % p)
@@ -303,11 +400,13 @@ def main():
             failed.append(f"rank {r}: {name}: did not raise")
         print(f"FAIL {failed[-1]}", flush=True)
 
-    expect_error("BAND", ValueError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
+    expect_error("BAND", ValueError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32, device=DEV),
+                                                                  op=dist.ReduceOp.BAND),
                  ["allreduce", f"rank {r}", "BAND"])
-    expect_error("bool sum", TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool)),
+    expect_error("bool sum", TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool, device=DEV)),
                  ["allreduce", f"rank {r}", "Bool"])
-    expect_error("int AVG", TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG),
+    expect_error("int AVG", TypeError, lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64, device=DEV),
+                                                                     op=dist.ReduceOp.AVG),
                  ["allreduce", f"rank {r}", "AVG"])
     expect_error("recv any source", NotImplementedError, lambda: dist.recv(torch.ones(3)), ["recv", f"rank {r}", "any source"])
 
@@ -316,12 +415,27 @@ def main():
     total = torch.tensor([passed, len(failed)], dtype=torch.int64)
     dist.all_reduce(total, group=GLOO)
     if r == 0:
-        print(f"collectives vs gloo at {p} ranks: {int(total[0])} passed, {int(total[1])} failed", flush=True)
+        where = "" if DEV.type == "cpu" else " (rcoll on cuda)"
+        print(f"collectives vs gloo at {p} ranks{where}: {int(total[0])} passed, {int(total[1])} failed", flush=True)
     dist.destroy_process_group()
     return 0 if not failed else 1
 
 
+def launch(nprocs):
+    """--launch N: skip (77) without CUDA in cuda mode, else become torchrun running this file at N ranks."""
+    skip_without_cuda()
+    sys.stdout.flush()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
+           os.path.abspath(__file__)]
+    os.execv(sys.executable, cmd)
+
+
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--launch", type=int, metavar="N", help="check CUDA (cuda mode), then run torchrun at N ranks")
+    args = ap.parse_args()
+    if args.launch is not None:
+        launch(args.launch)
     try:
         sys.exit(main())
     except Exception:

@@ -9,6 +9,11 @@
 // GPU, the op gets device Buffers (MemoryKind::kCuda), and the results are
 // copied back and checked as for host buffers. Without a usable GPU (or in a
 // build without CUDA) the worker exits 77 (skipped), saying why.
+// --stream-wait (with --memory cuda) runs the checked ops as NCCL users do:
+// issued async on a stream of the worker's, which then waits for each on the
+// GPU (Work::stream_wait, the host not waiting), and the results are copied
+// back on that stream: under injected faults, a copy that ran behind an
+// aborted first attempt instead of the recovered result shows as a mismatch.
 //
 // --duration runs the suite again and again until rank 0 has run it for that
 // long (it broadcasts the decision after every pass, so every rank runs the
@@ -52,6 +57,19 @@ using rcoll::ReduceOp;
 int g_failures = 0;
 int g_checks = 0;
 bool g_device = false;  // --memory cuda
+bool g_stream_wait = false;  // --stream-wait
+void* g_stream = nullptr;    // its stream (a cudaStream_t)
+
+// The options of a checked op: on the worker's stream under --stream-wait.
+rcoll::OpOptions op_opts() {
+  rcoll::OpOptions o;
+  o.cuda_stream = g_stream;
+  return o;
+}
+// Ends a checked op: waited for on the host, or (--stream-wait) on the GPU.
+void finish(const rcoll::Work& w) {
+  rcoll::throw_if_error(g_stream_wait ? w.stream_wait(g_stream) : w.wait());
+}
 
 #if RCOLL_WORKER_CUDA
 void cuda_check(cudaError_t e, const char* what) {
@@ -84,7 +102,10 @@ class DeviceMirror {
     }
     for (auto& r : regions_) {
       cuda_check(cudaMalloc(&r.device, r.bytes), "cudaMalloc");
-      cuda_check(cudaMemcpy(r.device, r.host, r.bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+      // On the stream the op is ordered after (pageable memory: the copy is
+      // staged before this returns, but may still be in flight on the GPU).
+      cuda_check(cudaMemcpyAsync(r.device, r.host, r.bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(g_stream)),
+                 "cudaMemcpyAsync to the device");
     }
     for (Buffer* b : buffers_) {
       b->memory = rcoll::MemoryKind::kCuda;
@@ -94,10 +115,13 @@ class DeviceMirror {
         if (p >= r.host && p < r.host + r.bytes) b->data = r.device + (p - r.host);
     }
   }
-  // Copies every region back to the host and restores the host buffers.
+  // Copies every region back to the host and restores the host buffers
+  // (--stream-wait: on the stream that waited for the op).
   ~DeviceMirror() {
+    cudaStream_t stream = static_cast<cudaStream_t>(g_stream);
     for (auto& r : regions_) {
-      cuda_check(cudaMemcpy(r.host, r.device, r.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+      cuda_check(cudaMemcpyAsync(r.host, r.device, r.bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync to the host");
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       cuda_check(cudaFree(r.device), "cudaFree");
     }
     for (size_t i = 0; i < buffers_.size(); ++i) *buffers_[i] = host_[i];
@@ -371,12 +395,12 @@ void test_allreduce(rcoll::Communicator& comm, const Case& c, bool in_place) {
   auto want = tile(c.dtype, reduced_table(c, p), c.count);
   Buffer bin{in.data(), c.count, c.dtype};
   if (in_place) {
-    run_on({&bin}, [&] { comm.allreduce(bin, c.op); });
+    run_on({&bin}, [&] { finish(comm.allreduce_async(bin, bin, c.op, op_opts())); });
     check(describe("allreduce in place", c, p), r, c, in.data(), want, c.count);
   } else {
     auto out = make_buffer(c, c.count);
     Buffer bout{out.data(), c.count, c.dtype};
-    run_on({&bin, &bout}, [&] { comm.allreduce(bin, bout, c.op); });
+    run_on({&bin, &bout}, [&] { finish(comm.allreduce_async(bin, bout, c.op, op_opts())); });
     check(describe("allreduce", c, p), r, c, out.data(), want, c.count);
     Case exact = c;
     exact.fractional = false;
@@ -402,7 +426,7 @@ void test_allgather(rcoll::Communicator& comm, const Case& c, bool in_place) {
     bin.data = out.data() + block * static_cast<size_t>(r);
   }
   Buffer bout{out.data(), c.count * static_cast<size_t>(p), c.dtype};
-  run_on({&bin, &bout}, [&] { comm.allgather(bin, bout); });
+  run_on({&bin, &bout}, [&] { finish(comm.allgather_async(bin, bout, op_opts())); });
   check(describe(in_place ? "allgather in place" : "allgather", c, p), r, c, out.data(), want, c.count * static_cast<size_t>(p));
 }
 
@@ -414,7 +438,7 @@ void test_reduce_scatter(rcoll::Communicator& comm, const Case& c) {
   auto in = tile(c.dtype, input_table(c, r), total);
   auto out = make_buffer(c, c.count);
   Buffer bin{in.data(), total, c.dtype}, bout{out.data(), c.count, c.dtype};
-  run_on({&bin, &bout}, [&] { comm.reduce_scatter(bin, bout, c.op); });
+  run_on({&bin, &bout}, [&] { finish(comm.reduce_scatter_async(bin, bout, c.op, op_opts())); });
   auto want = tile(c.dtype, reduced_table(c, p), c.count, c.count * static_cast<size_t>(r));
   check(describe("reduce_scatter", c, p), r, c, out.data(), want, c.count);
 }
@@ -423,7 +447,7 @@ void test_broadcast(rcoll::Communicator& comm, const Case& c, int root) {
   const int p = comm.size(), r = comm.rank();
   auto buf = tile(c.dtype, input_table(c, r), c.count);
   Buffer b{buf.data(), c.count, c.dtype};
-  run_on({&b}, [&] { comm.broadcast(b, root); });
+  run_on({&b}, [&] { finish(comm.broadcast_async(b, root, op_opts())); });
   check(describe(("broadcast from root " + std::to_string(root)).c_str(), c, p), r, c, buf.data(),
         tile(c.dtype, input_table(c, root), c.count), c.count);
 }
@@ -470,11 +494,11 @@ void test_send_recv(rcoll::Communicator& comm, const Case& c) {
   Buffer bout{out.data(), c.count, c.dtype}, bin{in.data(), c.count, c.dtype};
   run_on({&bout, &bin}, [&] {
     if (r % 2 == 0) {
-      comm.send(bout, to);
-      comm.recv(bin, from);
+      finish(comm.send_async(bout, to, op_opts()));
+      finish(comm.recv_async(bin, from, op_opts()));
     } else {
-      comm.recv(bin, from);
-      comm.send(bout, to);
+      finish(comm.recv_async(bin, from, op_opts()));
+      finish(comm.send_async(bout, to, op_opts()));
     }
   });
   check(describe("send/recv", c, p), r, c, in.data(), tile(c.dtype, input_table(c, from), c.count), c.count);
@@ -491,7 +515,7 @@ void test_alltoall(rcoll::Communicator& comm, const Case& c) {
   auto in = tile(c.dtype, input_table(c, r), total);
   auto out = make_buffer(c, total);
   Buffer bin{in.data(), total, c.dtype}, bout{out.data(), total, c.dtype};
-  run_on({&bin, &bout}, [&] { comm.alltoall(bin, bout); });
+  run_on({&bin, &bout}, [&] { finish(comm.alltoall_async(bin, bout, op_opts())); });
   std::vector<char> want(total * es + 1);
   for (int q = 0; q < p; ++q) {
     auto theirs = tile(c.dtype, input_table(c, q), block, block * static_cast<size_t>(r));
@@ -573,6 +597,7 @@ int main(int argc, char** argv) {
     else if (k == "--duration") duration_s = std::stod(argv[i + 1]);
     else if (k == "--expect-inflight-min") expect_inflight_min = std::stol(argv[i + 1]);
     else if (k == "--memory") memory = argv[i + 1];
+    else if (k == "--stream-wait") g_stream_wait = std::string(argv[i + 1]) == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -590,6 +615,8 @@ int main(int argc, char** argv) {
       return 77;
     }
     g_device = true;
+    if (g_stream_wait) cuda_check(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&g_stream), cudaStreamNonBlocking),
+                                  "cudaStreamCreateWithFlags");
     int devices = 0;
     (void)cudaGetDeviceCount(&devices);
     const char* rank = std::getenv("RCOLL_RANK");

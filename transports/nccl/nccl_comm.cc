@@ -97,7 +97,18 @@ Result<std::string> new_unique_id() {
 
 struct Comm::Impl {
   ncclComm_t comm = nullptr;
+  // The blocking communicator split from `comm` (Config::blocking) that
+  // takes the calls; null = `comm` takes them.
+  ncclComm_t calls = nullptr;
+  ncclComm_t caller() const { return calls ? calls : comm; }
+  void abort_all() {
+    if (calls) (void)ncclCommAbort(calls);
+    if (comm) (void)ncclCommAbort(comm);
+    calls = comm = nullptr;
+  }
   cudaStream_t stream = nullptr;
+  bool own_stream = false;
+  bool pairwise = false;  // the last confirmation was between two ranks
   cudaEvent_t fence = nullptr;  // for ordering a caller's stream after this one
   int64_t* word = nullptr;      // device memory of the confirmation all-reduce (2 x int64)
   int64_t* pair = nullptr;      // pinned host memory it is copied from and back to
@@ -146,8 +157,12 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
     return c->failure(ErrorCode::kTransport, "cudaSetDevice(" + std::to_string(config.device) + ") failed: " + cuda_error(e));
   }
   Impl& m = *c->impl_;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking); e != cudaSuccess) {
-    return c->failure(ErrorCode::kTransport, "cudaStreamCreateWithFlags failed: " + cuda_error(e));
+  m.stream = static_cast<cudaStream_t>(config.stream);
+  if (m.stream == nullptr) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking); e != cudaSuccess) {
+      return c->failure(ErrorCode::kTransport, "cudaStreamCreateWithFlags failed: " + cuda_error(e));
+    }
+    m.own_stream = true;
   }
   if (cudaError_t e = cudaEventCreateWithFlags(&m.fence, cudaEventDisableTiming); e != cudaSuccess) {
     return c->failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
@@ -208,12 +223,54 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
     return c->failure(r == ncclUnhandledCudaError ? ErrorCode::kUnsupported : ErrorCode::kTransport,
                       "NCCL init of " + std::to_string(config.size) + " ranks failed: " + why);
   }
+  if (config.blocking) {
+    // Every rank splits (it is a collective on the parent), polled as the
+    // init was: the parent is non-blocking, so the split may be in progress.
+    ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
+    child.blocking = 1;
+    const std::string child_name = name + " (blocking calls)";
+    child.commName = child_name.c_str();
+    r = ncclCommSplit(m.comm, 0, config.rank, &m.calls, &child);
+    while (r == ncclInProgress || (r == ncclSuccess && m.calls != nullptr)) {
+      ncclResult_t state = ncclSuccess;
+      r = ncclCommGetAsyncError(m.calls, &state);
+      if (r != ncclSuccess) break;
+      if (state != ncclInProgress) {
+        r = state;
+        break;
+      }
+      if (config.init_deadline.expired() || (config.cancelled && config.cancelled())) {
+        r = ncclInProgress;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (r != ncclSuccess || m.calls == nullptr) {
+      const std::string why = r == ncclInProgress ? std::string("cancelled or past the init deadline") : nccl_error(r, m.comm);
+      if (m.calls) (void)ncclCommAbort(m.calls);
+      m.calls = nullptr;
+      (void)ncclCommAbort(m.comm);
+      m.comm = nullptr;
+      return c->failure(ErrorCode::kTransport, "splitting a blocking NCCL communicator off epoch " +
+                                                   std::to_string(config.epoch) + "'s failed: " + why);
+    }
+  }
   return c;
 }
 
 Comm::~Comm() {
   std::lock_guard<std::mutex> lock(mu_);
   Impl& m = *impl_;
+  if (m.calls) {
+    // The blocking child: its calls are done (or aborted) by now.
+    if (m.healthy()) {
+      (void)ncclCommFinalize(m.calls);
+      (void)ncclCommDestroy(m.calls);
+    } else {
+      (void)ncclCommAbort(m.calls);
+    }
+    m.calls = nullptr;
+  }
   if (m.comm) {
     // A healthy communicator is finalised (its calls drain) within a bound;
     // one that does not settle, or has failed, is aborted.
@@ -239,7 +296,7 @@ Comm::~Comm() {
   if (m.fence) (void)cudaEventDestroy(m.fence);
   if (m.word) (void)cudaFreeAsync(m.word, m.stream);  // behind the stream's work: no device-wide wait
   if (m.pair && m.own_pair) (void)cudaFreeHost(m.pair);
-  if (m.stream) (void)cudaStreamDestroy(m.stream);
+  if (m.stream && m.own_stream) (void)cudaStreamDestroy(m.stream);
 }
 
 Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter) {
@@ -251,13 +308,14 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   for (const Call& c : calls) {
     if (r != ncclSuccess && r != ncclInProgress) break;
     const ncclDataType_t t = to_nccl(c.dtype);
+    ncclComm_t comm = m.caller();
     switch (c.kind) {
-      case CallKind::kAllReduce: r = ncclAllReduce(c.in, c.out, c.count, t, to_nccl(c.op), m.comm, m.stream); break;
-      case CallKind::kAllGather: r = ncclAllGather(c.in, c.out, c.count, t, m.comm, m.stream); break;
-      case CallKind::kReduceScatter: r = ncclReduceScatter(c.in, c.out, c.count, t, to_nccl(c.op), m.comm, m.stream); break;
-      case CallKind::kBroadcast: r = ncclBroadcast(c.in, c.out, c.count, t, c.peer, m.comm, m.stream); break;
-      case CallKind::kSend: r = ncclSend(c.in, c.count, t, c.peer, m.comm, m.stream); break;
-      case CallKind::kRecv: r = ncclRecv(c.out, c.count, t, c.peer, m.comm, m.stream); break;
+      case CallKind::kAllReduce: r = ncclAllReduce(c.in, c.out, c.count, t, to_nccl(c.op), comm, m.stream); break;
+      case CallKind::kAllGather: r = ncclAllGather(c.in, c.out, c.count, t, comm, m.stream); break;
+      case CallKind::kReduceScatter: r = ncclReduceScatter(c.in, c.out, c.count, t, to_nccl(c.op), comm, m.stream); break;
+      case CallKind::kBroadcast: r = ncclBroadcast(c.in, c.out, c.count, t, c.peer, comm, m.stream); break;
+      case CallKind::kSend: r = ncclSend(c.in, c.count, t, c.peer, comm, m.stream); break;
+      case CallKind::kRecv: r = ncclRecv(c.out, c.count, t, c.peer, comm, m.stream); break;
     }
   }
   const ncclResult_t end = ncclGroupEnd();
@@ -267,7 +325,7 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   PollPause pause(kSettleSpin);
   while (r == ncclInProgress) {
     ncclResult_t state = ncclSuccess;
-    r = ncclCommGetAsyncError(m.comm, &state);
+    r = ncclCommGetAsyncError(m.caller(), &state);
     if (r != ncclSuccess) break;
     r = state;
     if (r != ncclInProgress) break;
@@ -280,16 +338,14 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
       m.failed = Status(verdict.code(), verdict.context(),
                         std::string(to_string(calls.front().kind)) + " was still being enqueued (waiting for peers): " +
                             verdict.message() + "; aborted the communicator");
-      (void)ncclCommAbort(m.comm);
-      m.comm = nullptr;
+      m.abort_all();
       return m.failed;
     }
   }
   if (r != ncclSuccess) {
     m.failed = failure(classify(r, m.stream), std::string(to_string(calls.front().kind)) + " of " +
-                                                  std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.comm));
-    (void)ncclCommAbort(m.comm);
-    m.comm = nullptr;
+                                                  std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.caller()));
+    m.abort_all();
     return m.failed;
   }
   return record_ticket();
@@ -314,20 +370,26 @@ Result<uint64_t> Comm::record_ticket() {
   return ticket;
 }
 
-Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& waiter) {
+Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& waiter, int peer) {
   Impl& m = *impl_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!m.healthy()) return m.failed;
     // 62 bits, so that negating never overflows.
     const auto h = static_cast<int64_t>(fingerprint & ((uint64_t{1} << 62) - 1));
+    m.pairwise = peer >= 0;
     m.pair[0] = h;
-    m.pair[1] = -h;
+    // All ranks: the max of (h, -h) is (max h, -min h). Pairwise: the slot
+    // the peer's h lands in, filled with something no h equals.
+    m.pair[1] = m.pairwise ? -1 : -h;
     if (cudaError_t e = cudaMemcpyAsync(m.word, m.pair, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, m.stream); e != cudaSuccess) {
       return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
     }
   }
-  auto t = issue(Call{CallKind::kAllReduce, m.word, m.word, 2, DataType::kInt64, ReduceOp::kMax}, waiter);
+  auto t = peer >= 0 ? issue({Call{CallKind::kSend, m.word, nullptr, 1, DataType::kInt64, ReduceOp::kSum, peer},
+                              Call{CallKind::kRecv, nullptr, m.word + 1, 1, DataType::kInt64, ReduceOp::kSum, peer}},
+                             waiter)
+                     : issue(Call{CallKind::kAllReduce, m.word, m.word, 2, DataType::kInt64, ReduceOp::kMax}, waiter);
   if (!t.ok()) return t;
   std::lock_guard<std::mutex> lock(mu_);
   if (!m.healthy()) return m.failed;
@@ -343,7 +405,8 @@ Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& wa
 
 bool Comm::fingerprints_agree() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return impl_->pair[0] == -impl_->pair[1];
+  const Impl& m = *impl_;
+  return m.pairwise ? m.pair[0] == m.pair[1] : m.pair[0] == -m.pair[1];
 }
 
 Result<uint64_t> Comm::issue_copy(void* dst, const void* src, size_t bytes) {
@@ -373,19 +436,17 @@ Result<bool> Comm::poll(uint64_t ticket) {
     if (e != cudaSuccess) {
       m.failed = Status(kernels::cuda::error_code(e), ErrorContext{config_.rank, -1, 0, static_cast<int64_t>(config_.epoch), "nccl"},
                         "cudaEventQuery failed: " + cuda_error(e) + "; aborted the communicator");
-      (void)ncclCommAbort(m.comm);
-      m.comm = nullptr;
+      m.abort_all();
       return m.failed;
     }
     ++fired;
   }
   ncclResult_t state = ncclSuccess;
-  if (ncclResult_t r = ncclCommGetAsyncError(m.comm, &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+  if (ncclResult_t r = ncclCommGetAsyncError(m.caller(), &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
     m.failed = failure(classify(r != ncclSuccess ? r : state, m.stream),
-                       "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.comm) +
+                       "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.caller()) +
                                                   "; aborted the communicator");
-    (void)ncclCommAbort(m.comm);
-    m.comm = nullptr;
+    m.abort_all();
     return m.failed;
   }
   for (; fired > 0; --fired) {
@@ -403,8 +464,7 @@ void Comm::abort(const Status& why) {
   m.failed = failure(ErrorCode::kAborted, "the NCCL communicator was aborted: " + why.message());
   // Events of calls in flight may still fire (an aborted kernel exits
   // normally): they stay pending and poll() reports them failed.
-  if (m.comm) (void)ncclCommAbort(m.comm);
-  m.comm = nullptr;
+  m.abort_all();
 }
 
 bool Comm::aborted() const {

@@ -84,6 +84,13 @@ class Comm {
     // runtime allocates it once) and not the last epoch's (its stream may
     // still copy a confirmation back); null = the communicator allocates its own.
     void* confirm_host = nullptr;
+    // The stream calls are issued on, outliving the communicator (the
+    // runtime keeps one for every epoch); null = the communicator makes its own.
+    void* stream = nullptr;
+    // Calls on a blocking communicator split from the non-blocking one once
+    // it is up (Options::nccl_blocking): no thread per call, but a call
+    // waiting inside NCCL for a peer cannot be cut short by `waiter`.
+    bool blocking = false;
   };
   // Joins the communicator `unique_id` names (bytes from new_unique_id()).
   // kInvalidArgument for a malformed id, kUnsupported without a usable GPU,
@@ -111,8 +118,12 @@ class Comm {
   // rank's runs only after its calls are done, so when it is done here,
   // every rank's calls are: nothing of them can need running again anywhere;
   // and fingerprints_agree() then tells whether every rank ran the same op.
-  Result<uint64_t> issue_confirmation(uint64_t fingerprint, const Waiter& waiter);
-  // After the confirmation's ticket is done: max == -max(-x) iff all equal.
+  // With `peer` >= 0 (a send or receive), the same between the pair only: a
+  // send of this rank's fingerprint to `peer` and a receive of the peer's,
+  // as one group.
+  Result<uint64_t> issue_confirmation(uint64_t fingerprint, const Waiter& waiter, int peer = -1);
+  // After the confirmation's ticket is done: max == -max(-x) iff all equal
+  // (pairwise: the peer's fingerprint equals this rank's).
   bool fingerprints_agree() const;
   // A device-to-device copy on the communicator's stream, as a ticket.
   Result<uint64_t> issue_copy(void* dst, const void* src, size_t bytes);

@@ -7,8 +7,10 @@
 
 Every op runs under rcoll's per-op progress deadlines, liveness and in-process
 recovery: a closed link or a frozen peer costs a recovery, not the job. The
-process group's ``timeout`` caps rcoll's deadlines. CUDA tensors are staged
-through host memory (their ops complete before the call returns).
+process group's ``timeout`` caps rcoll's deadlines. Ops on CUDA tensors run on
+their GPU (on NCCL), ordered after the current stream; ``work.wait()`` makes the
+current stream wait for rcoll's verdict on the op (RCOLL_BLOCKING_WAIT=1 or
+TORCH_NCCL_BLOCKING_WAIT=1: the host waits), as with ProcessGroupNCCL.
 """
 from __future__ import annotations
 
@@ -40,15 +42,18 @@ def get_backend(group=None, device: str = "cpu") -> RcollBackend:
     return backend
 
 
-def counters(group=None) -> dict:
-    """rcoll's counters for ``group``: ops, bytes_sent, bytes_received, recoveries,
-    fallbacks, recovery_seconds, faults_injected, delays_injected, epoch, transport."""
-    return get_backend(group).counters()
+def counters(group=None, device: str = "cpu") -> dict:
+    """rcoll's counters for ``group``'s ``device`` backend (PyTorch makes one per
+    device type, each with its own communicator: "cuda" for ops on CUDA tensors):
+    ops, bytes_sent, bytes_received, recoveries, fallbacks, recovery_seconds,
+    faults_injected, delays_injected, epoch, transport, device_transport ("nccl",
+    or "staged" through host memory), nccl_ops."""
+    return get_backend(group, device).counters()
 
 
-def diagnostics(group=None) -> str:
+def diagnostics(group=None, device: str = "cpu") -> str:
     """Identity, epoch, transport, counters and the last ops, for humans."""
-    return get_backend(group).diagnostics()
+    return get_backend(group, device).diagnostics()
 
 
 def abort(group=None) -> None:

@@ -1,0 +1,15 @@
+// kernels/stream_gate.h in a build without the CUDA toolkit: there is no gate.
+#include "kernels/stream_gate.h"
+
+namespace rcoll::kernels::cuda {
+
+Result<std::unique_ptr<StreamGate>> StreamGate::create(uint32_t) {
+  return Status(ErrorCode::kUnsupported, "this build of rcoll has no CUDA (built without the CUDA toolkit)");
+}
+void StreamGate::open_through(uint64_t) {}
+uint32_t StreamGate::opened() const { return 0; }
+Status StreamGate::enqueue_wait(void*, uint64_t) const {
+  return Status(ErrorCode::kUnsupported, "this build of rcoll has no CUDA (built without the CUDA toolkit)");
+}
+
+}  // namespace rcoll::kernels::cuda

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU checks of device ops on NCCL (the PyTorch backend on CUDA tensors,
+# stream-ordered waits, device send/recv, NCCL-level overhead) as one script,
+# for a GPU machine that has CUDA, NCCL, PyTorch and CMake but none of rcoll's
+# other dependencies. Ranks share its one GPU as separate NCCL hosts, under MPS.
+#
+# Made here first:
+#   scripts/build.sh && scripts/gpu_bundle.sh       build-gpu: the C++ tests, rcoll-run, the benches
+#   scripts/gpu_torch_ext.sh                        build-torch-gpu: the extension for that machine's Python
+# Then there, from the repository root, with both folders carried:
+#   scripts/gpu_session.sh [STEP...]                default: every step, in the order below
+# Steps: env torch ctest ddp pipeline bench. Every step has a time limit and
+# a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
+# cut short still brings back what it did), $OUT/summary.txt one line per step.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${OUT:-/tmp/rcoll-gpu-out}
+logs=/tmp/rcoll-gpu-logs
+mkdir -p "$out" "$logs"
+bundle=$root/build-gpu
+ext=$root/build-torch-gpu/python
+steps=("$@")
+((${#steps[@]})) || steps=(env torch ctest ddp pipeline bench)
+
+# NCCL: the system's, else the one PyTorch's wheels bring (what torch loads too).
+nccl_dir=$(ldconfig -p | awk '/libnccl.so.2 / {print $NF; exit}' | xargs -r dirname)
+if [[ -z $nccl_dir ]]; then
+  nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null)
+  [[ -d $nccl_lib ]] && nccl_dir=$nccl_lib
+fi
+export LD_LIBRARY_PATH=$bundle/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[[ -d $bundle/lib/ucx ]] && export UCX_MODULE_DIR=$bundle/lib/ucx
+export PYTHONPATH=$ext${PYTHONPATH:+:$PYTHONPATH}
+export RCOLL_TORCH_PYTHON=$(command -v python3)
+export OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
+
+pack() { tar czf "$out/gpu-logs.tgz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
+# step NAME SECONDS COMMAND...: runs it with a limit, logs it, notes the outcome.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $(date +%T) $name (limit ${limit} s): $*"
+  local t0=$SECONDS
+  timeout -k 15 "$limit" "$@" >"$logs/$name.log" 2>&1
+  local rc=$?
+  local line="$name: exit $rc in $((SECONDS - t0)) s"
+  echo "$line" | tee -a "$out/summary.txt"
+  tail -n "${RCOLL_GPU_TAIL:-12}" "$logs/$name.log"
+  pack
+  return 0
+}
+
+mps_on() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+  mkdir -p /tmp/mps /tmp/mpslog
+  nvidia-cuda-mps-control -d 2>/dev/null && echo "MPS on" || echo "MPS did not start: ranks time-slice the GPU"
+}
+mps_on | tee -a "$out/summary.txt"
+trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null; pack' EXIT
+
+for s in "${steps[@]}"; do
+  case $s in
+    env)
+      step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
+        echo nproc \$(nproc); echo NCCL: $nccl_dir; ls $nccl_dir; python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())';
+        scripts/gpu_tests.sh env"
+      ;;
+    torch)
+      # The extension loads beside that machine's torch, and every collective
+      # on CUDA tensors agrees with gloo on CPU copies of them.
+      step torch_import 60 python3 -c 'import torch, rcoll.torch, rcoll._C as c; print(c.version(), torch.__version__)'
+      step torch_collectives_cuda 240 env RCOLL_CHECK_DEVICE=cuda python3 python/tests/collectives_check.py --launch 2
+      ;;
+    ctest)
+      # The new device-op tests first (stream waits under faults, send/recv on
+      # NCCL, blocking calls), then the NCCL suite that was there before.
+      step ctest_new 300 env RCOLL_GPU_TEST_TIMEOUT=240 scripts/gpu_tests.sh ctest -j 3 \
+        -R "stream_wait|nccl_np2_blocking|correctness_cuda_nccl_np[124]$|nccl_comm_test|NcclComm"
+      step ctest_recovery 400 env RCOLL_GPU_TEST_TIMEOUT=240 scripts/gpu_tests.sh ctest -j 2 \
+        -R "recovery_cuda_nccl|fallback_cuda_nccl"
+      ;;
+    ddp)
+      step ddp_cuda 420 python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50}
+      ;;
+    pipeline)
+      step pipeline_cuda 300 python3 python/tests/pipeline_cuda.py --ranks 4
+      ;;
+    bench)
+      # rcoll against raw NCCL, same ranks, same run: 1 and 2 ranks; NCCL's
+      # non-blocking communicator (the default) and blocking calls.
+      run="$bundle/tools/rcoll-run"
+      b="$bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes 8,4K,1M,64M,256M --iters 30 --warmup 5 --compare nccl"
+      for np in 1 2; do
+        step "bench_np${np}" 180 env RCOLL_TRANSPORTS=nccl,tcp $run -n $np -- $b --json $logs/bench_np${np}.json \
+          --compare-dir $logs/bench_np${np}
+        step "bench_np${np}_blocking" 180 env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=1 $run -n $np -- $b \
+          --json $logs/bench_np${np}_blocking.json --compare-dir $logs/bench_np${np}_blocking
+      done
+      ;;
+    *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench)" >&2 ;;
+  esac
+done
+echo "=== $(date +%T) done"
