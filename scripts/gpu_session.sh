@@ -9,7 +9,7 @@
 #   scripts/gpu_torch_ext.sh                        build-torch-gpu: the extension for that machine's Python
 # Then there, from the repository root, with both folders carried:
 #   scripts/gpu_session.sh [STEP...]                default: every step, in the order below
-# Steps: env torch ctest ddp pipeline bench. Every step has a time limit and
+# Steps: env torch ctest ddp pipeline bench recovery. Every step has a time limit and
 # a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
 # cut short still brings back what it did), $OUT/summary.txt one line per step.
 set -uo pipefail
@@ -21,7 +21,7 @@ mkdir -p "$out" "$logs"
 bundle=$root/build-gpu
 ext=$root/build-torch-gpu/python
 steps=("$@")
-((${#steps[@]})) || steps=(env torch ctest ddp pipeline bench)
+((${#steps[@]})) || steps=(env torch ctest ddp pipeline bench recovery)
 
 # NCCL: the system's, else the one PyTorch's wheels bring (what torch loads too).
 nccl_dir=$(ldconfig -p | awk '/libnccl.so.2 / {print $NF; exit}' | xargs -r dirname)
@@ -62,29 +62,34 @@ trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null; pack' EXIT
 for s in "${steps[@]}"; do
   case $s in
     env)
-      step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
+      step env 30 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
         echo nproc \$(nproc); echo NCCL: $nccl_dir; ls $nccl_dir; python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())';
         scripts/gpu_tests.sh env"
       ;;
     torch)
       # The extension loads beside that machine's torch, and every collective
       # on CUDA tensors agrees with gloo on CPU copies of them.
-      step torch_import 60 python3 -c 'import torch, rcoll.torch, rcoll._C as c; print(c.version(), torch.__version__)'
-      step torch_collectives_cuda 240 env RCOLL_CHECK_DEVICE=cuda python3 python/tests/collectives_check.py --launch 2
+      step torch_import 30 python3 -c 'import torch, rcoll.torch, rcoll._C as c; print(c.version(), torch.__version__)'
+      step torch_collectives_cuda ${RCOLL_GPU_LIMIT_COLLECTIVES:-150} env RCOLL_CHECK_DEVICE=cuda python3 python/tests/collectives_check.py --launch 2
       ;;
     ctest)
-      # The new device-op tests first (stream waits under faults, send/recv on
-      # NCCL, blocking calls), then the NCCL suite that was there before.
-      step ctest_new 300 env RCOLL_GPU_TEST_TIMEOUT=240 scripts/gpu_tests.sh ctest -j 3 \
+      # The device-op tests: stream waits (under faults too), send/recv on
+      # NCCL, blocking calls, and the NCCL suite at 1, 2 and 4 ranks.
+      step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest -j 3 \
         -R "stream_wait|nccl_np2_blocking|correctness_cuda_nccl_np[124]$|nccl_comm_test|NcclComm"
-      step ctest_recovery 400 env RCOLL_GPU_TEST_TIMEOUT=240 scripts/gpu_tests.sh ctest -j 2 \
+      ;;
+    recovery)
+      # The NCCL recoveries and fallbacks that were there before.
+      step recovery 400 env RCOLL_GPU_TEST_TIMEOUT=240 scripts/gpu_tests.sh ctest -j 2 \
         -R "recovery_cuda_nccl|fallback_cuda_nccl"
       ;;
     ddp)
-      step ddp_cuda 420 python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50}
+      step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
+        --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120}
       ;;
     pipeline)
-      step pipeline_cuda 300 python3 python/tests/pipeline_cuda.py --ranks 4
+      step pipeline_cuda ${RCOLL_GPU_LIMIT_PIPELINE:-300} python3 python/tests/pipeline_cuda.py --ranks 4 \
+        --microbatches ${RCOLL_PIPELINE_MICROBATCHES:-40} --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120}
       ;;
     bench)
       # rcoll against raw NCCL, same ranks, same run: 1 and 2 ranks; NCCL's
@@ -98,7 +103,7 @@ for s in "${steps[@]}"; do
           --json $logs/bench_np${np}_blocking.json --compare-dir $logs/bench_np${np}_blocking
       done
       ;;
-    *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench)" >&2 ;;
+    *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench recovery)" >&2 ;;
   esac
 done
 echo "=== $(date +%T) done"

@@ -18,4 +18,4 @@ cmake -S . -B build-torch-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DRCOLL_TORCH_
   -DRCOLL_BUILD_TESTS=OFF -DRCOLL_BUILD_BENCH=OFF >/dev/null
 ninja -C build-torch-gpu -j "${RCOLL_JOBS:-$(nproc)}" rcoll_torch
 strip --strip-debug build-torch-gpu/python/rcoll/_C*.so
-du -sh build-torch-gpu/python
+du -sh build-torch-gpu/python/rcoll

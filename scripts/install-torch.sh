@@ -21,6 +21,7 @@ imports() {
   "$venv/bin/python" - "$version" <<'PY' 2>/dev/null
 import sys
 import torch, torch.distributed as dist
+from torch.utils import cpp_extension  # what the build asks torch (needs setuptools, which Python 3.12 venvs lack)
 sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] and dist.is_available() and dist.is_gloo_available() else 1)
 PY
 }
@@ -41,7 +42,7 @@ quiet() {
 }
 quiet "${pip[@]}" --no-deps "torch==$version"
 quiet "${pip[@]}" "filelock==4.2.11" "typing-extensions==4.16.0" "sympy==1.14.0" "mpmath==1.3.0" "networkx==3.6.1" \
-  "jinja2==3.1.6" "markupsafe==3.0.4" "fsspec==2026.9.0" "numpy==2.4.6"
+  "jinja2==3.1.6" "markupsafe==3.0.4" "fsspec==2026.9.0" "numpy==2.4.6" "setuptools==81.0.0"
 quiet "${pip[@]}" --no-deps "nvidia-cufile==1.15.1.6" "nvidia-cusparselt-cu13==0.8.0" "nvidia-nvshmem-cu13==3.4.5"
 if ! imports; then
   echo "install-torch: torch does not import with the system's CUDA libraries; installing its full dependency set"
