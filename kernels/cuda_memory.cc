@@ -132,12 +132,12 @@ Result<bool> event_done(void* event) {
   return failed(e, "cudaEventQuery");
 }
 
-Status wait_event(void* event, Deadline deadline, const std::string& what) {
+Status wait_event(void* event, Deadline deadline, const std::string& what, Clock::duration max_sleep) {
   // Poll, yielding for 1 ms; then sleeping between polls, a little more the
   // longer it takes, so a long wait (the caller's own kernels still running)
   // does not hold a core.
   const auto started = Clock::now();
-  PollPause pause(Millis(1));
+  PollPause pause(Millis(1), max_sleep);
   for (;;) {
     auto done = event_done(event);
     if (!done.ok()) return Status(done.status().code(), what + ": " + done.status().message());

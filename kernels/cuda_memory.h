@@ -72,9 +72,10 @@ Status event_record(void* event, void* stream);
 Status stream_wait_event(void* stream, void* event);
 // Whether the work before the event's record has finished.
 Result<bool> event_done(void* event);
-// Polls the event until it fires or `deadline` passes (kTimeout, naming `what`).
+// Polls the event until it fires or `deadline` passes (kTimeout, naming `what`),
+// sleeping at most `max_sleep` between polls once past the first 1 ms.
 // Never a cudaEventSynchronize: a hung GPU cannot hang the caller.
-Status wait_event(void* event, Deadline deadline, const std::string& what);
+Status wait_event(void* event, Deadline deadline, const std::string& what, Clock::duration max_sleep = Millis(1));
 
 // Any direction (cudaMemcpyDefault: unified addressing tells host from device).
 Status copy_async(void* dst, const void* src, size_t bytes, void* stream);

@@ -19,7 +19,7 @@ void event_destroy(void*) {}
 Status event_record(void*, void*) { return none(); }
 Status stream_wait_event(void*, void*) { return none(); }
 Result<bool> event_done(void*) { return none(); }
-Status wait_event(void*, Deadline, const std::string&) { return none(); }
+Status wait_event(void*, Deadline, const std::string&, Clock::duration) { return none(); }
 Status copy_async(void*, const void*, size_t, void*) { return none(); }
 Status PinnedBuffer::reserve(size_t) { return none(); }
 size_t PinnedBuffer::release() { return 0; }

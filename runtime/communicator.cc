@@ -639,7 +639,11 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
     // The gate and the stream the verdicts queue on, once per communicator.
     // Without stream memory operations Work::stream_wait waits on the host.
     gate_tried_ = true;
-    auto gate = cuda::StreamGate::create(static_cast<uint32_t>(op.seq - 1));
+    Result<std::unique_ptr<cuda::StreamGate>> gate =
+        nccl::revocable() ? cuda::StreamGate::create(static_cast<uint32_t>(op.seq - 1))
+                          : Result<std::unique_ptr<cuda::StreamGate>>(Status(
+                                ErrorCode::kUnsupported, "NCCL " + nccl::version() + " has no ncclCommRevoke, and a "
+                                "recovery's abort would wait for a stream held at the gate"));
     Status s = gate.ok() ? verdict_stream_.create() : gate.status();
     if (s.ok()) {
       gate_owner_ = std::move(gate).value();
@@ -690,6 +694,7 @@ void CommunicatorImpl::release_device_resources() {
   for (nccl::Comm* c : {nccl_.get(), nccl_retired_.get()}) {
     if (c && device_stream_.get()) (void)c->order_after_me(device_stream_.get());
   }
+  nccl_graveyard_.clear();
   nccl_.reset();
   nccl_retired_.reset();
   nccl_backup_.reset();

@@ -226,6 +226,13 @@ class CommunicatorImpl : public ProgressGuard {
   kernels::cuda::PinnedBuffer nccl_confirm_host_;  // every epoch's confirmations (declared first: outlives them)
   std::unique_ptr<nccl::Comm> nccl_;
   std::unique_ptr<nccl::Comm> nccl_retired_;  // the last epoch's, until a new one follows it
+  // Stopped communicators whose memory is not freed yet: freeing waits for
+  // the whole GPU, so it waits until no stream is held at the stream gate
+  // (the end of an op, bury_nccl()); see nccl::Comm::abort.
+  std::vector<std::unique_ptr<nccl::Comm>> nccl_graveyard_;
+  void bury_nccl();
+  // nccl_ (stopped) becomes the retired one; a retired one before it goes to the graveyard.
+  void retire_nccl();
   uint32_t nccl_epoch_ = 0;
   std::string nccl_off_;  // why device collectives no longer run on NCCL ("" = they do)
   bool nccl_restart_staged_ = false;

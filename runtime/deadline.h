@@ -45,24 +45,25 @@ class Deadline {
 
 // The pause between two polls of something a device finishes (a CUDA event,
 // NCCL's enqueue): a yield for the first `spin` of the wait, then a sleep of
-// a sixteenth of the time waited so far, at most 1 ms. So a wait ends within
-// a few percent of what it waits for (a fixed sleep after a fixed spin adds
-// the sleep to every op just longer than the spin), and a long one leaves
-// its core alone.
+// a sixteenth of the time waited so far, at most `max_sleep`. So a wait ends
+// within a few percent of what it waits for (a fixed sleep after a fixed spin
+// adds the sleep to every op just longer than the spin), and a long one
+// leaves its core alone.
 class PollPause {
  public:
-  explicit PollPause(Clock::duration spin) : spin_(spin) {}
+  explicit PollPause(Clock::duration spin, Clock::duration max_sleep = Millis(1)) : spin_(spin), max_sleep_(max_sleep) {}
   void operator()() const {
     const Clock::duration waited = Clock::now() - since_;
     if (waited < spin_) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, Millis(1)));
+      std::this_thread::sleep_for(std::min<Clock::duration>(waited / 16, max_sleep_));
     }
   }
 
  private:
   Clock::duration spin_;
+  Clock::duration max_sleep_;
   Clock::time_point since_ = Clock::now();
 };
 

@@ -47,8 +47,12 @@ using nccl::Call;
 constexpr Millis kNcclInitFloor{30000};
 constexpr size_t kNcclInitFailuresToDrop = 2;
 constexpr Millis kStoreWaitSlice{50};
-// How long a wait for an op's NCCL calls polls without sleeping.
+// How long a wait for an op's NCCL calls polls without sleeping, and the
+// longest sleep between polls after: an op on NCCL is worth a core, and a
+// data-parallel step's ops (tens of ms each) each end up to a sleep late
+// (with the 1 ms every other wait allows, 3% of DDP's step on one GPU).
 constexpr std::chrono::microseconds kNcclSpin{1000};
+constexpr std::chrono::microseconds kNcclMaxSleep{100};
 using nccl::CallKind;
 
 ElementRange slice_range(const Op& op, size_t k, size_t slices) {
@@ -158,13 +162,30 @@ void CommunicatorImpl::abort_nccl_on_device(const Status& why) {
   nccl_->abort(why);
 }
 
+void CommunicatorImpl::retire_nccl() {
+  if (nccl_retired_) nccl_graveyard_.push_back(std::move(nccl_retired_));
+  nccl_retired_ = std::move(nccl_);
+}
+
+void CommunicatorImpl::bury_nccl() {
+  if (nccl_graveyard_.empty()) return;
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = device_;
+  }
+  kernels::cuda::ScopedDevice on;
+  if (device >= 0) (void)on.enter(device);
+  nccl_graveyard_.clear();
+}
+
 void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
   if (!nccl_off_.empty()) return;
   nccl_off_ = why;
   nccl_dropped_ = true;
   ++nccl_fallbacks_;
   if (nccl_) nccl_->abort(Status(ErrorCode::kAborted, "NCCL dropped: " + why));
-  if (nccl_) nccl_retired_ = std::move(nccl_);
+  if (nccl_) retire_nccl();
   RCOLL_LOG(kWarn, "every rank stops using NCCL for device collectives from epoch %u on (%s); they are staged through "
             "pinned host memory over %s instead (fallback #%llu)",
             epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
@@ -205,7 +226,7 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   // draining kernels.
   if (nccl_) {
     nccl_->abort(Status(ErrorCode::kAborted, "replaced by epoch " + std::to_string(epoch) + "'s communicator"));
-    nccl_retired_ = std::move(nccl_);
+    retire_nccl();
   }
   const auto started = Clock::now();
   const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
@@ -320,7 +341,10 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     } give_up{[&] {
       if (decided) return;
       (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
-      if (made.ok()) made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
+      if (made.ok()) {
+        made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
+        nccl_graveyard_.push_back(std::move(made).value());
+      }
     }};
     if (Status s = store_->set(base + "outcome/" + std::to_string(rank_), Bytes(mine.begin(), mine.end())); !s.ok()) {
       return Status(s.code(), ctx, s.message());
@@ -353,10 +377,10 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     // still holds (backup copies behind aborted kernels).
     if (Status s = nccl_->follow(*nccl_retired_); !s.ok()) {
       nccl_->abort(s);
-      nccl_.reset();
+      nccl_graveyard_.push_back(std::move(nccl_));
       return Status(s.code(), ctx, "ordering epoch " + std::to_string(epoch) + "'s NCCL stream after the last: " + s.message());
     }
-    nccl_retired_.reset();
+    nccl_graveyard_.push_back(std::move(nccl_retired_));
   }
   nccl_epoch_ = epoch;
   RCOLL_LOG(kInfo, "NCCL %s communicator of epoch %u up in %.1f ms (%d ranks, CUDA device %d)", nccl::version().c_str(), epoch,
@@ -546,7 +570,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // kNcclSpin of each wait (as cudaStreamSynchronize spins: an op on NCCL is
   // worth a core), then sleeping a little more the longer it takes.
   auto wait_for = [&](uint64_t ticket) -> Status {
-    PollPause pause(std::max<Clock::duration>(spin(), kNcclSpin));
+    PollPause pause(std::max<Clock::duration>(spin(), kNcclSpin), kNcclMaxSleep);
     for (;;) {
       auto done = comm.poll(ticket);
       if (!done.ok()) return done.status();

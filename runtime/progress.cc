@@ -111,6 +111,9 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   // The op's verdict: streams waiting for it (Work::stream_wait) go on. Its
   // GPU work, if any, was seen done (or, after a failure for good, is let go).
   if (auto* gate = gate_.load()) gate->open_through(op.seq);
+  // Only now, with no stream held at the gate, may a stopped NCCL
+  // communicator's memory be freed (that waits for the whole GPU).
+  bury_nccl();
   op.work->finish(std::move(s));
 }
 
@@ -281,8 +284,10 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
     waiting_device_op_ = &op;
     Status s;
     for (;;) {
+      // Polled closely: the op (a data-parallel step's bucket, say) goes to
+      // NCCL as soon as the caller's stream gets there.
       s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(std::chrono::milliseconds(20)),
-                                    "waiting for the caller's CUDA stream to reach the op");
+                                    "waiting for the caller's CUDA stream to reach the op", std::chrono::microseconds(100));
       if (s.ok() || s.code() != ErrorCode::kTimeout || until.expired()) break;
       if (!shrink_if_peer_died()) recover_if_peer_failed();
       if (!fatal_.ok() || shrink_generation_ != generation) break;

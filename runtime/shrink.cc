@@ -68,7 +68,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   // retired: the next one follows its stream.
   if (nccl_) {
     abort_nccl_on_device(why);
-    nccl_retired_ = std::move(nccl_);
+    retire_nccl();
   }
   nccl_init_failures_ = 0;
   RingQueue<Op> stale;

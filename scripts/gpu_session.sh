@@ -78,30 +78,34 @@ for s in "${steps[@]}"; do
       step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest -j 3 \
         -R "stream_wait|nccl_np2_blocking|correctness_cuda_nccl_np[124]$|nccl_comm_test|NcclComm"
       ;;
-    recovery)
-      # The NCCL recoveries and fallbacks that were there before.
-      step recovery 400 env RCOLL_GPU_TEST_TIMEOUT=240 scripts/gpu_tests.sh ctest -j 2 \
-        -R "recovery_cuda_nccl|fallback_cuda_nccl"
-      ;;
     ddp)
       step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
-        --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120}
+        --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120} ${RCOLL_DDP_ARGS:-}
       ;;
     pipeline)
       step pipeline_cuda ${RCOLL_GPU_LIMIT_PIPELINE:-300} python3 python/tests/pipeline_cuda.py --ranks 4 \
         --microbatches ${RCOLL_PIPELINE_MICROBATCHES:-40} --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120}
       ;;
     bench)
-      # rcoll against raw NCCL, same ranks, same run: 1 and 2 ranks; NCCL's
-      # non-blocking communicator (the default) and blocking calls.
+      # rcoll against raw NCCL, same ranks, same run (RCOLL_GPU_BENCH: rank
+      # counts, "b" for blocking NCCL calls; default 1 2 1b 2b).
       run="$bundle/tools/rcoll-run"
-      b="$bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes 8,4K,1M,64M,256M --iters 30 --warmup 5 --compare nccl"
-      for np in 1 2; do
-        step "bench_np${np}" 180 env RCOLL_TRANSPORTS=nccl,tcp $run -n $np -- $b --json $logs/bench_np${np}.json \
-          --compare-dir $logs/bench_np${np}
-        step "bench_np${np}_blocking" 180 env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=1 $run -n $np -- $b \
-          --json $logs/bench_np${np}_blocking.json --compare-dir $logs/bench_np${np}_blocking
+      sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
+      for cell in ${RCOLL_GPU_BENCH:-1 2 1b 2b}; do
+        np=${cell%b}
+        blocking=0
+        [[ $cell == *b ]] && blocking=1
+        step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=$blocking \
+          $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \
+          --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_np${cell}.json \
+          --compare-dir $logs/bench_np${cell}
       done
+      ;;
+    recovery)
+      # The NCCL recoveries (RCOLL_GPU_RECOVERY: a ctest -R pattern), under
+      # stream waits too.
+      step recovery ${RCOLL_GPU_LIMIT_RECOVERY:-400} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} \
+        scripts/gpu_tests.sh ctest -j 2 -R "${RCOLL_GPU_RECOVERY:-recovery_cuda_nccl|fallback_cuda_nccl}"
       ;;
     *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench recovery)" >&2 ;;
   esac

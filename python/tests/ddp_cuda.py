@@ -87,6 +87,8 @@ def train(a, d, name, backend, args=(), env=None):
              f"{[c.get('faults_injected') for c in counters]}, device transport "
              f"{[c.get('device_transport') for c in counters]}, nccl ops {[c.get('nccl_ops') for c in counters]}"
              if backend == "rcoll" else ""), flush=True)
+    if infos and infos[0] and "step_ms" in infos[0]:
+        print(f"    rank 0 step ms: {infos[0]['step_ms']}", flush=True)
     for line in [l for l in log.splitlines() if any(m in l for m in LOG_MARKERS)][:30]:
         print("   ", line, flush=True)
     if rc != 0:
@@ -127,6 +129,8 @@ def main():
     ap.add_argument("--inject", default="auto", help='RCOLL_INJECT for the fault run, or "auto"')
     ap.add_argument("--sigstop-at", type=int, default=20)
     ap.add_argument("--sigstop-s", type=float, default=5)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:VAR=VALUE[,VAR=VALUE]: one more fault-free rcoll run with that environment, timed only")
     a = ap.parse_args()
     skip_without_cuda()
     if a.ranks < 2:
@@ -165,6 +169,11 @@ def main():
                       for k, p in nccl["params"].items()), f"rcoll's parameters differ from nccl's (max {diff:.3g})")
         if rcoll_ok:
             check(not any(recoveries(rcoll)), f"fault-free rcoll run counted recoveries {recoveries(rcoll)}")
+        for v in a.variant:
+            name, _, assigns = v.partition(":")
+            env = dict(kv.split("=", 1) for kv in assigns.split(",") if kv)
+            run = train(a, d, f"rcoll+{name}", "rcoll", env=env)
+            summary.setdefault("variants", {})[name] = {"env": env, "median_step_ms": median_ms(run), "exit": run["rc"]}
         faulty = []
         if not a.skip_faults and rcoll_ok:
             spec = inject_spec(a, rcoll)

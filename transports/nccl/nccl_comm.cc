@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <dlfcn.h>
+
 #include <cstring>
 #include <thread>
 
@@ -66,9 +68,19 @@ ErrorCode classify(ncclResult_t r, cudaStream_t stream) {
   return kernels::cuda::error_code(e) == ErrorCode::kDevice ? ErrorCode::kDevice : ErrorCode::kTransport;
 }
 
+// ncclCommRevoke (NCCL 2.28 on): stops a communicator's calls in flight
+// without freeing anything. Looked up at run time, so an older NCCL still loads.
+using RevokeFn = ncclResult_t (*)(ncclComm_t, int);
+RevokeFn revoke_entry() {
+  static RevokeFn fn = reinterpret_cast<RevokeFn>(dlsym(RTLD_DEFAULT, "ncclCommRevoke"));
+  return fn;
+}
+
 }  // namespace
 
 bool built() { return true; }
+
+bool revocable() { return revoke_entry() != nullptr; }
 
 std::string version() {
   int v = 0;
@@ -97,14 +109,23 @@ Result<std::string> new_unique_id() {
 
 struct Comm::Impl {
   ncclComm_t comm = nullptr;
-  // The blocking communicator split from `comm` (Config::blocking) that
-  // takes the calls; null = `comm` takes them.
-  ncclComm_t calls = nullptr;
-  ncclComm_t caller() const { return calls ? calls : comm; }
-  void abort_all() {
-    if (calls) (void)ncclCommAbort(calls);
-    if (comm) (void)ncclCommAbort(comm);
-    calls = comm = nullptr;
+  // Set once its calls were told to stop (revoked, or aborted where NCCL has
+  // no revoke): it takes no more calls, and is freed by the destructor.
+  bool stopped = false;
+  // Stops every call in flight. Freeing NCCL's memory (ncclCommAbort) waits
+  // for the whole device, and a stream may be waiting at rcoll's stream gate
+  // for the very recovery this failure starts (kernels/stream_gate.h): the
+  // memory is freed later, by the destructor, which the runtime defers until
+  // no gate is closed. Where NCCL cannot revoke, this aborts at once.
+  void stop() {
+    if (stopped || comm == nullptr) return;
+    stopped = true;
+    if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
+      const ncclResult_t r = revoke(comm, 0);
+      if (r == ncclSuccess || r == ncclInProgress) return;
+    }
+    (void)ncclCommAbort(comm);
+    comm = nullptr;
   }
   cudaStream_t stream = nullptr;
   bool own_stream = false;
@@ -179,7 +200,10 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
   }
 
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
+  // Non-blocking unless asked: init and every call then return at once and
+  // are polled, so a deadline or an abort from another thread cuts in. A
+  // blocking communicator's init is bounded by its peers alone.
+  cfg.blocking = config.blocking ? 1 : 0;
   const std::string name = "rcoll epoch " + std::to_string(config.epoch);
   cfg.commName = name.c_str();
   const auto started = Clock::now();
@@ -223,54 +247,12 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
     return c->failure(r == ncclUnhandledCudaError ? ErrorCode::kUnsupported : ErrorCode::kTransport,
                       "NCCL init of " + std::to_string(config.size) + " ranks failed: " + why);
   }
-  if (config.blocking) {
-    // Every rank splits (it is a collective on the parent), polled as the
-    // init was: the parent is non-blocking, so the split may be in progress.
-    ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
-    child.blocking = 1;
-    const std::string child_name = name + " (blocking calls)";
-    child.commName = child_name.c_str();
-    r = ncclCommSplit(m.comm, 0, config.rank, &m.calls, &child);
-    while (r == ncclInProgress || (r == ncclSuccess && m.calls != nullptr)) {
-      ncclResult_t state = ncclSuccess;
-      r = ncclCommGetAsyncError(m.calls, &state);
-      if (r != ncclSuccess) break;
-      if (state != ncclInProgress) {
-        r = state;
-        break;
-      }
-      if (config.init_deadline.expired() || (config.cancelled && config.cancelled())) {
-        r = ncclInProgress;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (r != ncclSuccess || m.calls == nullptr) {
-      const std::string why = r == ncclInProgress ? std::string("cancelled or past the init deadline") : nccl_error(r, m.comm);
-      if (m.calls) (void)ncclCommAbort(m.calls);
-      m.calls = nullptr;
-      (void)ncclCommAbort(m.comm);
-      m.comm = nullptr;
-      return c->failure(ErrorCode::kTransport, "splitting a blocking NCCL communicator off epoch " +
-                                                   std::to_string(config.epoch) + "'s failed: " + why);
-    }
-  }
   return c;
 }
 
 Comm::~Comm() {
   std::lock_guard<std::mutex> lock(mu_);
   Impl& m = *impl_;
-  if (m.calls) {
-    // The blocking child: its calls are done (or aborted) by now.
-    if (m.healthy()) {
-      (void)ncclCommFinalize(m.calls);
-      (void)ncclCommDestroy(m.calls);
-    } else {
-      (void)ncclCommAbort(m.calls);
-    }
-    m.calls = nullptr;
-  }
   if (m.comm) {
     // A healthy communicator is finalised (its calls drain) within a bound;
     // one that does not settle, or has failed, is aborted.
@@ -308,7 +290,7 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   for (const Call& c : calls) {
     if (r != ncclSuccess && r != ncclInProgress) break;
     const ncclDataType_t t = to_nccl(c.dtype);
-    ncclComm_t comm = m.caller();
+    ncclComm_t comm = m.comm;
     switch (c.kind) {
       case CallKind::kAllReduce: r = ncclAllReduce(c.in, c.out, c.count, t, to_nccl(c.op), comm, m.stream); break;
       case CallKind::kAllGather: r = ncclAllGather(c.in, c.out, c.count, t, comm, m.stream); break;
@@ -325,7 +307,7 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   PollPause pause(kSettleSpin);
   while (r == ncclInProgress) {
     ncclResult_t state = ncclSuccess;
-    r = ncclCommGetAsyncError(m.caller(), &state);
+    r = ncclCommGetAsyncError(m.comm, &state);
     if (r != ncclSuccess) break;
     r = state;
     if (r != ncclInProgress) break;
@@ -338,14 +320,14 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
       m.failed = Status(verdict.code(), verdict.context(),
                         std::string(to_string(calls.front().kind)) + " was still being enqueued (waiting for peers): " +
                             verdict.message() + "; aborted the communicator");
-      m.abort_all();
+      m.stop();
       return m.failed;
     }
   }
   if (r != ncclSuccess) {
     m.failed = failure(classify(r, m.stream), std::string(to_string(calls.front().kind)) + " of " +
-                                                  std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.caller()));
-    m.abort_all();
+                                                  std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.comm));
+    m.stop();
     return m.failed;
   }
   return record_ticket();
@@ -436,17 +418,17 @@ Result<bool> Comm::poll(uint64_t ticket) {
     if (e != cudaSuccess) {
       m.failed = Status(kernels::cuda::error_code(e), ErrorContext{config_.rank, -1, 0, static_cast<int64_t>(config_.epoch), "nccl"},
                         "cudaEventQuery failed: " + cuda_error(e) + "; aborted the communicator");
-      m.abort_all();
+      m.stop();
       return m.failed;
     }
     ++fired;
   }
   ncclResult_t state = ncclSuccess;
-  if (ncclResult_t r = ncclCommGetAsyncError(m.caller(), &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+  if (ncclResult_t r = ncclCommGetAsyncError(m.comm, &state); r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
     m.failed = failure(classify(r != ncclSuccess ? r : state, m.stream),
-                       "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.caller()) +
+                       "NCCL reported an asynchronous error: " + nccl_error(r != ncclSuccess ? r : state, m.comm) +
                                                   "; aborted the communicator");
-    m.abort_all();
+    m.stop();
     return m.failed;
   }
   for (; fired > 0; --fired) {
@@ -464,7 +446,7 @@ void Comm::abort(const Status& why) {
   m.failed = failure(ErrorCode::kAborted, "the NCCL communicator was aborted: " + why.message());
   // Events of calls in flight may still fire (an aborted kernel exits
   // normally): they stay pending and poll() reports them failed.
-  m.abort_all();
+  m.stop();
 }
 
 bool Comm::aborted() const {

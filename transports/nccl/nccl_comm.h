@@ -48,6 +48,11 @@ inline void one_host_per_rank_if_sharing(const std::string& tag, int rank, int l
 bool built();
 // "2.28.9", or why there is none.
 std::string version();
+// Whether the NCCL loaded can stop a communicator's calls without freeing its
+// memory (ncclCommRevoke, NCCL 2.28 on). Without it, aborting frees at once,
+// which waits for the whole GPU: a stream may then not wait on the GPU for a
+// recovery (the runtime makes no stream gate).
+bool revocable();
 
 // A fresh ncclUniqueId as bytes, for the store. Made by one rank per epoch.
 Result<std::string> new_unique_id();
@@ -134,9 +139,11 @@ class Comm {
 
   // Stops every call in flight and fails the communicator with `why`.
   // Idempotent, callable from any thread. It does not wait for the calls in
-  // flight to finish (NCCL's teardown waits for its own kernels to exit,
-  // which the runtime keeps short by never queueing them behind a caller's
-  // stream).
+  // flight to finish, and frees nothing (ncclCommRevoke where NCCL has it):
+  // freeing NCCL's memory waits for the whole GPU, which must not happen
+  // while a stream waits for the recovery this abort starts. The destructor
+  // frees it; the runtime destroys a stopped communicator only once no
+  // stream waits at its stream gate (CommunicatorImpl::bury_nccl).
   void abort(const Status& why);
   bool aborted() const;
 
