@@ -432,6 +432,8 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_;
+  // A run after a recovery: a stream still waits at the gate for this op.
+  if (rec.work != nullptr && rec.work->issued) comm.keep_memory_on_abort(true);
   const uint32_t epoch = epoch_.load();
   auto failed = [&](const Status& why) {
     comm.abort(why);
@@ -611,6 +613,9 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 
 Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm) {
   kernels::cuda::StreamGate* gate = gate_.load();
+  // From here until execute() opens the gate for this op, a stream waits on
+  // the GPU for it: an abort must not wait for the whole GPU.
+  comm.keep_memory_on_abort(true);
   Status s = comm.order_after_me(verdict_stream_.get());
   if (s.ok()) s = gate->enqueue_wait(verdict_stream_.get(), op.seq);
   if (s.ok()) s = kernels::cuda::event_record(w.verdict_event, verdict_stream_.get());

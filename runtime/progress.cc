@@ -113,6 +113,7 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   if (auto* gate = gate_.load()) gate->open_through(op.seq);
   // Only now, with no stream held at the gate, may a stopped NCCL
   // communicator's memory be freed (that waits for the whole GPU).
+  if (nccl_) nccl_->keep_memory_on_abort(false);
   bury_nccl();
   op.work->finish(std::move(s));
 }

@@ -51,12 +51,13 @@ step() {
   return 0
 }
 
-mps_on() {
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p /tmp/mps /tmp/mpslog
-  nvidia-cuda-mps-control -d 2>/dev/null && echo "MPS on" || echo "MPS did not start: ranks time-slice the GPU"
-}
-mps_on | tee -a "$out/summary.txt"
+# MPS, so the ranks share the GPU rather than take turns in time slices. The
+# pipe directory must be in every rank's environment (exported here, not in
+# a subshell: stop 34's first two runs lost it that way and time-sliced).
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+mkdir -p /tmp/mps /tmp/mpslog
+if nvidia-cuda-mps-control -d 2>/dev/null; then mps="MPS on ($CUDA_MPS_PIPE_DIRECTORY)"; else mps="MPS did not start: ranks time-slice the GPU"; fi
+echo "$mps" | tee -a "$out/summary.txt"
 trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null; pack' EXIT
 
 for s in "${steps[@]}"; do

@@ -109,18 +109,21 @@ Result<std::string> new_unique_id() {
 
 struct Comm::Impl {
   ncclComm_t comm = nullptr;
-  // Set once its calls were told to stop (revoked, or aborted where NCCL has
-  // no revoke): it takes no more calls, and is freed by the destructor.
+  // Set once its calls were told to stop: it takes no more calls.
   bool stopped = false;
-  // Stops every call in flight. Freeing NCCL's memory (ncclCommAbort) waits
-  // for the whole device, and a stream may be waiting at rcoll's stream gate
-  // for the very recovery this failure starts (kernels/stream_gate.h): the
-  // memory is freed later, by the destructor, which the runtime defers until
-  // no gate is closed. Where NCCL cannot revoke, this aborts at once.
+  // Comm::keep_memory_on_abort: a stream waits at the stream gate behind
+  // this communicator's calls.
+  bool keep_memory = false;
+  // Stops every call in flight: ncclCommAbort, which also frees NCCL's
+  // memory, and that waits for the whole device. While a stream waits at
+  // rcoll's stream gate for the very recovery this failure starts
+  // (kernels/stream_gate.h), that would never end: then the calls are
+  // revoked instead (ncclCommRevoke, nothing freed), and the destructor
+  // frees the memory later, when the runtime knows no gate is closed.
   void stop() {
     if (stopped || comm == nullptr) return;
     stopped = true;
-    if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
+    if (RevokeFn revoke = revoke_entry(); keep_memory && revoke != nullptr) {
       const ncclResult_t r = revoke(comm, 0);
       if (r == ncclSuccess || r == ncclInProgress) return;
     }
@@ -447,6 +450,11 @@ void Comm::abort(const Status& why) {
   // Events of calls in flight may still fire (an aborted kernel exits
   // normally): they stay pending and poll() reports them failed.
   m.stop();
+}
+
+void Comm::keep_memory_on_abort(bool keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  impl_->keep_memory = keep;
 }
 
 bool Comm::aborted() const {

@@ -139,12 +139,16 @@ class Comm {
 
   // Stops every call in flight and fails the communicator with `why`.
   // Idempotent, callable from any thread. It does not wait for the calls in
-  // flight to finish, and frees nothing (ncclCommRevoke where NCCL has it):
-  // freeing NCCL's memory waits for the whole GPU, which must not happen
-  // while a stream waits for the recovery this abort starts. The destructor
-  // frees it; the runtime destroys a stopped communicator only once no
-  // stream waits at its stream gate (CommunicatorImpl::bury_nccl).
+  // flight to finish. It frees NCCL's memory at once (ncclCommAbort), which
+  // waits for the whole GPU, unless keep_memory_on_abort is on: then it
+  // stops the calls only (ncclCommRevoke) and the destructor frees.
   void abort(const Status& why);
+  // On while a stream waits at the runtime's stream gate for calls issued
+  // here: an abort must not wait for the whole GPU then, since that stream
+  // waits for the recovery the abort starts (the runtime destroys such a
+  // communicator only once no gate is closed: CommunicatorImpl::bury_nccl).
+  // Needs revocable(); without it an abort frees at once.
+  void keep_memory_on_abort(bool keep);
   bool aborted() const;
 
   // Work on `stream` after this waits for every call issued so far.

@@ -25,6 +25,7 @@ Result<uint64_t> Comm::issue_copy(void*, const void*, size_t) { return none(); }
 Result<uint64_t> Comm::record_ticket() { return none(); }
 Result<bool> Comm::poll(uint64_t) { return none(); }
 void Comm::abort(const Status&) {}
+void Comm::keep_memory_on_abort(bool) {}
 bool Comm::aborted() const { return true; }
 Status Comm::order_after_me(void*) { return none(); }
 Status Comm::order_after_event(void*) { return none(); }
