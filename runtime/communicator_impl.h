@@ -25,6 +25,7 @@
 #include "runtime/liveness.h"
 #include "runtime/op.h"
 #include "runtime/ring_queue.h"
+#include "runtime/stall_judge.h"
 #include "runtime/transport_chain.h"
 #include "kernels/stream_gate.h"
 #include "transports/nccl/nccl_comm.h"
@@ -54,9 +55,6 @@ class CommunicatorImpl : public ProgressGuard {
 
   // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
-  // For a send or receive waiting on `peer`: the rank at the end of the
-  // chain of waits that is alive and in compute (a straggler), or -1.
-  int holds_up(int peer) const;
   Status interrupted() override;
 
  private:
@@ -77,6 +75,9 @@ class CommunicatorImpl : public ProgressGuard {
   // connected, and its first op failed as lost frames after 8 recoveries.
   Status agree_settings(Deadline deadline);
   Status start_liveness(Deadline deadline);
+  // What detection (runtime/stall_judge.h) knows when `op`, waiting on
+  // `awaited`, stalls: this rank's liveness view of its peers.
+  StallView stall_view(const Op& op, int awaited) const;
   void retire_transport();
   // Times the new data plane's ring and agrees, through the store, on the
   // tuning of the ops to come (link_model.h). A probe that fails aborts the

@@ -14,6 +14,7 @@
 
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "runtime/stall_judge.h"
 
 namespace rcoll {
 
@@ -682,85 +683,63 @@ Clock::duration CommunicatorImpl::progress_budget(const Op& op, size_t piece_byt
 //   straggler -> alive but not at this op yet: keep waiting, up to the straggler
 //                timeout (or the caller's explicit per-op timeout)
 //   otherwise -> the data plane hung: recover
+StallView CommunicatorImpl::stall_view(const Op& op, int awaited) const {
+  StallView v;
+  v.rank = rank_;
+  v.size = size_;
+  v.point_to_point = op.kind == OpKind::kSendRecv;
+  v.match_seq = op.match_seq;
+  v.awaited = awaited;
+  if (liveness_) {
+    v.peer = [this](int q) { return liveness_->peer(q); };
+    v.seen_dead = [this](int q) { return dead_[static_cast<size_t>(q)].load(); };
+  }
+  return v;
+}
+
+// No bytes moved for the progress budget: judged by runtime/stall_judge.h.
+// A live straggler is waited for (OK); the rest become the op's error, which
+// run_op turns into a recovery where one can help.
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
   const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
   ErrorContext ctx{rank_, peer, op.seq, epoch_.load(), transport_->name()};
-  if (liveness_ && peer >= 0) {
-    const PeerView v = liveness_->peer(peer);
-    if (v.health == PeerHealth::kDead || dead_[static_cast<size_t>(peer)]) {
-      return Status(ErrorCode::kPeerDead, ctx, op.describe() + ": rank " + std::to_string(peer) + " is dead (its process is gone)");
-    }
-    // A silent rank (frozen, partitioned) explains the stall better than a live
-    // one that is behind: that one may be stuck in an earlier op waiting for it.
-    // Recover and wait for the silent rank (DESIGN.md: silent peers).
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_ || liveness_->peer(q).health != PeerHealth::kSilent) continue;
-      ctx.peer = q;
-      return Status(ErrorCode::kTimeout, ctx,
-                    op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and rank " + std::to_string(q) +
-                        " is silent (no heartbeat); recovering and waiting for it");
-    }
-    // In a ring or chain most ranks wait on a neighbour that is itself waiting:
-    // the op waits for a straggler if ANY live rank has not reached it yet.
-    // For send/recv, the rank at the end of the chain of waits (holds_up).
-    bool behind = false;
-    if (op.kind == OpKind::kSendRecv) {
-      const int q = holds_up(peer);
-      if (q >= 0) {
-        behind = true;
-        peer = q;
-        ctx.peer = q;
-      }
-    } else {
-      for (int q = 0; q < size_ && !behind; ++q) {
-        if (q == rank_) continue;
-        const PeerView w = liveness_->peer(q);
-        if (w.health == PeerHealth::kAlive && w.state.op_seq < op.match_seq) {
-          behind = true;
-          peer = q;
-          ctx.peer = q;
-        }
-      }
-    }
-    if (behind) {
-      const PeerView& late_view = liveness_->peer(peer);
-      const auto late = Clock::now() - op_started_;
-      const bool explicit_timeout = op.options.timeout.count() > 0 || options_.op_timeout.count() > 0;
-      if (!explicit_timeout && late < options_.straggler_timeout) return Status();  // wait on; interrupted() logs it
-      last_stall_was_straggler_ = true;
-      return Status(ErrorCode::kTimeout, ctx,
-                    op.describe() + ": rank " + std::to_string(peer) + " is alive but has not reached this op after " +
-                        std::to_string(std::chrono::duration_cast<Millis>(late).count()) + " ms (it is at collective seq " +
-                        std::to_string(late_view.state.op_seq) + (late_view.state.in_comm ? ", in comm" : ", in compute") + ")" +
-                        (explicit_timeout ? "; the op's timeout expired" : "; the straggler timeout expired"));
-    }
-    if (v.health == PeerHealth::kSilent) {
-      return Status(ErrorCode::kTimeout, ctx,
-                    op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and rank " + std::to_string(peer) +
-                        " is silent (no heartbeat); recovering and waiting for it");
-    }
+  if (!liveness_ || peer < 0) {
+    return Status(ErrorCode::kTimeout, ctx, op.describe() + ": no bytes moved for " + std::to_string(ms) +
+                                                " ms (the op's progress deadline)");
   }
+  StallRules rules;
+  rules.late = Clock::now() - op_started_;
+  rules.straggler_timeout = options_.straggler_timeout;
+  rules.explicit_timeout = op.options.timeout.count() > 0 || options_.op_timeout.count() > 0;
+  const StallVerdict verdict = judge_stall(stall_view(op, peer), rules);
+  ctx.peer = verdict.peer;
+  const std::string who = "rank " + std::to_string(verdict.peer);
+  switch (verdict.kind) {
+    case Stall::kDead:
+      return Status(ErrorCode::kPeerDead, ctx, op.describe() + ": " + who + " is dead (its process is gone)");
+    case Stall::kSilent:
+      // DESIGN.md, silent peers: recover, and the recovery waits for it.
+      return Status(ErrorCode::kTimeout, ctx,
+                    op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and " + who +
+                        " is silent (no heartbeat); recovering and waiting for it");
+    case Stall::kWait:
+      return Status();  // a live straggler: wait on (interrupted() logs it)
+    case Stall::kStragglerExpired: {
+      last_stall_was_straggler_ = true;
+      const PeerView late_view = liveness_->peer(verdict.peer);
+      return Status(ErrorCode::kTimeout, ctx,
+                    op.describe() + ": " + who + " is alive but has not reached this op after " +
+                        std::to_string(std::chrono::duration_cast<Millis>(rules.late).count()) +
+                        " ms (it is at collective seq " + std::to_string(late_view.state.op_seq) +
+                        (late_view.state.in_comm ? ", in comm" : ", in compute") + ")" +
+                        (rules.explicit_timeout ? "; the op's timeout expired" : "; the straggler timeout expired"));
+    }
+    case Stall::kHung:
+      break;
+  }
+  ctx.peer = peer;
   return Status(ErrorCode::kTimeout, ctx,
                 op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
-}
-
-int CommunicatorImpl::holds_up(int peer) const {
-  // Follow the chain of waits: the peer may be in a send or receive of its
-  // own, waiting on another rank, and so on (a pipeline's stages behind a
-  // slow one). Whoever at the end of the chain is alive and in compute holds
-  // it up. A chain that ends in a collective or at a rank not heard from, or
-  // comes back to this rank (every rank in comm waiting on the next), has no
-  // straggler at its end: that is a hang (or a silent or dead rank).
-  if (!liveness_ || peer < 0) return -1;
-  int q = peer;
-  for (int hops = 0; hops < size_; ++hops) {
-    const PeerView w = liveness_->peer(q);
-    if (w.health != PeerHealth::kAlive) return -1;
-    if (!w.state.in_comm) return q;
-    if (w.state.waiting_on < 0 || w.state.waiting_on == rank_) return -1;
-    q = w.state.waiting_on;
-  }
-  return -1;
 }
 
 Status CommunicatorImpl::interrupted() {
@@ -770,37 +749,30 @@ Status CommunicatorImpl::interrupted() {
                   "rank " + std::to_string(dead) + " died (its process is gone: liveness connection closed without a goodbye); "
                   "a dead rank cannot be recovered in place");
   }
-  // Log a straggler once per op, as soon as it is clearly late.
-  if (liveness_ && current_ && !straggler_logged_ && current_->op.kind == OpKind::kSendRecv &&
-      Clock::now() - op_started_ > options_.liveness_budget) {
+  // Log a straggler once per op, as soon as it is clearly late: for a
+  // collective any live rank not at the op yet, for a send or receive the
+  // rank at the end of the chain of waits (runtime/stall_judge.h).
+  if (liveness_ && current_ && !straggler_logged_ && Clock::now() - op_started_ > options_.liveness_budget) {
     const Op& op = current_->op;
-    if (const int q = holds_up(op.peer); q >= 0) {
+    const bool p2p = op.kind == OpKind::kSendRecv;
+    const StallView view = stall_view(op, p2p ? op.peer : -1);
+    if (const int q = p2p ? holds_up(view, op.peer) : first_behind(view); q >= 0) {
       straggler_logged_ = true;
       straggler_rank_ = q;
-      RCOLL_LOG(kWarn, "%s waits on rank %d%s, which is in compute (at collective seq %llu) %.1f s after this rank "
-                "arrived; waiting (straggler timeout %lld s), no recovery",
-                op.describe().c_str(), q,
-                q == op.peer ? "" : (" (through rank " + std::to_string(op.peer) + "'s chain of sends and receives)").c_str(),
-                static_cast<unsigned long long>(liveness_->peer(q).state.op_seq),
-                std::chrono::duration<double>(Clock::now() - op_started_).count(),
-                static_cast<long long>(options_.straggler_timeout.count() / 1000));
-    }
-  }
-  if (liveness_ && current_ && !straggler_logged_ && current_->op.kind != OpKind::kSendRecv &&
-      Clock::now() - op_started_ > options_.liveness_budget) {
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_) continue;
       const PeerView v = liveness_->peer(q);
-      if (v.health == PeerHealth::kAlive && v.state.op_seq < current_->op.match_seq) {
-        straggler_logged_ = true;
-        straggler_rank_ = q;
+      const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
+      const auto timeout_s = static_cast<long long>(options_.straggler_timeout.count() / 1000);
+      if (p2p) {
+        RCOLL_LOG(kWarn, "%s waits on rank %d%s, which is in compute (at collective seq %llu) %.1f s after this rank "
+                  "arrived; waiting (straggler timeout %lld s), no recovery",
+                  op.describe().c_str(), q,
+                  q == op.peer ? "" : (" (through rank " + std::to_string(op.peer) + "'s chain of sends and receives)").c_str(),
+                  static_cast<unsigned long long>(v.state.op_seq), secs, timeout_s);
+      } else {
         RCOLL_LOG(kWarn, "rank %d is late to %s: it is at collective seq %llu (%s) %.1f s after this rank arrived; waiting "
                   "(straggler timeout %lld s), no recovery",
-                  q, current_->op.describe().c_str(), static_cast<unsigned long long>(v.state.op_seq),
-                  v.state.in_comm ? "in comm" : "in compute",
-                  std::chrono::duration<double>(Clock::now() - op_started_).count(),
-                  static_cast<long long>(options_.straggler_timeout.count() / 1000));
-        break;
+                  q, op.describe().c_str(), static_cast<unsigned long long>(v.state.op_seq),
+                  v.state.in_comm ? "in comm" : "in compute", secs, timeout_s);
       }
     }
   }

@@ -1,0 +1,70 @@
+// Detection, the first stage of recovery (DESIGN.md, Liveness): an op has
+// moved no bytes for its progress budget; who holds it up, and what to do?
+// A pure judgement from what this rank knows of its peers (their liveness
+// view and the deaths its own connections saw), so it can be tested on
+// fabricated views, with no sockets and no clock.
+//
+//   dead      a peer this op waits on is gone: a typed error, no recovery
+//   silent    some rank stopped heartbeating (frozen, partitioned): recover,
+//             and the recovery waits for it
+//   straggler a live rank has not reached the op yet (a collective: any rank
+//             behind; a send or receive: the rank at the end of the chain of
+//             waits, in compute): wait, up to the straggler timeout (an
+//             explicit op timeout ends the wait at once)
+//   hung      nobody is behind and nobody is silent: the data plane hung,
+//             recover
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "runtime/deadline.h"
+#include "runtime/liveness.h"
+
+namespace rcoll {
+
+// What detection knows when an op stalls.
+struct StallView {
+  int rank = 0;
+  int size = 1;
+  bool point_to_point = false;  // a send or receive (else a collective)
+  uint64_t match_seq = 0;       // a collective's sequence number
+  int awaited = -1;             // the peer the op waits on (-1: none in particular)
+  // Rank q's liveness view (never asked for this rank's own), and whether
+  // this rank saw q die (its connections closed). Looked up as needed: a
+  // chain of waits visits only the ranks on it.
+  std::function<PeerView(int)> peer;
+  std::function<bool(int)> seen_dead;
+};
+
+struct StallRules {
+  Clock::duration late{};  // since this rank arrived at the op
+  Clock::duration straggler_timeout{};
+  bool explicit_timeout = false;  // the op (or the communicator) has a timeout of the caller's
+};
+
+enum class Stall : uint8_t {
+  kDead,             // `peer` is gone
+  kSilent,           // `peer` stopped heartbeating
+  kWait,             // `peer` is a live straggler: keep waiting
+  kStragglerExpired, // `peer` is a live straggler, but the op may wait no longer
+  kHung,             // no rank explains it (`peer`: the awaited one, or -1)
+};
+const char* to_string(Stall s);
+
+struct StallVerdict {
+  Stall kind = Stall::kHung;
+  int peer = -1;
+};
+
+StallVerdict judge_stall(const StallView& view, const StallRules& rules);
+
+// For a send or receive waiting on `peer`: the rank at the end of the chain
+// of waits that is alive and in compute (a straggler), or -1 when the chain
+// ends in a collective, at a rank not heard from, or back at this rank.
+int holds_up(const StallView& view, int peer);
+
+// For a collective: the first live rank that has not reached `match_seq`, or -1.
+int first_behind(const StallView& view);
+
+}  // namespace rcoll

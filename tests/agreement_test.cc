@@ -1,0 +1,230 @@
+// Agreement, the core of "no silent corruption" (runtime/ledger.h,
+// agree_resume): from every rank's published ledger, each rank computes where
+// each op resumes. Property-based: generated per-rank progress over every
+// combination the window invariants allow, each rank's plan computed from
+// the ledgers exactly as the recovery publishes them, and checked against the
+// rules:
+//   - a collective resumes at the same slice on every rank: the least any
+//     rank has done (every slice needs every rank);
+//   - a rank that finished the op re-runs it (from its backups) exactly when
+//     a peer has not, and never loses the inputs it needs for that;
+//   - a send and its receive resume at the receiver's count;
+//   - a rank that would need inputs it no longer holds says so (kInternal
+//     naming the op), rather than resume with the wrong data.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/ledger.h"
+
+namespace rcoll {
+namespace {
+
+// One rank's state in a scenario: its replay log and its op in flight.
+struct RankLedger {
+  std::unique_ptr<ReplayLog> log;
+  std::unique_ptr<OpRecord> current;  // null when this rank finished the op
+};
+
+constexpr uint64_t kSeq = 7;
+
+Op allreduce_op(std::vector<float>& in, std::vector<float>& out) {
+  Op op;
+  op.kind = OpKind::kAllreduce;
+  op.in = Buffer::of(in);
+  op.out = Buffer::of(out);
+  op.seq = op.match_seq = kSeq;
+  return op;
+}
+
+// The resume slice `plan` gives this rank's op kSeq (or total when no entry:
+// nothing to re-run).
+size_t resume_of(const ResumePlan& plan, size_t total) {
+  for (const auto& e : plan.entries)
+    if (e.local_seq == kSeq) return e.resume;
+  return total;
+}
+
+struct Scenario {
+  int size = 2;
+  Tuning tuning;
+  std::vector<size_t> done;  // per rank
+};
+
+// Builds each rank's ledger for `s`: a rank that did every slice holds the op
+// in its log, complete, with the backup record_completion takes (its last
+// window); the others have it in flight. Every rank finished seq kSeq - 1.
+std::vector<RankLedger> ledgers_for(const Scenario& s, std::vector<float>& in, std::vector<float>& out, size_t total,
+                                    bool drop_backups) {
+  std::vector<RankLedger> ranks(static_cast<size_t>(s.size));
+  for (int q = 0; q < s.size; ++q) {
+    RankLedger& l = ranks[static_cast<size_t>(q)];
+    l.log = std::make_unique<ReplayLog>(64u << 20, 16u << 20);
+    l.log->reset(s.size);
+    l.log->collective_through = kSeq - 1;
+    OpRecord rec;
+    rec.op = allreduce_op(in, out);
+    rec.tuning = s.tuning;
+    rec.total = total;
+    rec.done = s.done[static_cast<size_t>(q)];
+    rec.pool = l.log->pool();
+    const size_t window = static_cast<size_t>(s.tuning.window);
+    rec.last_window_first = (total - 1) / window * window;
+    if (rec.done == total) {
+      rec.complete = true;
+      if (!drop_backups) rec.back_up(q, s.size, rec.last_window_first, total);
+      l.log->collective_through = kSeq;
+      l.log->push(std::move(rec));
+    } else {
+      l.current = std::make_unique<OpRecord>(std::move(rec));
+    }
+  }
+  return ranks;
+}
+
+Result<std::vector<size_t>> plans_for(const std::vector<RankLedger>& ranks, size_t total) {
+  std::vector<std::string> texts;
+  for (const auto& l : ranks) texts.push_back(serialize_ledger(*l.log, l.current.get(), static_cast<int>(ranks.size())));
+  std::vector<size_t> resume;
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    auto plan = agree_resume(static_cast<int>(q), static_cast<int>(ranks.size()), *ranks[q].log, ranks[q].current.get(), texts);
+    if (!plan.ok()) return plan.status();
+    resume.push_back(resume_of(plan.value(), total));
+  }
+  return resume;
+}
+
+// Every per-rank progress the ring's window invariant allows: a rank starts
+// window i + 1 only once every rank finished window i, so all ranks are
+// within one window [m W, (m + 1) W] of each other (or all done).
+std::vector<std::vector<size_t>> allowed_progress(int size, size_t total, size_t window) {
+  std::vector<std::vector<size_t>> out;
+  for (size_t m = 0; m * window < total; ++m) {
+    const size_t lo = m * window, hi = std::min(total, (m + 1) * window);
+    std::vector<size_t> d(static_cast<size_t>(size), lo);
+    for (;;) {
+      out.push_back(d);
+      size_t i = 0;
+      while (i < d.size() && d[i] == hi) d[i++] = lo;
+      if (i == d.size()) break;
+      ++d[i];
+    }
+  }
+  return out;
+}
+
+TEST(Agreement, CollectiveResumesAtTheLeastDoneOnEveryRankOverEveryAllowedProgress) {
+  size_t scenarios = 0;
+  for (int size : {2, 3, 4}) {
+    for (int window : {1, 2, 3}) {
+      for (size_t count : {16u, 40u, 100u}) {
+        std::vector<float> in(count, 1.0f), out(count);
+        Scenario s;
+        s.size = size;
+        s.tuning.window = window;
+        s.tuning.piece_bytes = 64;  // 16 floats a frame: several slices
+        s.tuning.allreduce = AllreduceAlgorithm::kRing;
+        const size_t total = plan_slices(allreduce_op(in, out), 0, size, s.tuning, 0, 0).slices;
+        ASSERT_GE(total, 1u);
+        for (const auto& done : allowed_progress(size, total, static_cast<size_t>(window))) {
+          s.done = done;
+          if (*std::min_element(done.begin(), done.end()) == total) continue;  // nothing failed mid-op
+          ++scenarios;
+          const size_t least = *std::min_element(done.begin(), done.end());
+          auto ranks = ledgers_for(s, in, out, total, false);
+          auto resume = plans_for(ranks, total);
+          ASSERT_TRUE(resume.ok()) << resume.status().to_string();
+          for (int q = 0; q < size; ++q) {
+            EXPECT_EQ(resume.value()[static_cast<size_t>(q)], least)
+                << size << " ranks, window " << window << ", " << total << " slices: rank " << q << " done "
+                << done[static_cast<size_t>(q)];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(scenarios, 500u);
+}
+
+TEST(Agreement, AFinishedRankWithoutItsBackupsSaysSoInsteadOfResuming) {
+  std::vector<float> in(64, 1.0f), out(64);
+  Scenario s;
+  s.size = 3;
+  s.tuning.window = 2;
+  s.tuning.piece_bytes = 64;
+  s.tuning.allreduce = AllreduceAlgorithm::kRing;
+  const size_t total = plan_slices(allreduce_op(in, out), 0, s.size, s.tuning, 0, 0).slices;
+  ASSERT_GE(total, 2u);
+  s.done = {total, total - 1, total};  // rank 1 still needs the last slice
+  auto ranks = ledgers_for(s, in, out, total, true);
+  auto resume = plans_for(ranks, total);
+  ASSERT_FALSE(resume.ok());
+  EXPECT_EQ(resume.status().code(), ErrorCode::kInternal);
+  EXPECT_NE(resume.status().message().find("no longer holds its inputs"), std::string::npos) << resume.status().message();
+}
+
+// A send and its receive: the receiver's count is the truth, on both sides,
+// however far ahead the sender got (what the sockets held).
+TEST(Agreement, SendAndReceiveResumeAtTheReceiversCount) {
+  std::vector<uint8_t> data(4096, 7);
+  Tuning tuning;
+  tuning.piece_bytes = 512;
+  Op send;
+  send.kind = OpKind::kSendRecv;
+  send.is_send = true;
+  send.peer = 1;
+  send.in = send.out = Buffer::of(data);
+  send.seq = send.match_seq = kSeq;
+  Op recv = send;
+  recv.is_send = false;
+  recv.peer = 0;
+  const size_t total = plan_slices(send, 0, 2, tuning, 0, 0).slices;
+  ASSERT_GE(total, 4u);
+  for (size_t r = 0; r <= total; ++r) {
+    for (size_t s = r; s <= total; ++s) {
+      if (r == total) continue;  // the receiver has it all: nothing to resume
+      ReplayLog log0(64u << 20, 16u << 20), log1(64u << 20, 16u << 20);
+      log0.reset(2);
+      log1.reset(2);
+      OpRecord sender, receiver;
+      sender.op = send;
+      receiver.op = recv;
+      sender.tuning = receiver.tuning = tuning;
+      sender.total = receiver.total = total;
+      sender.done = s;
+      receiver.done = r;
+      sender.pool = log0.pool();
+      std::unique_ptr<OpRecord> current0;
+      if (s == total) {
+        sender.complete = true;
+        sender.back_up(0, 2, r, total);  // what it keeps: what the receiver may still need
+        log0.send_through[1] = kSeq;
+        log0.push(std::move(sender));
+      } else {
+        current0 = std::make_unique<OpRecord>(std::move(sender));
+      }
+      const std::vector<std::string> texts = {serialize_ledger(log0, current0.get(), 2), serialize_ledger(log1, &receiver, 2)};
+      auto p0 = agree_resume(0, 2, log0, current0.get(), texts);
+      auto p1 = agree_resume(1, 2, log1, &receiver, texts);
+      ASSERT_TRUE(p0.ok()) << p0.status().to_string();
+      ASSERT_TRUE(p1.ok()) << p1.status().to_string();
+      EXPECT_EQ(resume_of(p0.value(), total), r) << "sender done " << s << ", receiver " << r;
+      EXPECT_EQ(resume_of(p1.value(), total), r) << "sender done " << s << ", receiver " << r;
+    }
+  }
+}
+
+TEST(Agreement, AMalformedLedgerIsAnErrorNamingTheRank) {
+  ReplayLog log(1u << 20, 1u << 20);
+  log.reset(2);
+  auto plan = agree_resume(0, 2, log, nullptr, {serialize_ledger(log, nullptr, 2), "through C -1 3\n"});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("rank 1"), std::string::npos) << plan.status().message();
+}
+
+}  // namespace
+}  // namespace rcoll

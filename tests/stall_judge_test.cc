@@ -1,0 +1,198 @@
+// Detection (runtime/stall_judge.h) on fabricated views of the peers: who
+// holds up a stalled op, and whether to wait or recover. No sockets, no clock.
+#include "runtime/stall_judge.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace rcoll {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A group of `size` ranks seen from `rank`: every peer alive, in compute at
+// collective seq 5, unless a test says otherwise.
+struct Group {
+  int rank = 0;
+  int size = 4;
+  std::map<int, PeerView> views;
+  std::map<int, bool> dead;
+
+  PeerView& at(int q) {
+    auto it = views.find(q);
+    if (it == views.end()) {
+      PeerView v;
+      v.state.op_seq = 5;
+      it = views.emplace(q, v).first;
+    }
+    return it->second;
+  }
+  // q is inside a send or receive waiting on `on`.
+  void waits(int q, int on) {
+    at(q).state.in_comm = true;
+    at(q).state.waiting_on = on;
+  }
+  void in_collective(int q, uint64_t seq) {
+    at(q).state.in_comm = true;
+    at(q).state.op_seq = seq;
+    at(q).state.waiting_on = -1;
+  }
+  StallView view(bool p2p, int awaited, uint64_t match_seq = 6) {
+    StallView v;
+    v.rank = rank;
+    v.size = size;
+    v.point_to_point = p2p;
+    v.match_seq = match_seq;
+    v.awaited = awaited;
+    v.peer = [this](int q) { return at(q); };
+    v.seen_dead = [this](int q) { return dead.count(q) > 0 && dead.at(q); };
+    return v;
+  }
+};
+
+StallRules patient() {
+  StallRules r;
+  r.late = 12s;
+  r.straggler_timeout = 30min;
+  return r;
+}
+
+TEST(StallJudge, DeadAwaitedPeerIsAnErrorNamingIt) {
+  Group g;
+  g.at(1).health = PeerHealth::kDead;
+  const StallVerdict v = judge_stall(g.view(false, 1), patient());
+  EXPECT_EQ(v.kind, Stall::kDead);
+  EXPECT_EQ(v.peer, 1);
+}
+
+TEST(StallJudge, APeerThisRankSawDieIsDeadEvenIfLivenessLags) {
+  Group g;
+  g.dead[2] = true;
+  EXPECT_EQ(judge_stall(g.view(true, 2), patient()).kind, Stall::kDead);
+}
+
+TEST(StallJudge, ASilentRankAnywhereExplainsTheStallBeforeALateOne) {
+  Group g;
+  for (int q = 1; q < 4; ++q) g.in_collective(q, 6);
+  g.at(2).state.op_seq = 3;  // behind...
+  g.at(3).health = PeerHealth::kSilent;  // ...but rank 3 is frozen: it may be what rank 2 waits for
+  const StallVerdict v = judge_stall(g.view(false, 1), patient());
+  EXPECT_EQ(v.kind, Stall::kSilent);
+  EXPECT_EQ(v.peer, 3);
+}
+
+TEST(StallJudge, CollectiveWaitsForAnyLiveRankNotAtTheOpYet) {
+  Group g;
+  g.in_collective(1, 6);  // the ring neighbour is in the op, waiting itself
+  g.in_collective(3, 6);
+  g.at(2).state.op_seq = 4;  // rank 2 has not reached op 6: restoring its data loader, say
+  const StallVerdict v = judge_stall(g.view(false, 1), patient());
+  EXPECT_EQ(v.kind, Stall::kWait);
+  EXPECT_EQ(v.peer, 2);
+}
+
+TEST(StallJudge, CollectiveWithEveryRankAtTheOpIsHung) {
+  Group g;
+  for (int q = 1; q < 4; ++q) g.in_collective(q, 6);
+  const StallVerdict v = judge_stall(g.view(false, 1), patient());
+  EXPECT_EQ(v.kind, Stall::kHung);
+  EXPECT_EQ(v.peer, 1);
+}
+
+TEST(StallJudge, StragglerPastTheStragglerTimeoutIsNoLongerWaitedFor) {
+  Group g;
+  g.in_collective(1, 6);
+  g.in_collective(3, 6);
+  g.at(2).state.op_seq = 4;
+  StallRules r = patient();
+  r.late = 31min;
+  EXPECT_EQ(judge_stall(g.view(false, 1), r).kind, Stall::kStragglerExpired);
+}
+
+TEST(StallJudge, AnExplicitTimeoutEndsTheWaitForAStraggler) {
+  Group g;
+  g.in_collective(1, 6);
+  g.in_collective(3, 6);
+  g.at(2).state.op_seq = 4;
+  StallRules r = patient();
+  r.explicit_timeout = true;
+  const StallVerdict v = judge_stall(g.view(false, 1), r);
+  EXPECT_EQ(v.kind, Stall::kStragglerExpired);
+  EXPECT_EQ(v.peer, 2);
+}
+
+TEST(StallJudge, SendToAPeerInComputeWaitsForIt) {
+  Group g;  // rank 0 sends to rank 1, which has not posted its receive yet
+  const StallVerdict v = judge_stall(g.view(true, 1), patient());
+  EXPECT_EQ(v.kind, Stall::kWait);
+  EXPECT_EQ(v.peer, 1);
+}
+
+// A 4-stage pipeline seen from the last stage: 3 waits on 2, which waits on
+// 1, which computes. Before, stage 3 saw its peer "in comm" and recovered.
+TEST(StallJudge, PipelineStageFollowsTheChainOfWaitsToTheStraggler) {
+  Group g;
+  g.rank = 3;
+  g.waits(2, 1);
+  g.waits(0, 1);
+  const StallView view = g.view(true, 2);
+  EXPECT_EQ(holds_up(view, 2), 1);
+  const StallVerdict v = judge_stall(view, patient());
+  EXPECT_EQ(v.kind, Stall::kWait);
+  EXPECT_EQ(v.peer, 1);
+}
+
+TEST(StallJudge, ChainEndingInACollectiveIsHung) {
+  Group g;
+  g.rank = 3;
+  g.waits(2, 1);
+  g.in_collective(1, 9);  // rank 1 sits in a collective: a desync or a hang, not a straggler
+  EXPECT_EQ(holds_up(g.view(true, 2), 2), -1);
+  EXPECT_EQ(judge_stall(g.view(true, 2), patient()).kind, Stall::kHung);
+}
+
+TEST(StallJudge, ChainComingBackToThisRankIsADeadlockNotAStraggler) {
+  Group g;  // 0 waits on 1, 1 on 2, 2 on 0: sends that wait on each other in a cycle
+  g.waits(1, 2);
+  g.waits(2, 0);
+  EXPECT_EQ(holds_up(g.view(true, 1), 1), -1);
+  EXPECT_EQ(judge_stall(g.view(true, 1), patient()).kind, Stall::kHung);
+}
+
+TEST(StallJudge, ChainThroughACycleAmongPeersEnds) {
+  Group g;  // 1 and 2 wait on each other; the walk must stop
+  g.waits(1, 2);
+  g.waits(2, 1);
+  EXPECT_EQ(holds_up(g.view(true, 1), 1), -1);
+}
+
+TEST(StallJudge, ChainPastASilentRankIsNotAStraggler) {
+  Group g;
+  g.rank = 3;
+  g.waits(2, 1);
+  g.at(1).health = PeerHealth::kSilent;
+  EXPECT_EQ(holds_up(g.view(true, 2), 2), -1);
+  const StallVerdict v = judge_stall(g.view(true, 2), patient());
+  EXPECT_EQ(v.kind, Stall::kSilent);
+  EXPECT_EQ(v.peer, 1);
+}
+
+TEST(StallJudge, NoLivenessViewIsHung) {
+  StallView v;
+  v.size = 2;
+  v.awaited = 1;
+  EXPECT_EQ(judge_stall(v, patient()).kind, Stall::kHung);
+  v.peer = [](int) { return PeerView{}; };
+  v.awaited = -1;
+  EXPECT_EQ(judge_stall(v, patient()).kind, Stall::kHung);
+}
+
+TEST(StallJudge, VerdictsHaveNames) {
+  for (Stall s : {Stall::kDead, Stall::kSilent, Stall::kWait, Stall::kStragglerExpired, Stall::kHung}) {
+    EXPECT_STRNE(to_string(s), "?");
+  }
+}
+
+}  // namespace
+}  // namespace rcoll
