@@ -10,6 +10,8 @@
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
 #include "runtime/store/call_deadline.h"
+#include "runtime/store/exchange.h"
+#include "runtime/store/keys.h"
 #include "transports/latency/latency_transport.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/tcp_transport.h"
@@ -169,7 +171,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   }
   for (;;) {
     const std::string name = chain_.current();
-    const std::string failed_key = "connect/" + std::to_string(epoch) + "/" + name + "/failed";
+    const std::string failed_key = keys::connect_failed(epoch, name);
     auto t = open_transport(name, epoch, deadline, failed_key);
     for (const Fault& f : faults_) {
       if (t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch && (f.rank == -1 || f.rank == rank_)) {
@@ -188,7 +190,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
       drop_credits();  // the old transport, which held them, is gone
       transport_name_ = transport_->name();
       epoch_ = epoch;
-      if (size_ > 1) epoch_watch_.watch(store_, epoch, "epoch/" + std::to_string(epoch) + "/failed");
+      if (size_ > 1) epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch));
       break;
     }
     if (t.ok()) t.value()->abort(outcome);
@@ -222,6 +224,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
   }
   if (name == "tcp") {
     TcpConnectParams p;
+    p.key_prefix = keys::transport_addresses(name, epoch);
     p.rank = rank_;
     p.size = size_;
     p.epoch = epoch;
@@ -239,6 +242,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
 #if RCOLL_HAVE_UCX
   if (name == "ucx") {
     UcxConnectParams p;
+    p.key_prefix = keys::transport_addresses(name, epoch);
     p.rank = rank_;
     p.size = size_;
     p.epoch = epoch;
@@ -267,38 +271,35 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
 }
 
 Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline) {
-  const std::string prefix = "connect/" + std::to_string(epoch) + "/" + name + "/";
+  const std::string failed_key = keys::connect_failed(epoch, name);
+  const StoreExchange exchange(*store_, keys::connect(epoch, name), size_);
   if (!mine.ok()) {
     // The failure key first, so that a rank seeing every rank key also sees it.
     // The first diagnosis wins (a rank that only saw the connect cancelled does not restate it).
     const std::string text = "rank " + std::to_string(rank_) + ": " + mine.message();
-    if (auto there = store_->check(prefix + "failed"); !there.ok() || !there.value()) {
-      (void)store_->set(prefix + "failed", Bytes(text.begin(), text.end()));
+    if (auto there = store_->check(failed_key); !there.ok() || !there.value()) {
+      (void)store_->set(failed_key, Bytes(text.begin(), text.end()));
     }
   }
-  if (Status s = store_->set(prefix + std::to_string(rank_), Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
-  std::vector<std::string> keys;
-  for (int q = 0; q < size_; ++q) keys.push_back(prefix + std::to_string(q));
-  for (;;) {
-    auto failed = store_->check(prefix + "failed");
-    if (failed.ok() && failed.value()) {
-      auto text = store_->get(prefix + "failed", Millis(1000));
-      std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
-    }
-    Status s = store_->wait(keys, std::min<Millis>(Millis(50), std::max<Millis>(Millis(1), deadline.remaining_ms())));
-    if (s.ok()) {
-      // Every rank reported; a failure would have set the key before its rank's.
-      auto again = store_->check(prefix + "failed");
-      if (again.ok() && again.value()) continue;
-      return Status();
-    }
-    if (s.code() != ErrorCode::kTimeout) return s;
-    if (deadline.expired()) {
-      return Status(ErrorCode::kTimeout, ErrorContext{rank_, -1, 0, epoch, name},
-                    "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " + s.message());
-    }
+  if (Status s = exchange.publish(rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
+  // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
+  auto failure = [&](const std::vector<int>&) -> Status {
+    auto failed = store_->check(failed_key);
+    if (!failed.ok() || !failed.value()) return Status();
+    auto text = store_->get(failed_key, Millis(1000));
+    std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
+    return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
+  };
+  auto gathered = exchange.gather(deadline, failure, Millis(50));
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    if (g.code() != ErrorCode::kTimeout) return g;
+    return Status(ErrorCode::kTimeout, ErrorContext{rank_, -1, 0, epoch, name},
+                  "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " +
+                      g.message());
   }
+  // Every rank reported; a failure would have set the key before its rank's.
+  return failure({});
 }
 
 namespace {
@@ -344,31 +345,30 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
       options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
   const ErrorContext ctx{rank_, -1, 0, 0, ""};
   // The set takes no deadline of its own (the TCP store client's is 30 s).
-  const ScopedStoreDeadline store_bound(deadline);
-  if (Status s = store_->set("settings/" + std::to_string(rank_), Bytes(mine.begin(), mine.end()));
-      !s.ok()) {
+  // A second past the deadline, so that once it passed the store can still
+  // be asked who is missing.
+  const ScopedStoreDeadline store_bound(Deadline::at(deadline.time() + std::chrono::seconds(1)));
+  const StoreExchange exchange(*store_, keys::settings(), size_);
+  if (Status s = exchange.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
     return Status(s.code(), ctx,
                   "could not publish this rank's settings in the store: " + s.message());
   }
   // Every rank reads every rank's, so all find the same first difference.
-  std::vector<std::string> theirs;
-  for (int q = 0; q < size_; ++q) {
-    auto v = store_->get("settings/" + std::to_string(q),
-                         std::max<Millis>(Millis(1), deadline.remaining_ms()));
-    if (!v.ok()) {
-      const bool late = v.status().code() == ErrorCode::kTimeout;
-      return Status(
-          late ? ErrorCode::kPeerUnreachable : v.status().code(), ErrorContext{rank_, q, 0, 0, ""},
-          late ? "rank " + std::to_string(q) +
-                     " did not publish its settings in the store within the connect timeout (not "
-                     "started, crashed, or its communicator failed to be created: see its log; or "
-                     "the store is not answering): " +
-                     v.status().message()
-               : "could not read rank " + std::to_string(q) +
-                     "'s settings from the store: " + v.status().message());
-    }
-    theirs.emplace_back(v.value().begin(), v.value().end());
+  auto gathered = exchange.gather(deadline);
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    const int q = g.context().peer;
+    const bool late = g.code() == ErrorCode::kTimeout;
+    return Status(late ? ErrorCode::kPeerUnreachable : g.code(), ErrorContext{rank_, q, 0, 0, ""},
+                  late ? "rank " + std::to_string(q) +
+                             " did not publish its settings in the store within the connect timeout (not "
+                             "started, crashed, or its communicator failed to be created: see its log; or "
+                             "the store is not answering): " +
+                             g.message()
+                       : "could not read the ranks' settings from the store: " + g.message());
   }
+  std::vector<std::string> theirs;
+  for (const Bytes& b : gathered.value()) theirs.emplace_back(b.begin(), b.end());
   int differing = 0, first = -1;
   for (int q = 1; q < size_; ++q) {
     if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;
@@ -421,39 +421,41 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
     RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
               epoch, tname, probed.status().to_string().c_str());
   }
-  const std::string prefix = "tune/" + std::to_string(epoch) + "/";
+  const StoreExchange exchange(*store_, keys::tune(epoch), size_);
   const std::string text = encode_sample(mine);
-  if (Status s = store_->set(prefix + std::to_string(rank_), Bytes(text.begin(), text.end())); !s.ok()) {
+  if (Status s = exchange.publish(rank_, Bytes(text.begin(), text.end())); !s.ok()) {
     return Status(s.code(), ErrorContext{rank_, -1, 0, epoch, tname},
                   "could not publish this rank's link timing of epoch " + std::to_string(epoch) + " in the store: " +
                       s.message() + "; the epoch cannot be used");
   }
   // The others' probes end by their own deadlines, which started when their
   // connects did: a probe that ran out of time here would leave none for
-  // reading theirs.
-  const Deadline exchange = own_budget(deadline);
+  // reading theirs. A rank that died (or left) after connecting will never
+  // publish: said at once, as the recovery would, not when the deadline ends.
+  auto died = [this, epoch, tname](const std::vector<int>& missing) {
+    for (int q : missing) {
+      if ((dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
+        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, 0, epoch, tname},
+                      "rank " + std::to_string(q) + " died while epoch " + std::to_string(epoch) +
+                          " was being set up; the epoch cannot be used");
+      }
+    }
+    return Status();
+  };
+  auto gathered = exchange.gather(own_budget(deadline), died);
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    if (g.code() == ErrorCode::kPeerDead) return g;
+    return Status(g.code(), ErrorContext{rank_, g.context().peer, 0, epoch, tname},
+                  "rank " + std::to_string(g.context().peer) + " did not publish its link timing while epoch " +
+                      std::to_string(epoch) + " was being set up: " + g.message() + "; the epoch cannot be used");
+  }
   std::vector<LinkSample> samples;
   std::string unmeasured;
   for (int q = 0; q < size_; ++q) {
-    const std::string key = prefix + std::to_string(q);
-    for (;;) {
-      auto v =
-          store_->get(key, std::clamp<Millis>(exchange.remaining_ms(), Millis(1), Millis(100)));
-      if (v.ok()) {
-        samples.push_back(decode_sample(std::string(v.value().begin(), v.value().end())));
-        if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
-        break;
-      }
-      // A rank that died (or left) after connecting will never publish: say so
-      // now, as the recovery would, rather than when the deadline runs out.
-      const bool dead = (dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead);
-      if (dead || v.status().code() != ErrorCode::kTimeout || exchange.expired()) {
-        return Status(dead ? ErrorCode::kPeerDead : v.status().code(), ErrorContext{rank_, q, 0, epoch, tname},
-                      "rank " + std::to_string(q) + (dead ? " died" : " did not publish its link timing") +
-                          " while epoch " + std::to_string(epoch) + " was being set up" +
-                          (dead ? "" : ": " + v.status().message()) + "; the epoch cannot be used");
-      }
-    }
+    const Bytes& b = gathered.value()[static_cast<size_t>(q)];
+    samples.push_back(decode_sample(std::string(b.begin(), b.end())));
+    if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
   }
   if (!unmeasured.empty()) {
     // Every rank reads the same samples: all abort this epoch alike, and the

@@ -14,6 +14,8 @@
 // reset.
 #include "runtime/liveness.h"
 
+#include "runtime/store/keys.h"
+
 #include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
@@ -77,7 +79,7 @@ class LivenessImpl final : public Liveness {
     m.size = p.size;
     m.epoch = 0;
     m.store = p.store;
-    m.key_prefix = "liveness/";
+    m.key_prefix = keys::liveness();
     m.ifname_spec = p.ifname_spec;
     m.prefer_loopback = p.prefer_loopback;
     m.route_address = p.route_address;

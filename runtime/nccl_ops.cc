@@ -37,6 +37,8 @@
 
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "runtime/store/exchange.h"
+#include "runtime/store/keys.h"
 
 namespace rcoll {
 namespace {
@@ -191,31 +193,26 @@ void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
             epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
 }
 
-Status CommunicatorImpl::wait_for_ranks(const std::vector<std::string>& keys, const Op& op, Deadline until, const char* what,
-                                        bool stall_rule) {
+Result<std::vector<Bytes>> CommunicatorImpl::wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until,
+                                                            const char* what, bool stall_rule) {
   const Clock::duration budget = progress_budget(op, std::max<size_t>(1, std::min(op.out.bytes(), kNcclSliceBytes)), 1);
   Clock::time_point since = Clock::now();
-  for (;;) {
-    Status s = store_->wait(keys, kStoreWaitSlice);
-    if (s.ok()) return s;
-    if (s.code() != ErrorCode::kTimeout) return s;
+  auto judge = [&](const std::vector<int>& missing) -> Status {
     if (Status i = interrupted(); !i.ok()) return i;
-    int missing = -1;
-    for (size_t k = 0; k < keys.size() && missing < 0; ++k) {
-      auto has = store_->check(keys[k]);
-      if (has.ok() && !has.value()) missing = static_cast<int>(k);
-    }
-    if (missing < 0) continue;
-    const ErrorContext ctx{rank_, missing, op.seq, epoch_.load(), "nccl"};
-    if (until.expired()) {
-      return Status(ErrorCode::kTimeout, ctx, std::string(what) + ": rank " + std::to_string(missing) + " did not get there in time");
-    }
     if (stall_rule && Clock::now() - since >= budget) {
-      Status verdict = on_stall(op, missing, Clock::now() - since);
+      Status verdict = on_stall(op, missing.front(), Clock::now() - since);
       if (!verdict.ok()) return Status(verdict.code(), verdict.context(), std::string(what) + ": " + verdict.message());
       since = Clock::now();  // a live straggler: wait another budget
     }
+    return Status();
+  };
+  auto got = exchange.gather(until, judge, kStoreWaitSlice);
+  if (!got.ok() && got.status().code() == ErrorCode::kTimeout && until.expired()) {
+    const int missing = got.status().context().peer;
+    return Status(ErrorCode::kTimeout, ErrorContext{rank_, missing, op.seq, epoch_.load(), "nccl"},
+                  std::string(what) + ": rank " + std::to_string(missing) + " did not get there in time");
   }
+  return got;
 }
 
 Status CommunicatorImpl::ensure_nccl(const Op& op) {
@@ -230,7 +227,8 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   }
   const auto started = Clock::now();
   const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
-  const std::string base = "nccl/" + std::to_string(epoch) + "/";
+  const StoreExchange arrivals(*store_, keys::nccl_arrived(epoch), size_);
+  const StoreExchange outcomes(*store_, keys::nccl_outcomes(epoch), size_);
 
   // A rank that will not join says why; fault injection can make it fail.
   std::string refuse = nccl_vote();
@@ -253,19 +251,17 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   }
   if (size_ > 1) {
     if (rank_ == 0) {
-      if (Status s = store_->set(base + "id", Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
+      if (Status s = store_->set(keys::nccl_id(epoch), Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
     }
-    if (Status s = store_->set(base + "arrived/" + std::to_string(rank_), Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
-    std::vector<std::string> arrived;
-    for (int q = 0; q < size_; ++q) arrived.push_back(base + "arrived/" + std::to_string(q));
-    if (Status s = wait_for_ranks(arrived, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
-      (void)store_->set(base + "gave-up", Bytes{0});  // peers already in init stop waiting for this rank
-      return s;
+    if (Status s = arrivals.publish(rank_, Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
+    if (auto s = wait_for_ranks(arrivals, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
+      (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});  // peers already in init stop waiting for this rank
+      return s.status();
     }
     if (rank_ != 0) {
-      auto got = store_->get(base + "id", kStoreWaitSlice * 20);
+      auto got = store_->get(keys::nccl_id(epoch), kStoreWaitSlice * 20);
       if (!got.ok()) {
-        (void)store_->set(base + "gave-up", Bytes{0});
+        (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});
         return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
       }
       id.assign(got.value().begin(), got.value().end());
@@ -279,7 +275,7 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   // stop waiting for it.
   const Deadline init_deadline =
       Deadline::after(std::min<Millis>(std::max<Millis>(options_.connect_timeout, kNcclInitFloor), options_.recovery_timeout));
-  const std::string gave_up = base + "gave-up";
+  const std::string gave_up = keys::nccl_gave_up(epoch);
   Result<std::unique_ptr<nccl::Comm>> made = Status(ErrorCode::kUnsupported, ctx, refuse);
   if (refuse.empty()) {
     nccl::Comm::Config cfg;
@@ -346,19 +342,17 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
         nccl_graveyard_.push_back(std::move(made).value());
       }
     }};
-    if (Status s = store_->set(base + "outcome/" + std::to_string(rank_), Bytes(mine.begin(), mine.end())); !s.ok()) {
+    if (Status s = outcomes.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
       return Status(s.code(), ctx, s.message());
     }
-    std::vector<std::string> outcomes;
-    for (int q = 0; q < size_; ++q) outcomes.push_back(base + "outcome/" + std::to_string(q));
     const Deadline until = Deadline::at(init_deadline.time() + std::chrono::seconds(5));
     // Peers still inside NCCL's init are at this op, not hung: no stall rule
     // here, only the init's own bound (and dead peers, abort notices).
-    if (Status s = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false); !s.ok()) return s;
+    auto all = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false);
+    if (!all.ok()) return all.status();
     std::string failure;
-    for (const auto& key : outcomes) {
-      auto v = store_->get(key, kStoreWaitSlice * 20);
-      const std::string text = v.ok() ? std::string(v.value().begin(), v.value().end()) : "unreadable outcome";
+    for (const Bytes& v : all.value()) {
+      const std::string text(v.begin(), v.end());
       if (text != "ok" && failure.empty()) failure = text;
     }
     if (!failure.empty()) {

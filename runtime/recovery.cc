@@ -12,17 +12,13 @@
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
 #include "runtime/store/call_deadline.h"
+#include "runtime/store/exchange.h"
+#include "runtime/store/keys.h"
+#include "runtime/store/notices.h"
 
 namespace rcoll {
 namespace {
 
-std::string epoch_key(const char* what, uint32_t epoch) { return std::string("epoch/") + std::to_string(epoch) + "/" + what; }
-std::string vote_key(uint32_t epoch, int rank) {
-  return "recovery/" + std::to_string(epoch) + "/transport/" + std::to_string(rank);
-}
-std::string ledger_key(uint32_t epoch, int rank) {
-  return "recovery/" + std::to_string(epoch) + "/ledger/" + std::to_string(rank);
-}
 
 }  // namespace
 
@@ -40,12 +36,12 @@ void CommunicatorImpl::publish_fatal(const Status& s) {
   if (size_ == 1 || !store_) return;
   const ScopedStoreDeadline store_bound(Deadline::after(kBestEffortStoreBudget));
   // The first diagnosis wins; ranks that learned it from the store do not restate it.
-  if (auto there = store_->check(epoch_key("fatal", epoch_.load())); there.ok() && there.value()) return;
-  const std::string text = std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.context().peer) + "\n" +
-                           std::to_string(rank_) + "\n" + s.message() + " (reported by rank " + std::to_string(rank_) + ")";
-  (void)store_->set(epoch_key("fatal", epoch_.load()), Bytes(text.begin(), text.end()));
+  if (auto there = store_->check(keys::epoch_fatal(epoch_.load())); there.ok() && there.value()) return;
+  const std::string text =
+      store::encode(store::FatalNotice{s.code(), s.context().peer, rank_, s.message() + " (reported by rank " + std::to_string(rank_) + ")"});
+  (void)store_->set(keys::epoch_fatal(epoch_.load()), Bytes(text.begin(), text.end()));
   const std::string why = "rank " + std::to_string(rank_) + " gave up: " + s.to_string();
-  (void)store_->set(epoch_key("failed", epoch_.load()), Bytes(why.begin(), why.end()));
+  (void)store_->set(keys::epoch_failed(epoch_.load()), Bytes(why.begin(), why.end()));
 }
 
 Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
@@ -71,7 +67,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // Tell everyone (idle ranks poll this key), then publish what this rank has done.
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
   if (liveness_) liveness_->announce_abort(failed, why.substr(0, 1000));
-  if (Status s = store_->set(epoch_key("failed", failed), Bytes(why.begin(), why.end())); !s.ok()) {
+  if (Status s = store_->set(keys::epoch_failed(failed), Bytes(why.begin(), why.end())); !s.ok()) {
     return store_failed(s, "could not announce the failed epoch in the store");
   }
   // This rank's vote on the next epoch's transport, before the ledger: a rank
@@ -81,106 +77,99 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // it fail too often. A failure on NCCL does not count against the host transport.
   const bool chain = chain_.order().size() > 1;
   const bool nccl_votes = chain_.nccl() && nccl_off_.empty();
+  const StoreExchange ballots(*store_, keys::recovery_ballots(failed), size_);
+  const StoreExchange ledgers(*store_, keys::recovery_ledgers(failed), size_);
   if (chain || nccl_votes) {
     const bool nccl_failed = (current_ != nullptr && current_->nccl) ||
                              (current_ == nullptr && waiting_device_op_ != nullptr && runs_on_nccl(*waiting_device_op_));
     const size_t vote = chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
     const std::string drop = nccl_votes ? nccl_vote() : std::string();
-    Bytes ballot{static_cast<uint8_t>(vote), static_cast<uint8_t>(drop.empty() ? 0 : 1)};
-    ballot.insert(ballot.end(), drop.begin(), drop.end());
-    if (Status s = store_->set(vote_key(failed, rank_), ballot); !s.ok()) {
+    const store::Ballot ballot{static_cast<uint8_t>(vote), !drop.empty(), drop};
+    if (Status s = ballots.publish(rank_, store::encode(ballot)); !s.ok()) {
       return store_failed(s, "could not publish this rank's transport vote in the store");
     }
   }
   const std::string ledger = serialize_ledger(log_, current_, size_);
-  if (Status s = store_->set(ledger_key(failed, rank_), Bytes(ledger.begin(), ledger.end())); !s.ok()) {
+  if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
     return store_failed(s, "could not publish this rank's ledger in the store");
   }
 
   // Wait for every rank's ledger. Silent ranks are waited for up to the
-  // recovery timeout; the error names whoever never joined.
-  std::vector<std::string> keys;
-  for (int q = 0; q < size_; ++q) keys.push_back(ledger_key(failed, q));
+  // recovery timeout; the error names whoever never joined. A rank that can
+  // never join (dead, gone on purpose) or a failure no recovery fixes ends
+  // the wait at once.
+  std::vector<int> missing;
   Clock::time_point last_note = started;
-  for (;;) {
-    Status s = store_->wait(keys, std::min<Millis>(Millis(200), std::max<Millis>(Millis(1), deadline.remaining_ms())));
-    if (s.ok()) break;
-    if (s.code() != ErrorCode::kTimeout) return store_failed(s, "waiting for the other ranks' ledgers");
-    // A peer hit a failure no recovery can fix: end with its diagnosis.
-    if (auto fatal = store_->check(epoch_key("fatal", failed)); fatal.ok() && fatal.value()) {
-      auto text = store_->get(epoch_key("fatal", failed), Millis(1000));
-      if (text.ok()) {
-        std::string t(text.value().begin(), text.value().end());
-        const int code = std::atoi(t.c_str());
-        // code \n peer \n reporter \n message. The peer named is the other
-        // party of the failure: the reporter when the peer was this rank.
-        size_t a = t.find('\n'), b = t.find('\n', a + 1), c = t.find('\n', b + 1);
-        const int orig_peer = std::atoi(t.c_str() + a + 1), reporter = std::atoi(t.c_str() + b + 1);
-        const int origin = orig_peer == rank_ ? reporter : orig_peer;
-        t = t.substr(c);
-        return Status(static_cast<ErrorCode>(code), ErrorContext{rank_, origin, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
-                      t.substr(t.find('\n') + 1));
+  auto judge = [&](const std::vector<int>& not_yet) -> Status {
+    missing = not_yet;
+    const ErrorContext at{rank_, -1, seq, failed, transport_name_.load()};
+    if (auto fatal = store_->check(keys::epoch_fatal(failed)); fatal.ok() && fatal.value()) {
+      auto text = store_->get(keys::epoch_fatal(failed), Millis(1000));
+      const auto notice = text.ok() ? store::decode_fatal(std::string(text.value().begin(), text.value().end()))
+                                    : std::nullopt;
+      if (notice) {
+        // The peer named is the other party of the failure: the reporter when the peer was this rank.
+        ErrorContext c = at;
+        c.peer = notice->peer == rank_ ? notice->reporter : notice->peer;
+        return Status(notice->code, c, notice->message);
       }
     }
-    std::string missing;
-    int first_missing = -1;
-    Status store_status;  // the store's own failure, if it did not answer
-    for (int q = 0; q < size_; ++q) {
-      auto has = store_->check(keys[static_cast<size_t>(q)]);
-      if (!has.ok()) {
-        store_status = has.status();
-        break;
+    for (int q : not_yet) {
+      ErrorContext c = at;
+      c.peer = q;
+      if (liveness_ && liveness_->peer(q).left) {
+        return Status(ErrorCode::kClosed, c,
+                      "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
+                          " has closed its communicator (it said goodbye), so it will not rejoin");
       }
-      if (!has.value()) {
-        if (first_missing < 0) first_missing = q;
-        missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        if (liveness_ && liveness_->peer(q).left) {
-          return Status(ErrorCode::kClosed, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
-                        "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
-                            " has closed its communicator (it said goodbye), so it will not rejoin");
-        }
-        if (dead_ && dead_[static_cast<size_t>(q)]) {
-          return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
-                        "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
-                            " is dead (its process is gone); a dead rank cannot be recovered in place");
-        }
+      if (dead_ && dead_[static_cast<size_t>(q)]) {
+        return Status(ErrorCode::kPeerDead, c,
+                      "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
+                          " is dead (its process is gone); a dead rank cannot be recovered in place");
       }
-    }
-    if (deadline.expired() && !store_status.ok()) {
-      return store_failed(store_status, "the store did not answer while this rank waited for the other ranks' ledgers "
-                                        "(is the store's host stalled?)");
-    }
-    if (deadline.expired()) {
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, first_missing, current_ ? current_->op.seq : 0, failed, transport_name_.load()},
-                    "recovery of epoch " + std::to_string(failed) + " gave up after " +
-                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + missing +
-                        " never joined (dead, frozen or partitioned); the communicator is unusable");
     }
     if (Clock::now() - last_note > std::chrono::seconds(2)) {
       last_note = Clock::now();
-      RCOLL_LOG(kWarn, "recovery of epoch %u: still waiting for rank(s) %s (%lld ms left)", failed, missing.c_str(),
+      RCOLL_LOG(kWarn, "recovery of epoch %u: still waiting for rank(s) %s (%lld ms left)", failed, rank_list(not_yet).c_str(),
                 static_cast<long long>(deadline.remaining_ms().count()));
     }
+    return Status();
+  };
+  auto gathered = ledgers.gather(deadline, judge, Millis(200));
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    if (g.code() == ErrorCode::kTimeout) {
+      return Status(ErrorCode::kPeerUnreachable,
+                    ErrorContext{rank_, missing.empty() ? g.context().peer : missing.front(), seq, failed, transport_name_.load()},
+                    "recovery of epoch " + std::to_string(failed) + " gave up after " +
+                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + rank_list(missing) +
+                        " never joined (dead, frozen or partitioned); the communicator is unusable");
+    }
+    if (g.code() == ErrorCode::kStore || g.code() == ErrorCode::kPeerUnreachable) {
+      return store_failed(g, "the store did not answer while this rank waited for the other ranks' ledgers "
+                             "(is the store's host stalled?)");
+    }
+    return g;  // the judge's: a fatal notice, a rank dead or gone
   }
-  std::vector<std::string> ledgers;
-  for (const auto& k : keys) {
-    auto v = store_->get(k, deadline.remaining_ms());
-    if (!v.ok()) return store_failed(v.status(), "reading the ledgers from the store");
-    ledgers.emplace_back(v.value().begin(), v.value().end());
-  }
-  auto plan = agree_resume(rank_, size_, log_, current_, ledgers);
+  std::vector<std::string> ledger_texts;
+  for (const Bytes& b : gathered.value()) ledger_texts.emplace_back(b.begin(), b.end());
+  auto plan = agree_resume(rank_, size_, log_, current_, ledger_texts);
   if (!plan.ok()) return plan.status();
   // The most cautious vote wins: a move down if any rank counts too many
   // failures, a probe back up only if every rank's cool-down is over; NCCL
   // dropped if any rank asks.
   size_t agreed = 0;
   std::string nccl_drop;
-  for (int q = 0; (chain || nccl_votes) && q < size_; ++q) {
-    auto v = store_->get(vote_key(failed, q), deadline.remaining_ms());
-    if (!v.ok()) return store_failed(v.status(), "reading the transport votes from the store");
-    const Bytes& b = v.value();
-    if (!b.empty()) agreed = std::max<size_t>(agreed, b[0]);
-    if (b.size() > 1 && b[1] != 0 && nccl_drop.empty()) nccl_drop.assign(b.begin() + 2, b.end());
+  if (chain || nccl_votes) {
+    // Published before the ledgers: every one is there.
+    auto votes = ballots.gather(deadline);
+    if (!votes.ok()) return store_failed(votes.status(), "reading the transport votes from the store");
+    for (const Bytes& b : votes.value()) {
+      const auto ballot = store::decode_ballot(b);
+      if (!ballot) continue;
+      agreed = std::max<size_t>(agreed, ballot->transport);
+      if (ballot->drop_nccl && nccl_drop.empty()) nccl_drop = ballot->why;
+    }
   }
   if (nccl_votes && !nccl_drop.empty()) drop_nccl(nccl_drop, failed + 1);
   if (chain) {
@@ -261,7 +250,7 @@ void CommunicatorImpl::report_positions(const Status& s) {
   const ScopedStoreDeadline store_bound(Deadline::after(kBestEffortStoreBudget + Millis(1000)));
   const uint32_t e = epoch_.load();
   const std::string mine = recorder_.position();
-  (void)store_->set(epoch_key("where", e) + "/" + std::to_string(rank_), Bytes(mine.begin(), mine.end()));
+  (void)store_->set(keys::of_rank(keys::epoch_where(e), rank_), Bytes(mine.begin(), mine.end()));
   // Ranks that fail for good publish theirs too; give them a moment.
   std::string summary;
   const Deadline until = Deadline::after(std::chrono::milliseconds(1000));
@@ -272,7 +261,7 @@ void CommunicatorImpl::report_positions(const Status& s) {
     } else if (dead_ && dead_[static_cast<size_t>(q)]) {
       where = "dead (process gone)";
     } else {
-      auto v = store_->get(epoch_key("where", e) + "/" + std::to_string(q), std::max<Millis>(Millis(1), until.remaining_ms()));
+      auto v = store_->get(keys::of_rank(keys::epoch_where(e), q), std::max<Millis>(Millis(1), until.remaining_ms()));
       if (v.ok()) {
         where.assign(v.value().begin(), v.value().end());
       } else if (liveness_) {

@@ -13,6 +13,7 @@
 
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
+#include "runtime/store/keys.h"
 
 namespace rcoll {
 
@@ -29,7 +30,7 @@ size_t CommunicatorImpl::shrink(const Status& why) {
 Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   const int old_rank = rank_, old_size = size_;
   const Deadline deadline = Deadline::after(options_.recovery_timeout);
-  const std::string gen = "shrink/" + std::to_string(shrink_generation_) + "/alive/";
+  const std::string gen = keys::shrink_alive(shrink_generation_);
   RCOLL_LOG(kWarn, "shrink mode: %s; agreeing with the survivors on a group without the dead rank(s)", why.to_string().c_str());
   if (transport_) transport_->abort(why);
   if (Status s = instance_store_->set(gen + std::to_string(old_rank), Bytes{'1'}); !s.ok()) return s;

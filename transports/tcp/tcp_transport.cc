@@ -461,7 +461,7 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   m.size = size_;
   m.epoch = epoch_;
   m.store = p.store;
-  m.key_prefix = "tcp/" + std::to_string(p.epoch) + "/";
+  m.key_prefix = p.key_prefix.empty() ? "tcp/" + std::to_string(p.epoch) + "/" : p.key_prefix;
   m.ifname_spec = p.ifname_spec;
   m.prefer_loopback = p.prefer_loopback;
   m.route_address = p.route_address;

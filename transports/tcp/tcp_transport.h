@@ -17,8 +17,11 @@ struct TcpConnectParams {
   int rank = 0;
   int size = 1;
   uint32_t epoch = 0;
-  // Already namespaced for this communicator; keys "tcp/<epoch>/<rank>" are written here.
+  // Already namespaced for this communicator; this epoch's addresses go
+  // under `key_prefix`<rank> (the runtime's runtime/store/keys.h chooses
+  // it; empty = "tcp/<epoch>/").
   std::shared_ptr<Store> store;
+  std::string key_prefix;
   std::string ifname_spec;     // RCOLL_SOCKET_IFNAME syntax
   bool prefer_loopback = true;  // every rank on this host
   std::string route_address;    // source address of the route to the store (select_interface)

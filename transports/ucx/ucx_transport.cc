@@ -616,7 +616,7 @@ Status UcxTransport::wire_up(const UcxConnectParams& p) {
   if (ucs_status_t s = ucp_worker_get_address(worker_, &addr, &addr_len); s != UCS_OK) {
     return Status(ErrorCode::kTransport, context(-1), "ucp_worker_get_address failed: " + ucs_error(s));
   }
-  const std::string prefix = "ucx/" + std::to_string(epoch_) + "/";
+  const std::string prefix = p.key_prefix.empty() ? "ucx/" + std::to_string(epoch_) + "/" : p.key_prefix;
   Bytes mine(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addr_len);
   ucp_worker_release_address(worker_, addr);
   if (Status s = p.store->set(prefix + std::to_string(rank_), mine); !s.ok()) {

@@ -29,8 +29,11 @@ struct UcxConnectParams {
   int rank = 0;
   int size = 1;
   uint32_t epoch = 0;
-  // Already namespaced for this communicator; keys "ucx/<epoch>/<rank>" are written here.
+  // Already namespaced for this communicator; this epoch's addresses go
+  // under `key_prefix`<rank> (the runtime's runtime/store/keys.h chooses
+  // it; empty = "ucx/<epoch>/").
   std::shared_ptr<Store> store;
+  std::string key_prefix;
   std::string job_token;
   bool one_host = true;  // every rank on this host
   // How long progress() polls before sleeping on the worker's event fd; -1 =

@@ -1,0 +1,160 @@
+// The store exchange (runtime/store/exchange.h) and what travels through it
+// (runtime/store/notices.h), on an in-memory store: no sockets.
+#include "runtime/store/exchange.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "runtime/store/keys.h"
+#include "runtime/store/notices.h"
+
+namespace rcoll {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A Store in memory, as the TCP store behaves for these calls.
+class MemoryStore : public Store {
+ public:
+  Status set(const std::string& key, const Bytes& value) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      kv_[key] = value;
+    }
+    cv_.notify_all();
+    return Status();
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return kv_.count(key) > 0; })) return Status(ErrorCode::kTimeout, "no " + key);
+    return kv_[key];
+  }
+  Result<int64_t> add(const std::string&, int64_t) override { return Status(ErrorCode::kUnsupported, "add"); }
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waits;
+    auto all = [&] {
+      for (const auto& k : keys)
+        if (!kv_.count(k)) return false;
+      return true;
+    };
+    if (!cv_.wait_for(lock, timeout, all)) return Status(ErrorCode::kTimeout, "waiting for keys");
+    return Status();
+  }
+  Result<bool> check(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kv_.count(key) > 0;
+  }
+  Status erase(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    kv_.erase(key);
+    return Status();
+  }
+  int waits = 0;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Bytes> kv_;
+};
+
+TEST(StoreExchange, EveryRanksValueInRankOrder) {
+  MemoryStore store;
+  const StoreExchange x(store, keys::tune(3), 3);
+  EXPECT_EQ(x.key(2), "tune/3/2");
+  for (int q = 2; q >= 0; --q) ASSERT_TRUE(x.publish(q, Bytes{static_cast<uint8_t>(10 + q)}).ok());
+  auto all = x.gather(Deadline::after(1s));
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  ASSERT_EQ(all.value().size(), 3u);
+  for (int q = 0; q < 3; ++q) EXPECT_EQ(all.value()[static_cast<size_t>(q)], Bytes{static_cast<uint8_t>(10 + q)});
+}
+
+TEST(StoreExchange, ALateRankIsWaitedForWithinTheDeadline) {
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", 2);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  std::thread late([&] {
+    std::this_thread::sleep_for(150ms);
+    (void)x.publish(1, Bytes{2});
+  });
+  auto all = x.gather(Deadline::after(5s), {}, 20ms);
+  late.join();
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(all.value()[1], Bytes{2});
+}
+
+TEST(StoreExchange, MissingRanksAreNamedWhenTheDeadlinePasses) {
+  MemoryStore store;
+  const StoreExchange x(store, "recovery/0/ledger/", 4);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  ASSERT_TRUE(x.publish(2, Bytes{1}).ok());
+  auto all = x.gather(Deadline::after(100ms), {}, 20ms);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().code(), ErrorCode::kTimeout);
+  EXPECT_EQ(all.status().context().peer, 1);
+  EXPECT_NE(all.status().message().find("rank(s) 1, 3"), std::string::npos) << all.status().message();
+}
+
+TEST(StoreExchange, TheJudgeSeesWhoIsMissingAndCanEndTheWait) {
+  MemoryStore store;
+  const StoreExchange x(store, "tune/0/", 3);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  ASSERT_TRUE(x.publish(1, Bytes{1}).ok());
+  std::vector<int> seen;
+  auto all = x.gather(Deadline::after(10s),
+                      [&](const std::vector<int>& missing) {
+                        seen = missing;
+                        return Status(ErrorCode::kPeerDead, ErrorContext{0, missing.front(), 0, 0, ""}, "rank 2 died");
+                      },
+                      10ms);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().code(), ErrorCode::kPeerDead);
+  EXPECT_EQ(seen, std::vector<int>{2});
+}
+
+TEST(StoreExchange, NoJudgeNoPerKeyReadsWhileWaiting) {
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", 2);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    (void)x.publish(1, Bytes{2});
+  });
+  auto all = x.gather(Deadline::after(5s), {}, 10ms);
+  late.join();
+  ASSERT_TRUE(all.ok());
+  EXPECT_GE(store.waits, 2);  // it kept waiting on the whole set
+}
+
+TEST(StoreNotices, FatalNoticeRoundTripsAndMalformedOnesAreRefused) {
+  const store::FatalNotice f{ErrorCode::kDesync, 2, 1, "allreduce seq 7: ranks ran different ops\nsecond line"};
+  const auto back = store::decode_fatal(store::encode(f));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->code, ErrorCode::kDesync);
+  EXPECT_EQ(back->peer, 2);
+  EXPECT_EQ(back->reporter, 1);
+  EXPECT_EQ(back->message, f.message);
+  for (const char* bad : {"", "7", "7\n2", "x\n2\n1\nmsg", "7\n2\n1", "999\n2\n1\nmsg", "0\n2\n1\nmsg", "7\n-\n1\nmsg"}) {
+    EXPECT_FALSE(store::decode_fatal(bad).has_value()) << bad;
+  }
+}
+
+TEST(StoreNotices, BallotRoundTrips) {
+  const store::Ballot b{2, true, "rank 1: NCCL failed 3 times within 60 s"};
+  const auto back = store::decode_ballot(store::encode(b));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->transport, 2);
+  EXPECT_TRUE(back->drop_nccl);
+  EXPECT_EQ(back->why, b.why);
+  const auto keep = store::decode_ballot(store::encode(store::Ballot{1, false, ""}));
+  ASSERT_TRUE(keep.has_value());
+  EXPECT_FALSE(keep->drop_nccl);
+  EXPECT_FALSE(store::decode_ballot(Bytes{}).has_value());
+}
+
+}  // namespace
+}  // namespace rcoll
