@@ -1,0 +1,293 @@
+// Setting up an epoch's data plane (at creation and in every recovery):
+// connect the chain's transport (falling back down the chain by agreement),
+// agree that every rank connected, then time the links and agree on the
+// tuning of the ops to come.
+#include <algorithm>
+#include <string>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+#include "runtime/store/call_deadline.h"
+#include "runtime/store/exchange.h"
+#include "runtime/store/keys.h"
+#include "transports/latency/latency_transport.h"
+#include "transports/tcp/interfaces.h"
+#include "transports/tcp/tcp_transport.h"
+#if RCOLL_HAVE_UCX
+#include "transports/ucx/ucx_transport.h"
+#endif
+
+namespace rcoll {
+
+Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
+  if (!store_) {
+    auto base = make_prefix_store(boot_.store, "rcoll/" + options_.name);
+    auto ticket = base->add("instances", 1);
+    if (!ticket.ok()) {
+      return Status(ticket.status().code(), ErrorContext{rank_, -1, 0, epoch, ""},
+                    "rank " + std::to_string(rank_) + " could not register with the " + boot_.store_description + ": " +
+                        ticket.status().message());
+    }
+    const int64_t instance = (ticket.value() - 1) / size_;
+    store_ = make_prefix_store(base, std::to_string(instance));
+    instance_store_ = store_;
+  }
+  if (!settings_agreed_ && size_ > 1) {
+    settings_agreed_ = true;
+    if (Status s = agree_settings(deadline); !s.ok()) return s;
+  }
+  for (;;) {
+    const std::string name = chain_.current();
+    const std::string failed_key = keys::connect_failed(epoch, name);
+    auto t = open_transport(name, epoch, deadline, failed_key);
+    for (const Fault& f : faults_) {
+      if (t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch && (f.rank == -1 || f.rank == rank_)) {
+        RCOLL_LOG(kWarn, "fault injection: every frame this rank receives over %s in epoch %u arrives %lld us late (link-latency)",
+                  name.c_str(), epoch, static_cast<long long>(f.us));
+        t = with_link_latency(std::move(t).value(), std::chrono::microseconds(f.us));
+      }
+    }
+    // With nowhere to fall back to, a failed connect is the answer; otherwise
+    // every rank learns whether all connected, and all fall back together.
+    Status outcome = t.ok() ? Status() : t.status();
+    if (chain_.has_next() && size_ > 1) outcome = agree_connect(name, epoch, outcome, deadline);
+    if (outcome.ok()) {
+      retire_transport();
+      transport_ = std::move(t).value();
+      drop_credits();  // the old transport, which held them, is gone
+      transport_name_ = transport_->name();
+      epoch_ = epoch;
+      if (size_ > 1) epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch));
+      break;
+    }
+    if (t.ok()) t.value()->abort(outcome);
+    const bool has_next = chain_.has_next();
+    if (!has_next || outcome.code() == ErrorCode::kTimeout) return outcome;
+    chain_.drop_current(Clock::now());
+    fallbacks_ = chain_.fallbacks();
+    RCOLL_LOG(kWarn, "transport %s could not connect epoch %u (%s); falling back to %s for epoch %u (fallback #%llu; chain %s)",
+              name.c_str(), epoch, outcome.to_string().c_str(), chain_.current().c_str(), epoch,
+              static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
+  }
+  if (Status s = tune_links(epoch, deadline); !s.ok()) return s;
+  if (epoch > 0) return Status();
+  RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport %s (chain %s), store: %s, identity from %s; "
+            "slowest link: %s",
+            options_.name.c_str(), size_.load(), epoch, transport_->name(), chain_.describe().c_str(),
+            boot_.store_description.c_str(), boot_.identity_source.c_str(), link_note_.c_str());
+  return Status();
+}
+
+Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::string& name, uint32_t epoch,
+                                                                    Deadline deadline, const std::string& failed_key) {
+  for (Fault& f : faults_) {
+    if (f.kind == FaultKind::kFailConnect && f.transport == name && f.count > 0 && epoch >= f.epoch &&
+        (f.rank == -1 || f.rank == rank_)) {
+      --f.count;
+      ++injected_;
+      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name},
+                    "connect of epoch " + std::to_string(epoch) + " failed by fault injection (fail-connect)");
+    }
+  }
+  if (name == "tcp") {
+    TcpConnectParams p;
+    p.key_prefix = keys::transport_addresses(name, epoch);
+    p.rank = rank_;
+    p.size = size_;
+    p.epoch = epoch;
+    p.store = store_;
+    p.ifname_spec = options_.socket_ifname;
+    p.prefer_loopback = prefer_loopback();
+    p.route_address = route_address_;
+    p.job_token = boot_.job_token;
+    p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
+    p.congestion = options_.tcp_congestion;
+    p.deadline = deadline;
+    p.spin = spin();
+    return connect_tcp_transport(p);
+  }
+#if RCOLL_HAVE_UCX
+  if (name == "ucx") {
+    UcxConnectParams p;
+    p.key_prefix = keys::transport_addresses(name, epoch);
+    p.rank = rank_;
+    p.size = size_;
+    p.epoch = epoch;
+    p.store = store_;
+    p.job_token = boot_.job_token;
+    p.one_host = prefer_loopback();
+    p.error_mode = options_.ucx_error_mode == "peer"   ? UcxErrorMode::kPeer
+                   : options_.ucx_error_mode == "none" ? UcxErrorMode::kNone
+                                                       : UcxErrorMode::kAuto;
+    p.deadline = deadline;
+    p.spin = spin();
+    // Within what a send's tail backup covers (in_flight_capacity()).
+    p.buffered_send_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
+    std::shared_ptr<Store> store = store_;
+    const bool can_fall_back = chain_.has_next();
+    p.cancelled = [store, failed_key, can_fall_back] {
+      if (!can_fall_back) return false;
+      auto failed = store->check(failed_key);
+      return failed.ok() && failed.value();
+    };
+    return connect_ucx_transport(p);
+  }
+#endif
+  return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, 0, epoch, name},
+                "transport '" + name + "' is not available in this build");
+}
+
+Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline) {
+  const std::string failed_key = keys::connect_failed(epoch, name);
+  const StoreExchange exchange(*store_, keys::connect(epoch, name), size_);
+  if (!mine.ok()) {
+    // The failure key first, so that a rank seeing every rank key also sees it.
+    // The first diagnosis wins (a rank that only saw the connect cancelled does not restate it).
+    const std::string text = "rank " + std::to_string(rank_) + ": " + mine.message();
+    if (auto there = store_->check(failed_key); !there.ok() || !there.value()) {
+      (void)store_->set(failed_key, Bytes(text.begin(), text.end()));
+    }
+  }
+  if (Status s = exchange.publish(rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
+  // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
+  auto failure = [&](const std::vector<int>&) -> Status {
+    auto failed = store_->check(failed_key);
+    if (!failed.ok() || !failed.value()) return Status();
+    auto text = store_->get(failed_key, Millis(1000));
+    std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
+    return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
+  };
+  auto gathered = exchange.gather(deadline, failure, Millis(50));
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    if (g.code() != ErrorCode::kTimeout) return g;
+    return Status(ErrorCode::kTimeout, ErrorContext{rank_, -1, 0, epoch, name},
+                  "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " +
+                      g.message());
+  }
+  // Every rank reported; a failure would have set the key before its rank's.
+  return failure({});
+}
+
+Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
+  // Its own budget, as long as a connect's: a slow connect (8 ranks on 2 cores
+  // can take most of it) must not leave the timing too little to finish in.
+  const Deadline deadline = own_budget(connect_deadline);
+  if (size_ == 1) {
+    if (epoch == 0) schedule_.reset(base_tuning_);  // a group shrunk to one rank starts over
+    return Status();
+  }
+  const char* tname = transport_->name();
+  LinkSample mine;
+  const auto started = Clock::now();
+  auto probed = probe_ring(*transport_, deadline);
+  if (probed.ok()) {
+    mine = probed.value();
+    mine.deadline_ms = options_.op_timeout.count();
+    describe_this_host(&mine);
+  } else {
+    RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
+              epoch, tname, probed.status().to_string().c_str());
+  }
+  const StoreExchange exchange(*store_, keys::tune(epoch), size_);
+  const std::string text = encode_sample(mine);
+  if (Status s = exchange.publish(rank_, Bytes(text.begin(), text.end())); !s.ok()) {
+    return Status(s.code(), ErrorContext{rank_, -1, 0, epoch, tname},
+                  "could not publish this rank's link timing of epoch " + std::to_string(epoch) + " in the store: " +
+                      s.message() + "; the epoch cannot be used");
+  }
+  // The others' probes end by their own deadlines, which started when their
+  // connects did: a probe that ran out of time here would leave none for
+  // reading theirs. A rank that died (or left) after connecting will never
+  // publish: said at once, as the recovery would, not when the deadline ends.
+  auto died = [this, epoch, tname](const std::vector<int>& missing) {
+    for (int q : missing) {
+      if ((dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
+        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, 0, epoch, tname},
+                      "rank " + std::to_string(q) + " died while epoch " + std::to_string(epoch) +
+                          " was being set up; the epoch cannot be used");
+      }
+    }
+    return Status();
+  };
+  auto gathered = exchange.gather(own_budget(deadline), died);
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    if (g.code() == ErrorCode::kPeerDead) return g;
+    return Status(g.code(), ErrorContext{rank_, g.context().peer, 0, epoch, tname},
+                  "rank " + std::to_string(g.context().peer) + " did not publish its link timing while epoch " +
+                      std::to_string(epoch) + " was being set up: " + g.message() + "; the epoch cannot be used");
+  }
+  std::vector<LinkSample> samples;
+  std::string unmeasured;
+  for (int q = 0; q < size_; ++q) {
+    const Bytes& b = gathered.value()[static_cast<size_t>(q)];
+    samples.push_back(decode_sample(std::string(b.begin(), b.end())));
+    if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
+  }
+  if (!unmeasured.empty()) {
+    // Every rank reads the same samples: all abort this epoch alike, and the
+    // first op on it recovers instead of finding a half-broken data plane.
+    const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
+                     "rank(s) " + unmeasured + " could not time their links of epoch " + std::to_string(epoch));
+    if (probed.ok()) {
+      RCOLL_LOG(kWarn, "%s; every rank aborts epoch %u over %s, the next op recovers", why.message().c_str(), epoch, tname);
+      transport_->abort(why);
+    }
+  }
+  const LinkSample worst = worst_link(samples);
+  Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
+  // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
+  tuned.doubling_blocks = std::string(tname) == "tcp";
+  // Whether the ranks share so few CPUs that the star broadcast wins
+  // (broadcast_is_star).
+  const int cpus = shared_cpus(samples);
+  tuned.few_shared_cpus = cpus > 0 && cpus <= kStarBroadcastCpus;
+  // Likewise the eager broadcast range (broadcast_is_eager): over TCP above 2
+  // ranks, up to where the acknowledged chain or star takes over.
+  const bool star = large_broadcasts_by_star(size_, tuned);
+  tuned.eager_broadcast_bytes = std::string(tname) != "tcp" || size_ <= 2 ? kEagerBroadcastBytes
+                                : star                                     ? kEagerBroadcastBytesTcpStar
+                                                                           : kEagerBroadcastBytesTcp;
+  const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
+  if (epoch == 0) {
+    schedule_.reset(tuned);
+  } else {
+    schedule_.adopt(from, tuned);
+  }
+  tuned_piece_ = tuned.piece_bytes;
+  tuned_window_ = tuned.window;
+  link_latency_s_ = worst.latency_s;
+  link_bandwidth_ = worst.bandwidth;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  const char* pinned = pins_.piece && pins_.window ? " (pinned by options)" : "";
+  if (epoch > 0) {
+    RCOLL_LOG(kInfo, "epoch %u over %s: slowest link %s (timed in %.1f ms); collectives from collective seq %llu on use %s%s",
+              epoch, tname, describe_link(worst).c_str(), ms, static_cast<unsigned long long>(from),
+              describe_tuning(tuned).c_str(), pinned);
+  }
+  link_note_ = describe_link(worst) + " (timed in " + std::to_string(static_cast<int>(ms + 0.5)) + " ms) -> " +
+               describe_tuning(tuned) + pinned;
+  if (size_ > 2 && tuned.broadcast != BroadcastAlgorithm::kAuto) {
+    link_note_ += star ? "; broadcasts by star (pinned)" : "; broadcasts by chain (pinned)";
+  } else if (star) {
+    link_note_ += "; broadcasts by star (the ranks share " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s") + ")";
+  }
+  return Status();
+}
+
+// Folds the bytes of the transport being replaced into the running totals.
+void CommunicatorImpl::retire_transport() {
+  if (!transport_) return;
+  bytes_sent_before_ += transport_->bytes_sent();
+  bytes_received_before_ += transport_->bytes_received();
+  bytes_sent_ = 0;
+  bytes_received_ = 0;
+}
+
+// A state is free again once its pool slot holds the only reference: the
+// caller's Work handles, the queued op and the running op are gone (the
+// replay log keeps no Work). use_count() is a relaxed read: the fence orders
+// the reset after the last holder's release of its reference.
+
+}  // namespace rcoll

@@ -1,0 +1,99 @@
+// Fault injection at an op (RCOLL_INJECT, runtime/inject.h): which faults
+// fire at this op on this rank, and how each strikes the op's frames.
+#include <algorithm>
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+
+namespace rcoll {
+
+namespace {
+
+// The first peer an op talks to: the link a close-link fault without a peer breaks.
+int first_peer(const Op& op, int rank, int size, const Tuning& tuning) {
+  if (op.kind == OpKind::kSendRecv) return op.peer;
+  if (op.kind == OpKind::kBroadcast) return broadcast_first_peer(op, rank, size, tuning);
+  // Halving-doubling, recursive halving and doubling talk to rank r ^ d first.
+  if (op.kind == OpKind::kAllreduce && allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kHalvingDoubling)
+    return rank ^ (size / 2);
+  if (op.kind == OpKind::kAllreduce && allreduce_algorithm(op, size, tuning) == AllreduceAlgorithm::kRecursiveDoubling)
+    return rank ^ 1;
+  if (op.kind == OpKind::kReduceScatter && blocks_by_doubling(size, tuning)) return rank ^ (size / 2);
+  if (op.kind == OpKind::kAllgather && blocks_by_doubling(size, tuning)) return rank ^ 1;
+  return (rank + 1) % size;
+}
+
+uint64_t next_random(uint64_t* state) {  // splitmix64
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slices) {
+  // Each op's faults fire once, not again when it is resumed after the recovery they caused.
+  if (op.seq <= injected_through_seq_) return;
+  injected_through_seq_ = op.seq;
+  for (const Fault& planned : faults_) {
+    Fault f = planned;
+    if (f.kind == FaultKind::kRandom) {
+      // Every rank draws the same numbers for the same op: at most one victim per op.
+      uint64_t state = f.seed ^ (op.seq * 0xD1B54A32D192ED03ull);
+      const double draw = static_cast<double>(next_random(&state) >> 11) / 9007199254740992.0;
+      if (draw >= f.rate || size_ < 2) continue;
+      f.kind = f.random_kinds[next_random(&state) % f.random_kinds.size()];
+      f.rank = static_cast<int>(next_random(&state) % static_cast<uint64_t>(size_));
+      f.op = op.seq;
+      f.ms = 50;
+    }
+    if (f.kind == FaultKind::kFailConnect || f.kind == FaultKind::kLinkLatency || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_, ctx.tuning());
+    switch (f.kind) {
+      case FaultKind::kStall:  // a planned stall is applied in run_op, before the op is announced
+        if (planned.kind == FaultKind::kRandom) {
+          ++delays_injected_;
+          std::this_thread::sleep_for(Millis(f.ms));
+        }
+        break;
+      case FaultKind::kKill:
+        RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s", op.describe().c_str());
+        std::raise(SIGKILL);
+        break;
+      case FaultKind::kCloseLink:
+      {
+        // After the first window, so the failure lands mid-op. An op that is
+        // one window and then says nothing more to that peer would finish
+        // without noticing (the next op would, and two such faults would
+        // share one recovery): there the link closes before the op starts.
+        const bool one_window = slices <= static_cast<size_t>(std::max(1, ctx.tuning().window));
+        const bool talks_after_data = (op.kind == OpKind::kBroadcast && !broadcast_is_eager(op, ctx.tuning())) || confirms_completion(op);
+        RCOLL_LOG(kWarn, "fault injection: closing the link to rank %d %s %s", peer,
+                  one_window && !talks_after_data ? "at the start of" : "during", op.describe().c_str());
+        if (one_window && !talks_after_data) {
+          ctx.inject_break_now(peer);
+        } else {
+          ctx.inject_break_after_first_window(peer);
+        }
+        break;
+      }
+      case FaultKind::kDelayChunk:
+        ++delays_injected_;
+        ctx.inject_first_send(f.ms, false);
+        break;
+      case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
+      case FaultKind::kBadAlloc:
+      case FaultKind::kThrow:
+        throw_injected(f.kind, rank_, op.seq, op.describe());
+      case FaultKind::kFailConnect:
+      case FaultKind::kLinkLatency:
+      case FaultKind::kRandom: break;
+    }
+  }
+}
+
+}  // namespace rcoll

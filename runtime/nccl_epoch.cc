@@ -1,0 +1,269 @@
+// The NCCL communicator of each epoch (the part of device ops on NCCL that
+// runtime/nccl_ops.cc's header describes under "made at the epoch's first
+// device collective"): every rank arrives, inits within a deadline, and all
+// agree on the outcome; a rank that cannot or will not join votes in the next
+// recovery to stop using NCCL. Stopped communicators wait in a graveyard until
+// no stream waits at the stream gate (freeing them waits for the whole GPU).
+#include <algorithm>
+#include <string>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+#include "runtime/store/exchange.h"
+#include "runtime/store/keys.h"
+
+namespace rcoll {
+namespace {
+
+constexpr Millis kNcclInitFloor{30000};
+constexpr size_t kNcclInitFailuresToDrop = 2;
+constexpr Millis kStoreWaitSlice{50};
+
+}  // namespace
+
+std::string CommunicatorImpl::nccl_vote() {
+  if (!nccl_cannot_join_.empty()) return nccl_cannot_join_;
+  // Inits that time out cost at least kNcclInitFloor each, so they would
+  // never pile up within the failure window: two in a row are enough.
+  if (nccl_init_failures_ >= kNcclInitFailuresToDrop) {
+    return "rank " + std::to_string(rank_) + ": " + std::to_string(nccl_init_failures_) +
+           " NCCL inits in a row did not complete (" + nccl_last_init_failure_ + ")";
+  }
+  const auto now = Clock::now();
+  while (!nccl_failures_.empty() && now - nccl_failures_.front() > options_.transport_failure_window) nccl_failures_.pop_front();
+  if (static_cast<int>(nccl_failures_.size()) < std::max(1, options_.transport_failures_to_drop)) return "";
+  return "rank " + std::to_string(rank_) + ": NCCL failed " + std::to_string(nccl_failures_.size()) + " times within " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()) + " s";
+}
+
+void CommunicatorImpl::abort_nccl_on_device(const Status& why) {
+  if (!nccl_) return;
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = device_;
+  }
+  kernels::cuda::ScopedDevice on;
+  if (device >= 0) (void)on.enter(device);
+  nccl_->abort(why);
+}
+
+void CommunicatorImpl::retire_nccl() {
+  if (nccl_retired_) nccl_graveyard_.push_back(std::move(nccl_retired_));
+  nccl_retired_ = std::move(nccl_);
+}
+
+void CommunicatorImpl::bury_nccl() {
+  if (nccl_graveyard_.empty()) return;
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = device_;
+  }
+  kernels::cuda::ScopedDevice on;
+  if (device >= 0) (void)on.enter(device);
+  nccl_graveyard_.clear();
+}
+
+void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
+  if (!nccl_off_.empty()) return;
+  nccl_off_ = why;
+  nccl_dropped_ = true;
+  ++nccl_fallbacks_;
+  if (nccl_) nccl_->abort(Status(ErrorCode::kAborted, "NCCL dropped: " + why));
+  if (nccl_) retire_nccl();
+  RCOLL_LOG(kWarn, "every rank stops using NCCL for device collectives from epoch %u on (%s); they are staged through "
+            "pinned host memory over %s instead (fallback #%llu)",
+            epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
+}
+
+Result<std::vector<Bytes>> CommunicatorImpl::wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until,
+                                                            const char* what, bool stall_rule) {
+  const Clock::duration budget = progress_budget(op, std::max<size_t>(1, std::min(op.out.bytes(), kNcclSliceBytes)), 1);
+  Clock::time_point since = Clock::now();
+  auto judge = [&](const std::vector<int>& missing) -> Status {
+    if (Status i = interrupted(); !i.ok()) return i;
+    if (stall_rule && Clock::now() - since >= budget) {
+      Status verdict = on_stall(op, missing.front(), Clock::now() - since);
+      if (!verdict.ok()) return Status(verdict.code(), verdict.context(), std::string(what) + ": " + verdict.message());
+      since = Clock::now();  // a live straggler: wait another budget
+    }
+    return Status();
+  };
+  auto got = exchange.gather(until, judge, kStoreWaitSlice);
+  if (!got.ok() && got.status().code() == ErrorCode::kTimeout && until.expired()) {
+    const int missing = got.status().context().peer;
+    return Status(ErrorCode::kTimeout, ErrorContext{rank_, missing, op.seq, epoch_.load(), "nccl"},
+                  std::string(what) + ": rank " + std::to_string(missing) + " did not get there in time");
+  }
+  return got;
+}
+
+Status CommunicatorImpl::ensure_nccl(const Op& op) {
+  const uint32_t epoch = epoch_.load();
+  if (nccl_ && nccl_epoch_ == epoch && !nccl_->aborted()) return Status();
+  // The old one is aborted (finalising could wait on peers that moved on) and
+  // kept until a new one follows it: its stream may still hold copies and
+  // draining kernels.
+  if (nccl_) {
+    nccl_->abort(Status(ErrorCode::kAborted, "replaced by epoch " + std::to_string(epoch) + "'s communicator"));
+    retire_nccl();
+  }
+  const auto started = Clock::now();
+  const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
+  const StoreExchange arrivals(*store_, keys::nccl_arrived(epoch), size_);
+  const StoreExchange outcomes(*store_, keys::nccl_outcomes(epoch), size_);
+
+  // A rank that will not join says why; fault injection can make it fail.
+  std::string refuse = nccl_vote();
+  for (Fault& f : faults_) {
+    if (refuse.empty() && f.kind == FaultKind::kFailConnect && f.transport == "nccl" && f.count > 0 && epoch >= f.epoch &&
+        (f.rank == -1 || f.rank == rank_)) {
+      --f.count;
+      ++injected_;
+      refuse = "rank " + std::to_string(rank_) + ": NCCL init of epoch " + std::to_string(epoch) +
+               " failed by fault injection (fail-connect)";
+    }
+  }
+
+  // 1. Arrive. Rank 0 brings the unique id ("" when it could not make one).
+  std::string id;
+  if (rank_ == 0) {
+    auto made = nccl::new_unique_id();
+    if (made.ok()) id = made.value();
+    if (!made.ok() && refuse.empty()) refuse = "rank 0: " + made.status().message();
+  }
+  if (size_ > 1) {
+    if (rank_ == 0) {
+      if (Status s = store_->set(keys::nccl_id(epoch), Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
+    }
+    if (Status s = arrivals.publish(rank_, Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
+    if (auto s = wait_for_ranks(arrivals, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
+      (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});  // peers already in init stop waiting for this rank
+      return s.status();
+    }
+    if (rank_ != 0) {
+      auto got = store_->get(keys::nccl_id(epoch), kStoreWaitSlice * 20);
+      if (!got.ok()) {
+        (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});
+        return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
+      }
+      id.assign(got.value().begin(), got.value().end());
+      if (id.empty() && refuse.empty()) refuse = "rank 0 could not make an NCCL unique id";
+    }
+  }
+
+  // 2. Init, bounded now that every rank is there (and within a recovery's
+  // time, so a rank that left for one never outwaits it). A rank that gives
+  // up, fails the epoch or sees a peer die says so at once, and the others
+  // stop waiting for it.
+  const Deadline init_deadline =
+      Deadline::after(std::min<Millis>(std::max<Millis>(options_.connect_timeout, kNcclInitFloor), options_.recovery_timeout));
+  const std::string gave_up = keys::nccl_gave_up(epoch);
+  Result<std::unique_ptr<nccl::Comm>> made = Status(ErrorCode::kUnsupported, ctx, refuse);
+  if (refuse.empty()) {
+    nccl::Comm::Config cfg;
+    cfg.rank = rank_;
+    cfg.size = size_;
+    cfg.device = op.device;
+    cfg.epoch = epoch;
+    cfg.init_deadline = init_deadline;
+    cfg.blocking = options_.nccl_blocking == 1;
+    // One stream for every epoch (made on the first): the new communicator's
+    // calls queue behind whatever the aborted one left on it.
+    if (Status s = nccl_stream_.create(); s.ok()) cfg.stream = nccl_stream_.get();
+    if (Status s = nccl_confirm_host_.reserve(32); s.ok()) {
+      // Two halves, by epoch: a retired stream may still copy the last
+      // epoch's confirmation back into its half.
+      cfg.confirm_host = static_cast<char*>(nccl_confirm_host_.data()) + 16 * (epoch % 2);
+    }
+    if (size_ > 1) {
+      std::shared_ptr<Store> store = store_;
+      cfg.cancelled = [this, store, gave_up] {
+        if (epoch_failed_elsewhere() || first_dead_peer() >= 0) return true;
+        auto there = store->check(gave_up);
+        return there.ok() && there.value();
+      };
+    }
+    made = nccl::Comm::create(id, cfg);
+  }
+  // A rank that cannot or will not join (no usable GPU, bad device, refused)
+  // asks in the next recovery for NCCL to be dropped; anything else (a
+  // timeout, a cancelled init, a network error) just fails this epoch, and
+  // counts towards dropping it if it keeps happening.
+  const ErrorCode code = made.ok() ? ErrorCode::kOk : made.status().code();
+  const bool cannot_join = code == ErrorCode::kUnsupported || code == ErrorCode::kInvalidArgument || code == ErrorCode::kDevice;
+  const std::string mine = made.ok() ? "ok" : "rank " + std::to_string(rank_) + ": " + made.status().message();
+  if (cannot_join) nccl_cannot_join_ = mine;
+  if (!made.ok()) {
+    ++nccl_init_failures_;
+    nccl_last_init_failure_ = mine;
+  }
+  if (size_ == 1 && !made.ok()) {
+    // Nobody to agree with.
+    if (cannot_join) {
+      drop_nccl(mine, epoch);
+      nccl_restart_staged_ = true;
+    }
+    return Status(code, ctx, "NCCL communicator of epoch " + std::to_string(epoch) + ": " + mine);
+  }
+
+  // 3. Every rank's outcome, read by every rank: the same decision everywhere.
+  // A rank whose init failed says so at once, and whatever way this rank
+  // leaves before the decision, its peers must not be left waiting in NCCL's
+  // init for it: it says it gave up, and aborts its own.
+  if (size_ > 1) {
+    if (!made.ok()) (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
+    bool decided = false;
+    struct GiveUp {
+      std::function<void()> run;
+      ~GiveUp() { run(); }
+    } give_up{[&] {
+      if (decided) return;
+      (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
+      if (made.ok()) {
+        made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
+        nccl_graveyard_.push_back(std::move(made).value());
+      }
+    }};
+    if (Status s = outcomes.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
+      return Status(s.code(), ctx, s.message());
+    }
+    const Deadline until = Deadline::at(init_deadline.time() + std::chrono::seconds(5));
+    // Peers still inside NCCL's init are at this op, not hung: no stall rule
+    // here, only the init's own bound (and dead peers, abort notices).
+    auto all = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false);
+    if (!all.ok()) return all.status();
+    std::string failure;
+    for (const Bytes& v : all.value()) {
+      const std::string text(v.begin(), v.end());
+      if (text != "ok" && failure.empty()) failure = text;
+    }
+    if (!failure.empty()) {
+      return Status(ErrorCode::kTransport, ctx,
+                    "the NCCL communicator of epoch " + std::to_string(epoch) + " was not made (" + failure + "); " +
+                        (nccl_vote().empty() ? "recovering, then trying again"
+                                             : "recovering; this rank votes to stage device collectives instead"));
+    }
+    decided = true;
+  }
+  nccl_ = std::move(made).value();
+  nccl_cannot_join_.clear();
+  nccl_init_failures_ = 0;
+  if (nccl_retired_) {
+    // Restoring an input on the new stream must come after what the old one
+    // still holds (backup copies behind aborted kernels).
+    if (Status s = nccl_->follow(*nccl_retired_); !s.ok()) {
+      nccl_->abort(s);
+      nccl_graveyard_.push_back(std::move(nccl_));
+      return Status(s.code(), ctx, "ordering epoch " + std::to_string(epoch) + "'s NCCL stream after the last: " + s.message());
+    }
+    nccl_graveyard_.push_back(std::move(nccl_retired_));
+  }
+  nccl_epoch_ = epoch;
+  RCOLL_LOG(kInfo, "NCCL %s communicator of epoch %u up in %.1f ms (%d ranks, CUDA device %d)", nccl::version().c_str(), epoch,
+            std::chrono::duration<double, std::milli>(Clock::now() - started).count(), size_.load(), op.device);
+  return Status();
+}
+
+}  // namespace rcoll

@@ -1,0 +1,113 @@
+// At creation, before any transport: the settings every rank must share,
+// compared across the ranks (CommunicatorImpl::agree_settings).
+#include <algorithm>
+#include <string>
+
+#include "runtime/communicator_impl.h"
+#include "runtime/log.h"
+#include "runtime/store/call_deadline.h"
+#include "runtime/store/exchange.h"
+#include "runtime/store/keys.h"
+
+namespace rcoll {
+
+namespace {
+
+// What every rank must set alike, as "name=value" lines. Each of these decides
+// which frames a rank sends or expects (chunk size, window, algorithms, the
+// transports and their order), how long a sent frame is kept for a replay
+// (socket buffers), or whether every rank takes part in a recovery or a
+// shrink. Options a rank may set for itself (timeouts, backup memory, the
+// interface, congestion control) are not here.
+// `socket_buffer_bytes`: as used (the default where the option is 0).
+std::string settings_every_rank_shares(const Options& o, const TransportChain& chain,
+                                       size_t socket_buffer_bytes) {
+  std::string order;
+  for (const std::string& t : chain.order()) order += (order.empty() ? "" : ",") + t;
+  return "chunk_bytes (RCOLL_CHUNK_BYTES)=" + std::to_string(o.chunk_bytes) +
+         "\npipeline_depth (RCOLL_PIPELINE_DEPTH)=" + std::to_string(o.pipeline_depth) +
+         "\nsocket_buffer_bytes (RCOLL_SOCKET_BUFFER_BYTES)=" +
+         std::to_string(socket_buffer_bytes) +
+         "\nallreduce_algorithm (RCOLL_ALLREDUCE_ALGO)=" + algorithm_name(o.allreduce_algorithm) +
+         "\nbroadcast_algorithm (RCOLL_BROADCAST_ALGO)=" + algorithm_name(o.broadcast_algorithm) +
+         "\nsmall_allreduce_bytes=" + std::to_string(o.small_allreduce_bytes) +
+         "\nrecovery (RCOLL_RECOVERY)=" + std::to_string(o.recovery ? 1 : 0) +
+         "\nshrink_on_death (RCOLL_SHRINK)=" + std::to_string(o.shrink_on_death ? 1 : 0) +
+         "\ntransports (RCOLL_TRANSPORT, RCOLL_TRANSPORTS)=" + order +
+         (chain.nccl() ? ",nccl for device buffers" : "");
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    out.push_back(text.substr(start, end - start));
+  out.push_back(text.substr(start));
+  return out;
+}
+
+}  // namespace
+
+Status CommunicatorImpl::agree_settings(Deadline deadline) {
+  const std::string mine = settings_every_rank_shares(
+      options_, chain_,
+      options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
+  const ErrorContext ctx{rank_, -1, 0, 0, ""};
+  // The set takes no deadline of its own (the TCP store client's is 30 s).
+  // A second past the deadline, so that once it passed the store can still
+  // be asked who is missing.
+  const ScopedStoreDeadline store_bound(Deadline::at(deadline.time() + std::chrono::seconds(1)));
+  const StoreExchange exchange(*store_, keys::settings(), size_);
+  if (Status s = exchange.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
+    return Status(s.code(), ctx,
+                  "could not publish this rank's settings in the store: " + s.message());
+  }
+  // Every rank reads every rank's, so all find the same first difference.
+  auto gathered = exchange.gather(deadline);
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    const int q = g.context().peer;
+    const bool late = g.code() == ErrorCode::kTimeout;
+    return Status(late ? ErrorCode::kPeerUnreachable : g.code(), ErrorContext{rank_, q, 0, 0, ""},
+                  late ? "rank " + std::to_string(q) +
+                             " did not publish its settings in the store within the connect timeout (not "
+                             "started, crashed, or its communicator failed to be created: see its log; or "
+                             "the store is not answering): " +
+                             g.message()
+                       : "could not read the ranks' settings from the store: " + g.message());
+  }
+  std::vector<std::string> theirs;
+  for (const Bytes& b : gathered.value()) theirs.emplace_back(b.begin(), b.end());
+  int differing = 0, first = -1;
+  for (int q = 1; q < size_; ++q) {
+    if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;
+    ++differing;
+    if (first < 0) first = q;
+  }
+  if (first < 0) return Status();
+  const std::vector<std::string> a = lines_of(theirs[0]),
+                                 b = lines_of(theirs[static_cast<size_t>(first)]);
+  // Every setting in which the first differing rank differs from rank 0.
+  std::string what;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
+    if (x == y) continue;
+    const size_t eq = x.rfind('=');
+    const std::string name = eq == std::string::npos ? x : x.substr(0, eq);
+    what += what.empty() ? "" : "; ";
+    if (eq != std::string::npos && y.compare(0, name.size() + 1, name + "=") == 0) {
+      what += name + " is " + x.substr(eq + 1) + " on rank 0 but " + y.substr(name.size() + 1) +
+              " on rank " + std::to_string(first);
+    } else {
+      what += "rank 0 has '" + x + "' where rank " + std::to_string(first) + " has '" + y +
+              "' (another rcoll version?)";
+    }
+  }
+  return Status(ErrorCode::kInvalidArgument, ctx,
+                "the ranks' settings differ: " + what + " (" + std::to_string(differing) + " of " +
+                    std::to_string(size_) +
+                    " ranks differ from rank 0); every rank must set these alike (they decide "
+                    "which frames a rank sends and expects), so no rank creates the communicator");
+}
+
+}  // namespace rcoll
