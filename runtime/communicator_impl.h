@@ -148,7 +148,19 @@ class CommunicatorImpl : public ProgressGuard {
   // when a rank cannot (or, after repeated failures, will not) join, every
   // rank stops using NCCL and sets nccl_restart_staged_.
   Status ensure_nccl(const Op& op);
+  // Its steps (runtime/nccl_epoch.cc): why this rank will not join (or "");
+  // arrive (rank 0 brings the unique id); init; agree on every rank's outcome.
+  std::string nccl_refusal(uint32_t epoch);
+  Result<std::string> nccl_arrive(const Op& op, uint32_t epoch, std::string* refuse);
+  Result<std::unique_ptr<nccl::Comm>> nccl_init(const Op& op, uint32_t epoch, const std::string& id, Deadline init_deadline);
+  Status nccl_agree(const Op& op, uint32_t epoch, Result<std::unique_ptr<nccl::Comm>>& made, const std::string& mine,
+                    Deadline until);
   Status run_nccl_slices(OpRecord& rec, size_t first);
+  // Waits for NCCL as an op waits for its peers (runtime/nccl_ops.cc).
+  struct NcclWatch;
+  // An in-place all-reduce's device backup: whether the op has one (an
+  // error only when the GPU failed).
+  Result<bool> prepare_nccl_backup(const Op& op, nccl::Comm& comm);
   // An op issued with Op::gated: queues its verdict event behind its calls on
   // `comm` and the stream gate (see run_nccl_slices), and marks it issued.
   Status queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm);
@@ -173,8 +185,15 @@ class CommunicatorImpl : public ProgressGuard {
   // Runs slices [first, end) of a record: normally, or as a replay of an op the
   // caller already has back (inputs from backups, outputs to a sink).
   Status run_slices(OpRecord& rec, size_t first, bool replay);
-  // The recovery protocol; on success the data plane is epoch + 1.
+  // The recovery protocol; on success the data plane is epoch + 1. Its
+  // steps (runtime/recovery.cc): announce the failure and publish this
+  // rank's ballot and ledger; gather every rank's ledger; agree on the resume
+  // plan (agree_resume); adopt the ballots; reconnect.
   Result<ResumePlan> recover(const Status& cause);
+  struct RecoveryRound;
+  Status announce_and_publish(const RecoveryRound& round, const Status& cause);
+  Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round);
+  Status adopt_ballots(const RecoveryRound& round);
   // recover() then replay_completed(), again while the replays themselves fail.
   Status recover_and_replay(Status cause, OpRecord* current, size_t* resume);
   // Re-runs completed ops that a peer still needs; sets *resume for `current`.

@@ -111,82 +111,19 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   }
   const auto started = Clock::now();
   const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
-  const StoreExchange arrivals(*store_, keys::nccl_arrived(epoch), size_);
-  const StoreExchange outcomes(*store_, keys::nccl_outcomes(epoch), size_);
 
-  // A rank that will not join says why; fault injection can make it fail.
-  std::string refuse = nccl_vote();
-  for (Fault& f : faults_) {
-    if (refuse.empty() && f.kind == FaultKind::kFailConnect && f.transport == "nccl" && f.count > 0 && epoch >= f.epoch &&
-        (f.rank == -1 || f.rank == rank_)) {
-      --f.count;
-      ++injected_;
-      refuse = "rank " + std::to_string(rank_) + ": NCCL init of epoch " + std::to_string(epoch) +
-               " failed by fault injection (fail-connect)";
-    }
-  }
-
-  // 1. Arrive. Rank 0 brings the unique id ("" when it could not make one).
-  std::string id;
-  if (rank_ == 0) {
-    auto made = nccl::new_unique_id();
-    if (made.ok()) id = made.value();
-    if (!made.ok() && refuse.empty()) refuse = "rank 0: " + made.status().message();
-  }
-  if (size_ > 1) {
-    if (rank_ == 0) {
-      if (Status s = store_->set(keys::nccl_id(epoch), Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
-    }
-    if (Status s = arrivals.publish(rank_, Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
-    if (auto s = wait_for_ranks(arrivals, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
-      (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});  // peers already in init stop waiting for this rank
-      return s.status();
-    }
-    if (rank_ != 0) {
-      auto got = store_->get(keys::nccl_id(epoch), kStoreWaitSlice * 20);
-      if (!got.ok()) {
-        (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});
-        return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
-      }
-      id.assign(got.value().begin(), got.value().end());
-      if (id.empty() && refuse.empty()) refuse = "rank 0 could not make an NCCL unique id";
-    }
-  }
+  // 1. Arrive: every rank, rank 0 with the unique id ("" when it could not
+  // make one). A rank that will not join says why.
+  std::string refuse = nccl_refusal(epoch);
+  auto id = nccl_arrive(op, epoch, &refuse);
+  if (!id.ok()) return id.status();
 
   // 2. Init, bounded now that every rank is there (and within a recovery's
-  // time, so a rank that left for one never outwaits it). A rank that gives
-  // up, fails the epoch or sees a peer die says so at once, and the others
-  // stop waiting for it.
+  // time, so a rank that left for one never outwaits it).
   const Deadline init_deadline =
       Deadline::after(std::min<Millis>(std::max<Millis>(options_.connect_timeout, kNcclInitFloor), options_.recovery_timeout));
-  const std::string gave_up = keys::nccl_gave_up(epoch);
-  Result<std::unique_ptr<nccl::Comm>> made = Status(ErrorCode::kUnsupported, ctx, refuse);
-  if (refuse.empty()) {
-    nccl::Comm::Config cfg;
-    cfg.rank = rank_;
-    cfg.size = size_;
-    cfg.device = op.device;
-    cfg.epoch = epoch;
-    cfg.init_deadline = init_deadline;
-    cfg.blocking = options_.nccl_blocking == 1;
-    // One stream for every epoch (made on the first): the new communicator's
-    // calls queue behind whatever the aborted one left on it.
-    if (Status s = nccl_stream_.create(); s.ok()) cfg.stream = nccl_stream_.get();
-    if (Status s = nccl_confirm_host_.reserve(32); s.ok()) {
-      // Two halves, by epoch: a retired stream may still copy the last
-      // epoch's confirmation back into its half.
-      cfg.confirm_host = static_cast<char*>(nccl_confirm_host_.data()) + 16 * (epoch % 2);
-    }
-    if (size_ > 1) {
-      std::shared_ptr<Store> store = store_;
-      cfg.cancelled = [this, store, gave_up] {
-        if (epoch_failed_elsewhere() || first_dead_peer() >= 0) return true;
-        auto there = store->check(gave_up);
-        return there.ok() && there.value();
-      };
-    }
-    made = nccl::Comm::create(id, cfg);
-  }
+  Result<std::unique_ptr<nccl::Comm>> made =
+      refuse.empty() ? nccl_init(op, epoch, id.value(), init_deadline) : Status(ErrorCode::kUnsupported, ctx, refuse);
   // A rank that cannot or will not join (no usable GPU, bad device, refused)
   // asks in the next recovery for NCCL to be dropped; anything else (a
   // timeout, a cancelled init, a network error) just fails this epoch, and
@@ -209,44 +146,12 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   }
 
   // 3. Every rank's outcome, read by every rank: the same decision everywhere.
-  // A rank whose init failed says so at once, and whatever way this rank
-  // leaves before the decision, its peers must not be left waiting in NCCL's
-  // init for it: it says it gave up, and aborts its own.
   if (size_ > 1) {
-    if (!made.ok()) (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
-    bool decided = false;
-    struct GiveUp {
-      std::function<void()> run;
-      ~GiveUp() { run(); }
-    } give_up{[&] {
-      if (decided) return;
-      (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
-      if (made.ok()) {
-        made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
-        nccl_graveyard_.push_back(std::move(made).value());
-      }
-    }};
-    if (Status s = outcomes.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
-      return Status(s.code(), ctx, s.message());
+    if (Status s = nccl_agree(op, epoch, made, mine, Deadline::at(init_deadline.time() + std::chrono::seconds(5))); !s.ok()) {
+      return s;
     }
-    const Deadline until = Deadline::at(init_deadline.time() + std::chrono::seconds(5));
-    // Peers still inside NCCL's init are at this op, not hung: no stall rule
-    // here, only the init's own bound (and dead peers, abort notices).
-    auto all = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false);
-    if (!all.ok()) return all.status();
-    std::string failure;
-    for (const Bytes& v : all.value()) {
-      const std::string text(v.begin(), v.end());
-      if (text != "ok" && failure.empty()) failure = text;
-    }
-    if (!failure.empty()) {
-      return Status(ErrorCode::kTransport, ctx,
-                    "the NCCL communicator of epoch " + std::to_string(epoch) + " was not made (" + failure + "); " +
-                        (nccl_vote().empty() ? "recovering, then trying again"
-                                             : "recovering; this rank votes to stage device collectives instead"));
-    }
-    decided = true;
   }
+  // 4. In use from here.
   nccl_ = std::move(made).value();
   nccl_cannot_join_.clear();
   nccl_init_failures_ = 0;
@@ -263,6 +168,125 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   nccl_epoch_ = epoch;
   RCOLL_LOG(kInfo, "NCCL %s communicator of epoch %u up in %.1f ms (%d ranks, CUDA device %d)", nccl::version().c_str(), epoch,
             std::chrono::duration<double, std::milli>(Clock::now() - started).count(), size_.load(), op.device);
+  return Status();
+}
+
+std::string CommunicatorImpl::nccl_refusal(uint32_t epoch) {
+  std::string refuse = nccl_vote();
+  // Fault injection can make a rank fail its init (fail-connect:transport=nccl).
+  for (Fault& f : faults_) {
+    if (refuse.empty() && f.kind == FaultKind::kFailConnect && f.transport == "nccl" && f.count > 0 && epoch >= f.epoch &&
+        (f.rank == -1 || f.rank == rank_)) {
+      --f.count;
+      ++injected_;
+      refuse = "rank " + std::to_string(rank_) + ": NCCL init of epoch " + std::to_string(epoch) +
+               " failed by fault injection (fail-connect)";
+    }
+  }
+  return refuse;
+}
+
+Result<std::string> CommunicatorImpl::nccl_arrive(const Op& op, uint32_t epoch, std::string* refuse) {
+  const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
+  std::string id;
+  if (rank_ == 0) {
+    auto made = nccl::new_unique_id();
+    if (made.ok()) id = made.value();
+    if (!made.ok() && refuse->empty()) *refuse = "rank 0: " + made.status().message();
+  }
+  if (size_ == 1) return id;
+  if (rank_ == 0) {
+    if (Status s = store_->set(keys::nccl_id(epoch), Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
+  }
+  // Arrivals are waited for as an op waits for its peers: a straggler is
+  // waited for, a frozen rank recovered from.
+  const StoreExchange arrivals(*store_, keys::nccl_arrived(epoch), size_);
+  if (Status s = arrivals.publish(rank_, Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
+  if (auto s = wait_for_ranks(arrivals, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
+    (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});  // peers already in init stop waiting for this rank
+    return s.status();
+  }
+  if (rank_ != 0) {
+    auto got = store_->get(keys::nccl_id(epoch), kStoreWaitSlice * 20);
+    if (!got.ok()) {
+      (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});
+      return Status(got.status().code(), ctx, "reading the NCCL unique id: " + got.status().message());
+    }
+    id.assign(got.value().begin(), got.value().end());
+    if (id.empty() && refuse->empty()) *refuse = "rank 0 could not make an NCCL unique id";
+  }
+  return id;
+}
+
+Result<std::unique_ptr<nccl::Comm>> CommunicatorImpl::nccl_init(const Op& op, uint32_t epoch, const std::string& id,
+                                                                Deadline init_deadline) {
+  nccl::Comm::Config cfg;
+  cfg.rank = rank_;
+  cfg.size = size_;
+  cfg.device = op.device;
+  cfg.epoch = epoch;
+  cfg.init_deadline = init_deadline;
+  cfg.blocking = options_.nccl_blocking == 1;
+  // One stream for every epoch (made on the first): the new communicator's
+  // calls queue behind whatever the aborted one left on it.
+  if (Status s = nccl_stream_.create(); s.ok()) cfg.stream = nccl_stream_.get();
+  if (Status s = nccl_confirm_host_.reserve(32); s.ok()) {
+    // Two halves, by epoch: a retired stream may still copy the last
+    // epoch's confirmation back into its half.
+    cfg.confirm_host = static_cast<char*>(nccl_confirm_host_.data()) + 16 * (epoch % 2);
+  }
+  if (size_ > 1) {
+    // A rank that gives up, fails the epoch or sees a peer die says so at
+    // once, and the others stop waiting for it.
+    std::shared_ptr<Store> store = store_;
+    const std::string gave_up = keys::nccl_gave_up(epoch);
+    cfg.cancelled = [this, store, gave_up] {
+      if (epoch_failed_elsewhere() || first_dead_peer() >= 0) return true;
+      auto there = store->check(gave_up);
+      return there.ok() && there.value();
+    };
+  }
+  return nccl::Comm::create(id, cfg);
+}
+
+// A rank whose init failed says so at once, and whatever way this rank
+// leaves before the decision, its peers must not be left waiting in NCCL's
+// init for it: it says it gave up, and aborts its own.
+Status CommunicatorImpl::nccl_agree(const Op& op, uint32_t epoch, Result<std::unique_ptr<nccl::Comm>>& made,
+                                    const std::string& mine, Deadline until) {
+  const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
+  const std::string gave_up = keys::nccl_gave_up(epoch);
+  if (!made.ok()) (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
+  bool decided = false;
+  struct GiveUp {
+    std::function<void()> run;
+    ~GiveUp() { run(); }
+  } give_up{[&] {
+    if (decided) return;
+    (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
+    if (made.ok()) {
+      made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
+      nccl_graveyard_.push_back(std::move(made).value());
+    }
+  }};
+  const StoreExchange outcomes(*store_, keys::nccl_outcomes(epoch), size_);
+  if (Status s = outcomes.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) return Status(s.code(), ctx, s.message());
+  // Peers still inside NCCL's init are at this op, not hung: no stall rule
+  // here, only the init's own bound (and dead peers, abort notices).
+  auto all = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false);
+  if (!all.ok()) return all.status();
+  std::string failure;
+  for (const Bytes& v : all.value()) {
+    const std::string text(v.begin(), v.end());
+    if (text != "ok" && failure.empty()) failure = text;
+  }
+  if (!failure.empty()) {
+    return Status(ErrorCode::kTransport, ctx,
+                  "the NCCL communicator of epoch " + std::to_string(epoch) + " was not made (" + failure + "); " +
+                      (nccl_vote().empty() ? "recovering, then trying again"
+                                           : "recovering; this rank votes to stage device collectives instead"));
+  }
+  decided = true;
   return Status();
 }
 

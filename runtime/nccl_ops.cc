@@ -164,6 +164,87 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
   return abort_after_first;
 }
 
+// How a wait for NCCL (enqueuing or completing) goes on: a peer's abort
+// notice ends it, and no completion for the op's progress budget is a stall,
+// judged as for any op (runtime/stall_judge.h).
+struct CommunicatorImpl::NcclWatch {
+  CommunicatorImpl& c;
+  const Op& op;
+  Clock::duration budget;
+  int awaited;  // the other side of a send or receive, else the ring neighbour (what a collective waits on most)
+  Clock::time_point last_progress = Clock::now();
+
+  NcclWatch(CommunicatorImpl& impl, const Op& o)
+      : c(impl), op(o),
+        budget(impl.progress_budget(o, std::max<size_t>(std::min(o.out.bytes(), kNcclSliceBytes), 1), 1)),
+        awaited(o.kind == OpKind::kSendRecv ? o.peer : (impl.rank_ + 1) % impl.size_) {}
+
+  // A rank that went silent (frozen, partitioned) holds NCCL's kernels on
+  // every rank: judged at once rather than after the whole progress budget
+  // (DESIGN.md: a silent peer is suspect after the liveness budget).
+  bool silent_participant() const {
+    if (!c.liveness_) return false;
+    for (int q = 0; q < c.size_; ++q) {
+      if (q == c.rank_ || (op.kind == OpKind::kSendRecv && q != op.peer)) continue;
+      if (c.liveness_->peer(q).health == PeerHealth::kSilent) return true;
+    }
+    return false;
+  }
+  Status keep_waiting() {
+    if (Status s = c.interrupted(); !s.ok()) return s;
+    const Clock::time_point now = Clock::now();
+    if (now - last_progress < budget && !(now - last_progress >= c.options_.liveness_budget && silent_participant())) {
+      return Status();
+    }
+    Status verdict = c.on_stall(op, awaited, now - last_progress);
+    if (verdict.ok()) last_progress = now;  // a live straggler: wait another budget
+    return verdict;
+  }
+  nccl::Comm::Waiter waiter() {
+    return [this] { return keep_waiting(); };
+  }
+  // Polls `ticket` until done. Yielding for the first kNcclSpin of each wait
+  // (as cudaStreamSynchronize spins: an op on NCCL is worth a core), then
+  // sleeping a little more the longer it takes.
+  Status wait_for(nccl::Comm& comm, uint64_t ticket) {
+    PollPause pause(std::max<Clock::duration>(c.spin(), kNcclSpin), kNcclMaxSleep);
+    for (;;) {
+      auto done = comm.poll(ticket);
+      if (!done.ok()) return done.status();
+      if (done.value()) return Status();
+      if (Status s = keep_waiting(); !s.ok()) return s;
+      pause();
+    }
+  }
+};
+
+// In-place all-reduce: each slice's input is kept (or put back) before it
+// runs, within the backup budget. Whether this op has a backup; an error
+// only when the GPU failed.
+Result<bool> CommunicatorImpl::prepare_nccl_backup(const Op& op, nccl::Comm& comm) {
+  if (op.in.bytes() > options_.backup_bytes) return false;
+  if (nccl_backup_seq_ == op.seq) return true;
+  nccl_backup_seq_ = op.seq;
+  nccl_backed_up_ = 0;
+  if (nccl_backup_.capacity() >= op.in.bytes()) return true;
+  // Allocated in order on rcoll's device stream: behind every use of the
+  // old block, before any use of the new one.
+  Status s = device_stream_.create();
+  if (s.ok()) s = device_event_.create();
+  if (s.ok()) s = comm.order_after_me(device_stream_.get());
+  if (s.ok()) s = nccl_backup_.reserve(op.in.bytes(), device_stream_.get());
+  if (s.ok()) s = kernels::cuda::event_record(device_event_.get(), device_stream_.get());
+  if (s.ok()) s = comm.order_after_event(device_event_.get());
+  if (s.ok()) return true;
+  if (s.code() == ErrorCode::kDevice) return s;
+  // The backup is a safety net, not the op: run without it (a failure in
+  // the middle then cannot be recovered, as beyond the budget).
+  RCOLL_LOG(kWarn, "%s on nccl: no device memory for the backup of its input (%s); running it without one",
+            op.describe().c_str(), s.message().c_str());
+  nccl_backup_seq_ = 0;
+  return false;
+}
+
 Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   const Op& op = rec.op;
   if (!nccl_off_.empty()) {
@@ -181,83 +262,34 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // A run after a recovery: a stream still waits at the gate for this op.
   if (rec.work != nullptr && rec.work->issued) comm.keep_memory_on_abort(true);
   const uint32_t epoch = epoch_.load();
-  auto failed = [&](const Status& why) {
+  const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
+  NcclWatch watch(*this, op);
+
+  // The ledger counts what this run has seen done: slices from `first` may
+  // be half-written by the failed run until they complete again. Without a
+  // backup, an in-place op that fails after its first slice was issued
+  // cannot run again: every failure from here on is for good.
+  rec.done = first;
+  const bool in_place_backup = backs_up(op) && size_ > 1 && options_.recovery;
+  bool backup = false;
+  if (in_place_backup) {
+    auto prepared = prepare_nccl_backup(op, comm);
+    if (!prepared.ok()) {
+      comm.abort(prepared.status());
+      return Status(prepared.status().code(), ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
+                    op.describe() + " on nccl: " + prepared.status().message());
+    }
+    backup = prepared.value();
+  }
+  const bool unbacked = in_place_backup && !backup;
+  auto fail = [&](const Status& why) {
     comm.abort(why);
     ErrorContext c = why.context();
     c.rank = rank_;
     c.op_seq = op.seq;
     c.epoch = epoch;
     c.transport = "nccl";
-    return Status(why.code(), c, op.describe() + " on nccl: " + why.message());
-  };
-  const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
-  const size_t slice_bytes = std::min(op.out.bytes(), kNcclSliceBytes);
-  const Clock::duration budget = progress_budget(op, std::max<size_t>(slice_bytes, 1), 1);
-  // The peer NCCL waits on: the other side of a send or receive, else the
-  // ring neighbour (what a collective waits on most).
-  const int awaited = op.kind == OpKind::kSendRecv ? op.peer : (rank_ + 1) % size_;
-  // How a wait for NCCL (enqueuing or completing) goes on: a peer's abort
-  // notice ends it, and no completion for the budget is a stall, judged as
-  // for any op.
-  Clock::time_point last_progress = Clock::now();
-  // A rank that went silent (frozen, partitioned) holds NCCL's kernels on
-  // every rank: judged at once rather than after the whole progress budget
-  // (DESIGN.md: a silent peer is suspect after the liveness budget).
-  auto silent_participant = [&] {
-    if (!liveness_) return false;
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_ || (op.kind == OpKind::kSendRecv && q != op.peer)) continue;
-      if (liveness_->peer(q).health == PeerHealth::kSilent) return true;
-    }
-    return false;
-  };
-  auto keep_waiting = [&]() -> Status {
-    if (Status s = interrupted(); !s.ok()) return s;
-    const Clock::time_point now = Clock::now();
-    if (now - last_progress < budget && !(now - last_progress >= options_.liveness_budget && silent_participant())) {
-      return Status();
-    }
-    Status verdict = on_stall(op, awaited, now - last_progress);
-    if (verdict.ok()) last_progress = now;  // a live straggler: wait another budget
-    return verdict;
-  };
-
-  // In-place all-reduce: keep (or put back) each slice's input before it
-  // runs, within the backup budget. Without a backup a failure after the
-  // first slice began cannot be recovered: said so below.
-  // The ledger counts what this run has seen done: slices from `first` may
-  // be half-written by the failed run until they complete again.
-  rec.done = first;
-  const bool in_place_backup = backs_up(op) && size_ > 1 && options_.recovery;
-  bool backup = in_place_backup && op.in.bytes() <= options_.backup_bytes;
-  if (backup && nccl_backup_seq_ != op.seq) {
-    nccl_backup_seq_ = op.seq;
-    nccl_backed_up_ = 0;
-    if (nccl_backup_.capacity() < op.in.bytes()) {
-      // Allocated in order on rcoll's device stream: behind every use of the
-      // old block, before any use of the new one.
-      Status s = device_stream_.create();
-      if (s.ok()) s = device_event_.create();
-      if (s.ok()) s = comm.order_after_me(device_stream_.get());
-      if (s.ok()) s = nccl_backup_.reserve(op.in.bytes(), device_stream_.get());
-      if (s.ok()) s = kernels::cuda::event_record(device_event_.get(), device_stream_.get());
-      if (s.ok()) s = comm.order_after_event(device_event_.get());
-      if (!s.ok()) {
-        if (s.code() == ErrorCode::kDevice) return failed(s);
-        // The backup is a safety net, not the op: run without it (a failure
-        // in the middle then cannot be recovered, as beyond the budget).
-        RCOLL_LOG(kWarn, "%s on nccl: no device memory for the backup of its input (%s); running it without one",
-                  op.describe().c_str(), s.message().c_str());
-        nccl_backup_seq_ = 0;
-        backup = false;
-      }
-    }
-  }
-  // Without a backup, an in-place op that fails after its first slice was
-  // issued cannot run again: every failure from here on is for good.
-  const bool unbacked = in_place_backup && !backup;
-  auto fail = [&](const Status& why) {
-    Status s = failed(why);
+    Status s(why.code(), c, op.describe() + " on nccl: " + why.message());
     if (!unbacked) return s;
     return Status(ErrorCode::kUnsupported, s.context(),
                   s.message() + "; this in-place all-reduce of " + std::to_string(op.in.bytes()) +
@@ -279,7 +311,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
       if (!copied.ok()) return fail(copied.status());
       if (!have) nccl_backed_up_ = r.end * es;
     }
-    auto t = comm.issue(slice_calls(op, size_, k, rec.total), keep_waiting);
+    auto t = comm.issue(slice_calls(op, size_, k, rec.total), watch.waiter());
     if (!t.ok()) return fail(t.status());
     tickets.push_back({t.value(), k});
   }
@@ -292,10 +324,9 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // before its confirmation, as it always did: there the confirmation waits.
   // A send or receive confirms between its pair only.
   const bool confirms = size_ > 1 && options_.recovery;
-  const int confirm_peer = op.kind == OpKind::kSendRecv ? op.peer : -1;
   uint64_t confirmation = 0;  // its ticket; 0 = not issued yet (tickets start at 1)
   auto confirm = [&]() -> Status {
-    auto t = comm.issue_confirmation(fingerprint(op), keep_waiting, confirm_peer);
+    auto t = comm.issue_confirmation(fingerprint(op), watch.waiter(), op.kind == OpKind::kSendRecv ? op.peer : -1);
     if (t.ok()) confirmation = t.value();
     return t.status();
   };
@@ -314,23 +345,11 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
 
-  // Poll in order; a completion is progress. Yielding for the first
-  // kNcclSpin of each wait (as cudaStreamSynchronize spins: an op on NCCL is
-  // worth a core), then sleeping a little more the longer it takes.
-  auto wait_for = [&](uint64_t ticket) -> Status {
-    PollPause pause(std::max<Clock::duration>(spin(), kNcclSpin), kNcclMaxSleep);
-    for (;;) {
-      auto done = comm.poll(ticket);
-      if (!done.ok()) return done.status();
-      if (done.value()) return Status();
-      if (Status s = keep_waiting(); !s.ok()) return s;
-      pause();
-    }
-  };
+  // Poll in order; a completion is progress.
   for (const auto& [ticket, slice] : tickets) {
-    if (Status s = wait_for(ticket); !s.ok()) return fail(s);
+    if (Status s = watch.wait_for(comm, ticket); !s.ok()) return fail(s);
     rec.done = slice + 1;
-    last_progress = Clock::now();
+    watch.last_progress = Clock::now();
     if (abort_after_first && rec.done == first + 1) {
       ++injected_;
       return fail(Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)"));
@@ -342,7 +361,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     if (confirmation == 0) {
       if (Status s = confirm(); !s.ok()) return fail(s);
     }
-    if (Status s = wait_for(confirmation); !s.ok()) return fail(s);
+    if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
     if (!comm.fingerprints_agree()) {
       return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
                     op.describe() + " on nccl: the ranks did not all run this op at collective seq " +

@@ -44,174 +44,99 @@ void CommunicatorImpl::publish_fatal(const Status& s) {
   (void)store_->set(keys::epoch_failed(epoch_.load()), Bytes(why.begin(), why.end()));
 }
 
+// One recovery of one failed epoch: what its steps share.
+struct CommunicatorImpl::RecoveryRound {
+  Clock::time_point started = Clock::now();
+  uint32_t failed = 0;  // the epoch that failed
+  Deadline deadline = Deadline::never();
+  uint64_t seq = 0;  // the op in flight here, if any
+  bool chain = false;       // a transport chain to vote on
+  bool nccl_votes = false;  // NCCL in use: the ballot also says whether to drop it
+  // "recovery of epoch e gave up after t ms: step: why", as this rank's error.
+  Status gave_up(const CommunicatorImpl& c, const Status& s, const char* step) const {
+    return Status(s.code(), ErrorContext{c.rank_, -1, seq, failed, c.transport_name_.load()},
+                  "recovery of epoch " + std::to_string(failed) + " gave up after " +
+                      std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) + " ms: " + step +
+                      ": " + s.message());
+  }
+};
+
 Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
-  const auto started = Clock::now();
-  const uint32_t failed = epoch_.load();
-  const Deadline deadline = Deadline::after(options_.recovery_timeout);
+  RecoveryRound round;
+  round.failed = epoch_.load();
+  round.deadline = Deadline::after(options_.recovery_timeout);
+  round.seq = current_ ? current_->op.seq : 0;
+  round.chain = chain_.order().size() > 1;
+  round.nccl_votes = chain_.nccl() && nccl_off_.empty();
   const std::string what = current_ ? current_->op.describe() : std::string("no op in flight");
   RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
-            failed, what.c_str(), cause.to_string().c_str());
+            round.failed, what.c_str(), cause.to_string().c_str());
   transport_->abort(cause);
   // Every store call below ends by the recovery deadline (plus a second, so the
   // diagnosis made once it has passed can still ask the store who is missing),
   // even on a stalled store host.
   const ScopedStoreDeadline store_bound(Deadline::after(options_.recovery_timeout + Millis(1000)));
-  const uint64_t seq = current_ ? current_->op.seq : 0;
-  auto store_failed = [&](const Status& s, const char* step) {
-    return Status(s.code(), ErrorContext{rank_, -1, seq, failed, transport_name_.load()},
-                  "recovery of epoch " + std::to_string(failed) + " gave up after " +
-                      std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) + " ms: " + step +
-                      ": " + s.message());
-  };
 
-  // Tell everyone (idle ranks poll this key), then publish what this rank has done.
-  const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
-  if (liveness_) liveness_->announce_abort(failed, why.substr(0, 1000));
-  if (Status s = store_->set(keys::epoch_failed(failed), Bytes(why.begin(), why.end())); !s.ok()) {
-    return store_failed(s, "could not announce the failed epoch in the store");
-  }
-  // This rank's vote on the next epoch's transport, before the ledger: a rank
-  // that sees every ledger sees every vote.
-  // With NCCL in use, the vote also says whether to stop using it for device
-  // collectives (and why): a rank that cannot join its communicator, or saw
-  // it fail too often. A failure on NCCL does not count against the host transport.
-  const bool chain = chain_.order().size() > 1;
-  const bool nccl_votes = chain_.nccl() && nccl_off_.empty();
-  const StoreExchange ballots(*store_, keys::recovery_ballots(failed), size_);
-  const StoreExchange ledgers(*store_, keys::recovery_ledgers(failed), size_);
-  if (chain || nccl_votes) {
-    const bool nccl_failed = (current_ != nullptr && current_->nccl) ||
-                             (current_ == nullptr && waiting_device_op_ != nullptr && runs_on_nccl(*waiting_device_op_));
-    const size_t vote = chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
-    const std::string drop = nccl_votes ? nccl_vote() : std::string();
-    const store::Ballot ballot{static_cast<uint8_t>(vote), !drop.empty(), drop};
-    if (Status s = ballots.publish(rank_, store::encode(ballot)); !s.ok()) {
-      return store_failed(s, "could not publish this rank's transport vote in the store");
-    }
-  }
-  const std::string ledger = serialize_ledger(log_, current_, size_);
-  if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
-    return store_failed(s, "could not publish this rank's ledger in the store");
-  }
-
-  // Wait for every rank's ledger. Silent ranks are waited for up to the
-  // recovery timeout; the error names whoever never joined. A rank that can
-  // never join (dead, gone on purpose) or a failure no recovery fixes ends
-  // the wait at once.
-  std::vector<int> missing;
-  Clock::time_point last_note = started;
-  auto judge = [&](const std::vector<int>& not_yet) -> Status {
-    missing = not_yet;
-    const ErrorContext at{rank_, -1, seq, failed, transport_name_.load()};
-    if (auto fatal = store_->check(keys::epoch_fatal(failed)); fatal.ok() && fatal.value()) {
-      auto text = store_->get(keys::epoch_fatal(failed), Millis(1000));
-      const auto notice = text.ok() ? store::decode_fatal(std::string(text.value().begin(), text.value().end()))
-                                    : std::nullopt;
-      if (notice) {
-        // The peer named is the other party of the failure: the reporter when the peer was this rank.
-        ErrorContext c = at;
-        c.peer = notice->peer == rank_ ? notice->reporter : notice->peer;
-        return Status(notice->code, c, notice->message);
-      }
-    }
-    for (int q : not_yet) {
-      ErrorContext c = at;
-      c.peer = q;
-      if (liveness_ && liveness_->peer(q).left) {
-        return Status(ErrorCode::kClosed, c,
-                      "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
-                          " has closed its communicator (it said goodbye), so it will not rejoin");
-      }
-      if (dead_ && dead_[static_cast<size_t>(q)]) {
-        return Status(ErrorCode::kPeerDead, c,
-                      "recovery of epoch " + std::to_string(failed) + " cannot finish: rank " + std::to_string(q) +
-                          " is dead (its process is gone); a dead rank cannot be recovered in place");
-      }
-    }
-    if (Clock::now() - last_note > std::chrono::seconds(2)) {
-      last_note = Clock::now();
-      RCOLL_LOG(kWarn, "recovery of epoch %u: still waiting for rank(s) %s (%lld ms left)", failed, rank_list(not_yet).c_str(),
-                static_cast<long long>(deadline.remaining_ms().count()));
-    }
-    return Status();
-  };
-  auto gathered = ledgers.gather(deadline, judge, Millis(200));
-  if (!gathered.ok()) {
-    const Status& g = gathered.status();
-    if (g.code() == ErrorCode::kTimeout) {
-      return Status(ErrorCode::kPeerUnreachable,
-                    ErrorContext{rank_, missing.empty() ? g.context().peer : missing.front(), seq, failed, transport_name_.load()},
-                    "recovery of epoch " + std::to_string(failed) + " gave up after " +
-                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + rank_list(missing) +
-                        " never joined (dead, frozen or partitioned); the communicator is unusable");
-    }
-    if (g.code() == ErrorCode::kStore || g.code() == ErrorCode::kPeerUnreachable) {
-      return store_failed(g, "the store did not answer while this rank waited for the other ranks' ledgers "
-                             "(is the store's host stalled?)");
-    }
-    return g;  // the judge's: a fatal notice, a rank dead or gone
-  }
-  std::vector<std::string> ledger_texts;
-  for (const Bytes& b : gathered.value()) ledger_texts.emplace_back(b.begin(), b.end());
-  auto plan = agree_resume(rank_, size_, log_, current_, ledger_texts);
+  if (Status s = announce_and_publish(round, cause); !s.ok()) return s;
+  auto ledgers = gather_ledgers(round);
+  if (!ledgers.ok()) return ledgers.status();
+  auto plan = agree_resume(rank_, size_, log_, current_, ledgers.value());
   if (!plan.ok()) return plan.status();
-  // The most cautious vote wins: a move down if any rank counts too many
-  // failures, a probe back up only if every rank's cool-down is over; NCCL
-  // dropped if any rank asks.
-  size_t agreed = 0;
-  std::string nccl_drop;
-  if (chain || nccl_votes) {
-    // Published before the ledgers: every one is there.
-    auto votes = ballots.gather(deadline);
-    if (!votes.ok()) return store_failed(votes.status(), "reading the transport votes from the store");
-    for (const Bytes& b : votes.value()) {
-      const auto ballot = store::decode_ballot(b);
-      if (!ballot) continue;
-      agreed = std::max<size_t>(agreed, ballot->transport);
-      if (ballot->drop_nccl && nccl_drop.empty()) nccl_drop = ballot->why;
-    }
-  }
-  if (nccl_votes && !nccl_drop.empty()) drop_nccl(nccl_drop, failed + 1);
-  if (chain) {
-    const std::string from = chain_.current();
-    const size_t from_index = chain_.index();
-    if (chain_.adopt(agreed, Clock::now())) {
-      fallbacks_ = chain_.fallbacks();
-      probes_ = chain_.probes();
-      if (chain_.index() > from_index) {
-        RCOLL_LOG(kWarn, "transport %s failed %d times within %lld s; every rank moves to %s for epoch %u (fallback #%llu; chain %s)",
-                  from.c_str(), options_.transport_failures_to_drop,
-                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()),
-                  chain_.current().c_str(), failed + 1, static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
-      } else {
-        RCOLL_LOG(kWarn, "transport %s unused for %lld s since it was dropped; every rank probes back up to it for epoch %u (probe #%llu; chain %s)",
-                  chain_.current().c_str(),
-                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_probe_after).count()),
-                  failed + 1, static_cast<unsigned long long>(probes_.load()), chain_.describe().c_str());
-      }
-    }
-  }
+  if (Status s = adopt_ballots(round); !s.ok()) return s;
 
   // A fresh data plane: new connections, and frames of the old epoch can no
   // longer arrive anywhere.
   tune_from_seq_ = plan.value().collectives_started + 1;
   credits_from_seq_ = tune_from_seq_;
   last_credit_seq_ = 0;
-  if (Status s = connect_epoch(failed + 1, deadline); !s.ok()) {
-    return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " + std::to_string(failed + 1) + ": " + s.message());
+  if (Status s = connect_epoch(round.failed + 1, round.deadline); !s.ok()) {
+    return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " +
+                                             std::to_string(round.failed + 1) + ": " + s.message());
   }
   epoch_failed_seen_ = false;
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - round.started).count();
   ++recoveries_;
   recovery_micros_ += micros;
   std::string resume;
   for (const auto& e : plan.value().entries) {
     resume += (resume.empty() ? "" : ", ") + std::string("op ") + std::to_string(e.local_seq) + " from slice " + std::to_string(e.resume);
   }
-  RCOLL_LOG(kWarn, "recovered: epoch %u over %s after %.1f ms (recovery #%llu); resuming %s", failed + 1, transport_name_.load(),
-            static_cast<double>(micros) / 1000.0, static_cast<unsigned long long>(recoveries_.load()),
+  RCOLL_LOG(kWarn, "recovered: epoch %u over %s after %.1f ms (recovery #%llu); resuming %s", round.failed + 1,
+            transport_name_.load(), static_cast<double>(micros) / 1000.0, static_cast<unsigned long long>(recoveries_.load()),
             resume.empty() ? "nothing (no op in flight here)" : resume.c_str());
   return plan;
+}
+
+// Tell everyone (idle ranks poll the failed key), then publish this rank's
+// ballot and, after it, its ledger: a rank that sees every ledger sees every
+// ballot.
+Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const Status& cause) {
+  const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
+  if (liveness_) liveness_->announce_abort(round.failed, why.substr(0, 1000));
+  if (Status s = store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end())); !s.ok()) {
+    return round.gave_up(*this, s, "could not announce the failed epoch in the store");
+  }
+  // The ballot: the next epoch's transport, and with NCCL in use whether to
+  // stop using it for device collectives (and why): a rank that cannot join
+  // its communicator, or saw it fail too often. A failure on NCCL does not
+  // count against the host transport.
+  if (round.chain || round.nccl_votes) {
+    const bool nccl_failed = (current_ != nullptr && current_->nccl) ||
+                             (current_ == nullptr && waiting_device_op_ != nullptr && runs_on_nccl(*waiting_device_op_));
+    const size_t vote = round.chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
+    const std::string drop = round.nccl_votes ? nccl_vote() : std::string();
+    const store::Ballot ballot{static_cast<uint8_t>(vote), !drop.empty(), drop};
+    const StoreExchange ballots(*store_, keys::recovery_ballots(round.failed), size_);
+    if (Status s = ballots.publish(rank_, store::encode(ballot)); !s.ok()) {
+      return round.gave_up(*this, s, "could not publish this rank's transport vote in the store");
+    }
+  }
+  const std::string ledger = serialize_ledger(log_, current_, size_);
+  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
+  if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
+    return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
+  }
+  return Status();
 }
 
 Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume) {
@@ -228,6 +153,117 @@ Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* curr
       if (Status s = run_slices(rec, e.resume, true); !s.ok()) return s;
     }
   }
+  return Status();
+}
+
+// Every rank's ledger. Silent ranks are waited for up to the recovery
+// timeout; the error names whoever never joined. A rank that can never join
+// (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
+Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round) {
+  // Wait for every rank's ledger. Silent ranks are waited for up to the
+  // recovery timeout; the error names whoever never joined. A rank that can
+  // never join (dead, gone on purpose) or a failure no recovery fixes ends
+  // the wait at once.
+  std::vector<int> missing;
+  Clock::time_point last_note = round.started;
+  auto judge = [&](const std::vector<int>& not_yet) -> Status {
+    missing = not_yet;
+    const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};
+    if (auto fatal = store_->check(keys::epoch_fatal(round.failed)); fatal.ok() && fatal.value()) {
+      auto text = store_->get(keys::epoch_fatal(round.failed), Millis(1000));
+      const auto notice = text.ok() ? store::decode_fatal(std::string(text.value().begin(), text.value().end()))
+                                    : std::nullopt;
+      if (notice) {
+        // The peer named is the other party of the failure: the reporter when the peer was this rank.
+        ErrorContext c = at;
+        c.peer = notice->peer == rank_ ? notice->reporter : notice->peer;
+        return Status(notice->code, c, notice->message);
+      }
+    }
+    for (int q : not_yet) {
+      ErrorContext c = at;
+      c.peer = q;
+      if (liveness_ && liveness_->peer(q).left) {
+        return Status(ErrorCode::kClosed, c,
+                      "recovery of epoch " + std::to_string(round.failed) + " cannot finish: rank " + std::to_string(q) +
+                          " has closed its communicator (it said goodbye), so it will not rejoin");
+      }
+      if (dead_ && dead_[static_cast<size_t>(q)]) {
+        return Status(ErrorCode::kPeerDead, c,
+                      "recovery of epoch " + std::to_string(round.failed) + " cannot finish: rank " + std::to_string(q) +
+                          " is dead (its process is gone); a dead rank cannot be recovered in place");
+      }
+    }
+    if (Clock::now() - last_note > std::chrono::seconds(2)) {
+      last_note = Clock::now();
+      RCOLL_LOG(kWarn, "recovery of epoch %u: still waiting for rank(s) %s (%lld ms left)", round.failed, rank_list(not_yet).c_str(),
+                static_cast<long long>(round.deadline.remaining_ms().count()));
+    }
+    return Status();
+  };
+  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
+  auto gathered = ledgers.gather(round.deadline, judge, Millis(200));
+  if (!gathered.ok()) {
+    const Status& g = gathered.status();
+    if (g.code() == ErrorCode::kTimeout) {
+      return Status(ErrorCode::kPeerUnreachable,
+                    ErrorContext{rank_, missing.empty() ? g.context().peer : missing.front(), round.seq, round.failed,
+                                 transport_name_.load()},
+                    "recovery of epoch " + std::to_string(round.failed) + " gave up after " +
+                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + rank_list(missing) +
+                        " never joined (dead, frozen or partitioned); the communicator is unusable");
+    }
+    if (g.code() == ErrorCode::kStore || g.code() == ErrorCode::kPeerUnreachable) {
+      return round.gave_up(*this, g, "the store did not answer while this rank waited for the other ranks' ledgers "
+                             "(is the store's host stalled?)");
+    }
+    return g;  // the judge's: a fatal notice, a rank dead or gone
+  }
+  std::vector<std::string> texts;
+  for (const Bytes& b : gathered.value()) texts.emplace_back(b.begin(), b.end());
+  return texts;
+}
+
+// The ballots: the next epoch's transport, and whether to stop using NCCL.
+Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round) {
+  // The most cautious vote wins: a move down if any rank counts too many
+  // failures, a probe back up only if every rank's cool-down is over; NCCL
+  // dropped if any rank asks.
+  size_t agreed = 0;
+  std::string nccl_drop;
+  if (round.chain || round.nccl_votes) {
+    // Published before the ledgers: every one is there.
+    const StoreExchange ballots(*store_, keys::recovery_ballots(round.failed), size_);
+    auto votes = ballots.gather(round.deadline);
+    if (!votes.ok()) return round.gave_up(*this, votes.status(), "reading the transport votes from the store");
+    for (const Bytes& b : votes.value()) {
+      const auto ballot = store::decode_ballot(b);
+      if (!ballot) continue;
+      agreed = std::max<size_t>(agreed, ballot->transport);
+      if (ballot->drop_nccl && nccl_drop.empty()) nccl_drop = ballot->why;
+    }
+  }
+  if (round.nccl_votes && !nccl_drop.empty()) drop_nccl(nccl_drop, round.failed + 1);
+  if (round.chain) {
+    const std::string from = chain_.current();
+    const size_t from_index = chain_.index();
+    if (chain_.adopt(agreed, Clock::now())) {
+      fallbacks_ = chain_.fallbacks();
+      probes_ = chain_.probes();
+      if (chain_.index() > from_index) {
+        RCOLL_LOG(kWarn, "transport %s failed %d times within %lld s; every rank moves to %s for epoch %u (fallback #%llu; chain %s)",
+                  from.c_str(), options_.transport_failures_to_drop,
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()),
+                  chain_.current().c_str(), round.failed + 1, static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
+      } else {
+        RCOLL_LOG(kWarn, "transport %s unused for %lld s since it was dropped; every rank probes back up to it for epoch %u (probe #%llu; chain %s)",
+                  chain_.current().c_str(),
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_probe_after).count()),
+                  round.failed + 1, static_cast<unsigned long long>(probes_.load()), chain_.describe().c_str());
+      }
+    }
+  }
+
   return Status();
 }
 
