@@ -174,8 +174,8 @@ class CommunicatorImpl : public ProgressGuard {
   // (recoverably); a peer's abort notice ends it at once.
   // `stall_rule`: judge a rank that is not there after the op's progress
   // budget by on_stall (else only `until` bounds the wait).
-  Result<std::vector<Bytes>> wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until, const char* what,
-                                            bool stall_rule);
+  StoreExchange::Gathered wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until, const char* what,
+                                         bool stall_rule);
   // Puts back the inputs an in-place op on NCCL may have overwritten, before
   // the op runs again another way.
   Status restore_nccl_inputs(const Op& op);

@@ -157,13 +157,20 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
     std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
     return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
   };
-  auto gathered = exchange.gather(deadline, failure, Millis(50));
-  if (!gathered.ok()) {
-    const Status& g = gathered.status();
-    if (g.code() != ErrorCode::kTimeout) return g;
-    return Status(ErrorCode::kTimeout, ErrorContext{rank_, -1, 0, epoch, name},
-                  "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " +
-                      g.message());
+  const StoreExchange::Gathered gathered = exchange.gather(deadline, failure, Millis(50));
+  switch (gathered.ended) {
+    case StoreExchange::Gathered::Ended::kAll:
+      break;
+    case StoreExchange::Gathered::Ended::kJudged:
+      return gathered.status;
+    case StoreExchange::Gathered::Ended::kTimedOut:
+      return Status(ErrorCode::kTimeout, ErrorContext{rank_, gathered.missing.front(), 0, epoch, name},
+                    "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " +
+                        gathered.status.message());
+    case StoreExchange::Gathered::Ended::kStoreFailed:
+      return Status(gathered.status.code(), ErrorContext{rank_, -1, 0, epoch, name},
+                    "reading the ranks' " + name + " connect outcomes of epoch " + std::to_string(epoch) +
+                        " from the store: " + gathered.status.message());
   }
   // Every rank reported; a failure would have set the key before its rank's.
   return failure({});
@@ -210,18 +217,23 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
     }
     return Status();
   };
-  auto gathered = exchange.gather(own_budget(deadline), died);
+  const StoreExchange::Gathered gathered = exchange.gather(own_budget(deadline), died);
+  if (gathered.ended == StoreExchange::Gathered::Ended::kJudged) return gathered.status;
+  if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
+    const int q = gathered.missing.front();
+    return Status(ErrorCode::kTimeout, ErrorContext{rank_, q, 0, epoch, tname},
+                  "rank(s) " + rank_list(gathered.missing) + " did not publish their link timing while epoch " +
+                      std::to_string(epoch) + " was being set up; the epoch cannot be used");
+  }
   if (!gathered.ok()) {
-    const Status& g = gathered.status();
-    if (g.code() == ErrorCode::kPeerDead) return g;
-    return Status(g.code(), ErrorContext{rank_, g.context().peer, 0, epoch, tname},
-                  "rank " + std::to_string(g.context().peer) + " did not publish its link timing while epoch " +
-                      std::to_string(epoch) + " was being set up: " + g.message() + "; the epoch cannot be used");
+    return Status(gathered.status.code(), ErrorContext{rank_, -1, 0, epoch, tname},
+                  "reading the link timings of epoch " + std::to_string(epoch) + " from the store: " +
+                      gathered.status.message() + "; the epoch cannot be used");
   }
   std::vector<LinkSample> samples;
   std::string unmeasured;
   for (int q = 0; q < size_; ++q) {
-    const Bytes& b = gathered.value()[static_cast<size_t>(q)];
+    const Bytes& b = gathered.values[static_cast<size_t>(q)];
     samples.push_back(decode_sample(std::string(b.begin(), b.end())));
     if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
   }

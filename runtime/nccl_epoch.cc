@@ -77,8 +77,8 @@ void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
             epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
 }
 
-Result<std::vector<Bytes>> CommunicatorImpl::wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until,
-                                                            const char* what, bool stall_rule) {
+StoreExchange::Gathered CommunicatorImpl::wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until,
+                                                         const char* what, bool stall_rule) {
   const Clock::duration budget = progress_budget(op, std::max<size_t>(1, std::min(op.out.bytes(), kNcclSliceBytes)), 1);
   Clock::time_point since = Clock::now();
   auto judge = [&](const std::vector<int>& missing) -> Status {
@@ -90,11 +90,13 @@ Result<std::vector<Bytes>> CommunicatorImpl::wait_for_ranks(const StoreExchange&
     }
     return Status();
   };
-  auto got = exchange.gather(until, judge, kStoreWaitSlice);
-  if (!got.ok() && got.status().code() == ErrorCode::kTimeout && until.expired()) {
-    const int missing = got.status().context().peer;
-    return Status(ErrorCode::kTimeout, ErrorContext{rank_, missing, op.seq, epoch_.load(), "nccl"},
-                  std::string(what) + ": rank " + std::to_string(missing) + " did not get there in time");
+  StoreExchange::Gathered got = exchange.gather(until, judge, kStoreWaitSlice);
+  const ErrorContext ctx{rank_, got.missing.empty() ? -1 : got.missing.front(), op.seq, epoch_.load(), "nccl"};
+  if (got.ended == StoreExchange::Gathered::Ended::kTimedOut) {
+    got.status = Status(ErrorCode::kTimeout, ctx, std::string(what) + ": rank " + std::to_string(ctx.peer) + " did not get there in time");
+  } else if (got.ended == StoreExchange::Gathered::Ended::kStoreFailed) {
+    // Recoverable, as before: this epoch's NCCL communicator is not made.
+    got.status = Status(ErrorCode::kTransport, ctx, std::string(what) + ": the store failed: " + got.status.message());
   }
   return got;
 }
@@ -204,7 +206,7 @@ Result<std::string> CommunicatorImpl::nccl_arrive(const Op& op, uint32_t epoch, 
   if (Status s = arrivals.publish(rank_, Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
   if (auto s = wait_for_ranks(arrivals, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
     (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});  // peers already in init stop waiting for this rank
-    return s.status();
+    return s.status;
   }
   if (rank_ != 0) {
     auto got = store_->get(keys::nccl_id(epoch), kStoreWaitSlice * 20);
@@ -274,9 +276,9 @@ Status CommunicatorImpl::nccl_agree(const Op& op, uint32_t epoch, Result<std::un
   // Peers still inside NCCL's init are at this op, not hung: no stall rule
   // here, only the init's own bound (and dead peers, abort notices).
   auto all = wait_for_ranks(outcomes, op, until, "waiting for every rank's NCCL init", false);
-  if (!all.ok()) return all.status();
+  if (!all.ok()) return all.status;
   std::string failure;
-  for (const Bytes& v : all.value()) {
+  for (const Bytes& v : all.values) {
     const std::string text(v.begin(), v.end());
     if (text != "ok" && failure.empty()) failure = text;
   }

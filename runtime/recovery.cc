@@ -164,10 +164,8 @@ Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const Recovery
   // recovery timeout; the error names whoever never joined. A rank that can
   // never join (dead, gone on purpose) or a failure no recovery fixes ends
   // the wait at once.
-  std::vector<int> missing;
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
-    missing = not_yet;
     const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};
     if (auto fatal = store_->check(keys::epoch_fatal(round.failed)); fatal.ok() && fatal.value()) {
       auto text = store_->get(keys::epoch_fatal(round.failed), Millis(1000));
@@ -202,25 +200,25 @@ Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const Recovery
     return Status();
   };
   const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
-  auto gathered = ledgers.gather(round.deadline, judge, Millis(200));
-  if (!gathered.ok()) {
-    const Status& g = gathered.status();
-    if (g.code() == ErrorCode::kTimeout) {
+  const StoreExchange::Gathered gathered = ledgers.gather(round.deadline, judge, Millis(200));
+  switch (gathered.ended) {
+    case StoreExchange::Gathered::Ended::kAll:
+      break;
+    case StoreExchange::Gathered::Ended::kJudged:
+      return gathered.status;  // a fatal notice as a peer gave it, a rank dead or gone
+    case StoreExchange::Gathered::Ended::kTimedOut:
       return Status(ErrorCode::kPeerUnreachable,
-                    ErrorContext{rank_, missing.empty() ? g.context().peer : missing.front(), round.seq, round.failed,
-                                 transport_name_.load()},
+                    ErrorContext{rank_, gathered.missing.front(), round.seq, round.failed, transport_name_.load()},
                     "recovery of epoch " + std::to_string(round.failed) + " gave up after " +
-                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + rank_list(missing) +
+                        std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + rank_list(gathered.missing) +
                         " never joined (dead, frozen or partitioned); the communicator is unusable");
-    }
-    if (g.code() == ErrorCode::kStore || g.code() == ErrorCode::kPeerUnreachable) {
-      return round.gave_up(*this, g, "the store did not answer while this rank waited for the other ranks' ledgers "
-                             "(is the store's host stalled?)");
-    }
-    return g;  // the judge's: a fatal notice, a rank dead or gone
+    case StoreExchange::Gathered::Ended::kStoreFailed:
+      return round.gave_up(*this, gathered.status,
+                           "the store did not answer while this rank waited for the other ranks' ledgers "
+                           "(is the store's host stalled?)");
   }
   std::vector<std::string> texts;
-  for (const Bytes& b : gathered.value()) texts.emplace_back(b.begin(), b.end());
+  for (const Bytes& b : gathered.values) texts.emplace_back(b.begin(), b.end());
   return texts;
 }
 
@@ -234,9 +232,9 @@ Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round) {
   if (round.chain || round.nccl_votes) {
     // Published before the ledgers: every one is there.
     const StoreExchange ballots(*store_, keys::recovery_ballots(round.failed), size_);
-    auto votes = ballots.gather(round.deadline);
-    if (!votes.ok()) return round.gave_up(*this, votes.status(), "reading the transport votes from the store");
-    for (const Bytes& b : votes.value()) {
+    const StoreExchange::Gathered votes = ballots.gather(round.deadline);
+    if (!votes.ok()) return round.gave_up(*this, votes.status, "reading the transport votes from the store");
+    for (const Bytes& b : votes.values) {
       const auto ballot = store::decode_ballot(b);
       if (!ballot) continue;
       agreed = std::max<size_t>(agreed, ballot->transport);

@@ -56,28 +56,29 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
   // The set takes no deadline of its own (the TCP store client's is 30 s).
   // A second past the deadline, so that once it passed the store can still
   // be asked who is missing.
-  const ScopedStoreDeadline store_bound(Deadline::at(deadline.time() + std::chrono::seconds(1)));
+  const ScopedStoreDeadline store_bound(deadline.is_never() ? deadline : Deadline::at(deadline.time() + std::chrono::seconds(1)));
   const StoreExchange exchange(*store_, keys::settings(), size_);
   if (Status s = exchange.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
     return Status(s.code(), ctx,
                   "could not publish this rank's settings in the store: " + s.message());
   }
   // Every rank reads every rank's, so all find the same first difference.
-  auto gathered = exchange.gather(deadline);
+  const StoreExchange::Gathered gathered = exchange.gather(deadline);
+  if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
+    const int q = gathered.missing.front();
+    return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, q, 0, 0, ""},
+                  "rank " + std::to_string(q) +
+                      " did not publish its settings in the store within the connect timeout (not "
+                      "started, crashed, or its communicator failed to be created: see its log; or "
+                      "the store is not answering): " +
+                      gathered.status.message());
+  }
   if (!gathered.ok()) {
-    const Status& g = gathered.status();
-    const int q = g.context().peer;
-    const bool late = g.code() == ErrorCode::kTimeout;
-    return Status(late ? ErrorCode::kPeerUnreachable : g.code(), ErrorContext{rank_, q, 0, 0, ""},
-                  late ? "rank " + std::to_string(q) +
-                             " did not publish its settings in the store within the connect timeout (not "
-                             "started, crashed, or its communicator failed to be created: see its log; or "
-                             "the store is not answering): " +
-                             g.message()
-                       : "could not read the ranks' settings from the store: " + g.message());
+    return Status(gathered.status.code(), ctx,
+                  "could not read the ranks' settings from the store: " + gathered.status.message());
   }
   std::vector<std::string> theirs;
-  for (const Bytes& b : gathered.value()) theirs.emplace_back(b.begin(), b.end());
+  for (const Bytes& b : gathered.values) theirs.emplace_back(b.begin(), b.end());
   int differing = 0, first = -1;
   for (int q = 1; q < size_; ++q) {
     if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;

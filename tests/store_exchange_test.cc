@@ -47,6 +47,8 @@ class MemoryStore : public Store {
   }
   Result<bool> check(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++checks;
+    if (stalled) return Status(ErrorCode::kTimeout, "the store did not answer check(\"" + key + "\") in time");
     return kv_.count(key) > 0;
   }
   Status erase(const std::string& key) override {
@@ -55,6 +57,8 @@ class MemoryStore : public Store {
     return Status();
   }
   int waits = 0;
+  int checks = 0;
+  bool stalled = false;  // checks time out, as a stalled store host's do
 
  private:
   std::mutex mu_;
@@ -68,9 +72,9 @@ TEST(StoreExchange, EveryRanksValueInRankOrder) {
   EXPECT_EQ(x.key(2), "tune/3/2");
   for (int q = 2; q >= 0; --q) ASSERT_TRUE(x.publish(q, Bytes{static_cast<uint8_t>(10 + q)}).ok());
   auto all = x.gather(Deadline::after(1s));
-  ASSERT_TRUE(all.ok()) << all.status().to_string();
-  ASSERT_EQ(all.value().size(), 3u);
-  for (int q = 0; q < 3; ++q) EXPECT_EQ(all.value()[static_cast<size_t>(q)], Bytes{static_cast<uint8_t>(10 + q)});
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  ASSERT_EQ(all.values.size(), 3u);
+  for (int q = 0; q < 3; ++q) EXPECT_EQ(all.values[static_cast<size_t>(q)], Bytes{static_cast<uint8_t>(10 + q)});
 }
 
 TEST(StoreExchange, ALateRankIsWaitedForWithinTheDeadline) {
@@ -83,8 +87,8 @@ TEST(StoreExchange, ALateRankIsWaitedForWithinTheDeadline) {
   });
   auto all = x.gather(Deadline::after(5s), {}, 20ms);
   late.join();
-  ASSERT_TRUE(all.ok()) << all.status().to_string();
-  EXPECT_EQ(all.value()[1], Bytes{2});
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.values[1], Bytes{2});
 }
 
 TEST(StoreExchange, MissingRanksAreNamedWhenTheDeadlinePasses) {
@@ -94,9 +98,11 @@ TEST(StoreExchange, MissingRanksAreNamedWhenTheDeadlinePasses) {
   ASSERT_TRUE(x.publish(2, Bytes{1}).ok());
   auto all = x.gather(Deadline::after(100ms), {}, 20ms);
   ASSERT_FALSE(all.ok());
-  EXPECT_EQ(all.status().code(), ErrorCode::kTimeout);
-  EXPECT_EQ(all.status().context().peer, 1);
-  EXPECT_NE(all.status().message().find("rank(s) 1, 3"), std::string::npos) << all.status().message();
+  EXPECT_EQ(all.ended, StoreExchange::Gathered::Ended::kTimedOut);
+  EXPECT_EQ(all.missing, (std::vector<int>{1, 3}));
+  EXPECT_EQ(all.status.code(), ErrorCode::kTimeout);
+  EXPECT_EQ(all.status.context().peer, 1);
+  EXPECT_NE(all.status.message().find("rank(s) 1, 3"), std::string::npos) << all.status.message();
 }
 
 TEST(StoreExchange, TheJudgeSeesWhoIsMissingAndCanEndTheWait) {
@@ -112,7 +118,9 @@ TEST(StoreExchange, TheJudgeSeesWhoIsMissingAndCanEndTheWait) {
                       },
                       10ms);
   ASSERT_FALSE(all.ok());
-  EXPECT_EQ(all.status().code(), ErrorCode::kPeerDead);
+  EXPECT_EQ(all.ended, StoreExchange::Gathered::Ended::kJudged);
+  EXPECT_EQ(all.status.code(), ErrorCode::kPeerDead);  // the judge's own, untouched
+  EXPECT_EQ(all.status.message(), "rank 2 died");
   EXPECT_EQ(seen, std::vector<int>{2});
 }
 
@@ -127,7 +135,32 @@ TEST(StoreExchange, NoJudgeNoPerKeyReadsWhileWaiting) {
   auto all = x.gather(Deadline::after(5s), {}, 10ms);
   late.join();
   ASSERT_TRUE(all.ok());
-  EXPECT_GE(store.waits, 2);  // it kept waiting on the whole set
+  EXPECT_GE(store.waits, 2);  // it kept waiting on the whole set...
+  EXPECT_EQ(store.checks, 0);  // ...without asking about each key
+}
+
+// A judge that says "go on" sees who is missing, looked up at most once a second.
+TEST(StoreExchange, WhoIsMissingIsLookedUpAtMostOnceASecond) {
+  MemoryStore store;
+  const StoreExchange x(store, "tune/0/", 4);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  int judged = 0;
+  auto all = x.gather(Deadline::after(300ms), [&](const std::vector<int>&) { ++judged; return Status(); }, 10ms);
+  EXPECT_EQ(all.ended, StoreExchange::Gathered::Ended::kTimedOut);
+  EXPECT_GE(judged, 10);
+  // One look at the start and one when the deadline passed, of the 4 and then the 3 missing.
+  EXPECT_LE(store.checks, 4 + 3);
+}
+
+// A store that answers nothing is the store's failure, not every rank missing.
+TEST(StoreExchange, AStalledStoreIsNotMissingRanks) {
+  MemoryStore store;
+  const StoreExchange x(store, "recovery/2/ledger/", 3);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  store.stalled = true;
+  auto all = x.gather(Deadline::after(100ms), [](const std::vector<int>&) { return Status(); }, 20ms);
+  EXPECT_EQ(all.ended, StoreExchange::Gathered::Ended::kStoreFailed);
+  EXPECT_NE(all.status.message().find("did not answer"), std::string::npos) << all.status.message();
 }
 
 TEST(StoreNotices, FatalNoticeRoundTripsAndMalformedOnesAreRefused) {

@@ -28,19 +28,33 @@ class StoreExchange {
   std::string key(int rank) const { return prefix_ + std::to_string(rank); }
   Status publish(int rank, const Bytes& mine) const { return store_.set(key(rank), mine); }
 
-  // Called between polls with the ranks not heard from yet (never empty); a
-  // non-OK status ends the gather with it.
+  // Called between polls with the ranks not heard from yet (never empty; as
+  // of the last look, at most a second old); a non-OK status ends the gather.
   using Judge = std::function<Status(const std::vector<int>& missing)>;
 
-  // Every rank's value, in rank order. Fails with the judge's status; or with
-  // kTimeout once `deadline` passed, context.peer the first missing rank and
-  // the message naming them all ("rank(s) 1, 3 ..."; a rank the store could
-  // not be asked about counts as missing); or, once `deadline` passed, with
-  // the store's own error if it answered none of the last checks (its host
-  // stalled, say). Callers that bound store calls by the same deadline give
-  // them a little more, so that the store can still be asked who is missing.
-  Result<std::vector<Bytes>> gather(Deadline deadline, const Judge& judge = {},
-                                    Millis poll = Millis(100)) const;
+  // How a gather ended: every rank's value (in rank order), or why not.
+  struct Gathered {
+    enum class Ended : uint8_t { kAll, kJudged, kTimedOut, kStoreFailed };
+    Ended ended = Ended::kAll;
+    std::vector<Bytes> values;
+    // kJudged: the judge's verdict, as it gave it. kTimedOut: kTimeout,
+    // context.peer the first missing rank, the message naming them all.
+    // kStoreFailed: the store's own error (it did not answer, or a read failed).
+    Status status;
+    std::vector<int> missing;  // who was not heard from (kTimedOut; kStoreFailed where known)
+    bool ok() const { return ended == Ended::kAll; }
+  };
+
+  // Waits on the store for the keys still missing, in slices of `poll`. Who
+  // is missing is looked up key by key only when someone asks (a judge, or
+  // the deadline passing), and then at most once a second: a wait on the
+  // store costs O(P), a look at every key O(P) calls. kTimedOut once
+  // `deadline` passed; a rank the store could not be asked about counts as
+  // missing, unless the store answered none of the last look's questions
+  // (kStoreFailed: its host stalled, say). Callers that bound store calls by
+  // the same deadline give them a little more, so the store can still be
+  // asked who is missing.
+  Gathered gather(Deadline deadline, const Judge& judge = {}, Millis poll = Millis(100)) const;
 
  private:
   Store& store_;
