@@ -94,11 +94,32 @@ Result<std::unique_ptr<StreamGate>> StreamGate::create(uint32_t opened) {
   return gate;
 }
 
+// Gates of the process holding a stream now.
+static std::atomic<int> g_held{0};
+
 void StreamGate::open_through(uint64_t seq) {
   // The GPU reads the word over the bus: earlier host writes (none that it
   // reads) need no fence, but the store itself must not linger in a register.
   std::atomic_thread_fence(std::memory_order_release);
   *word_ = static_cast<uint32_t>(seq);
+  if (holding_ && seq >= held_seq_) {
+    holding_ = false;
+    g_held.fetch_sub(1);
+  }
+}
+
+void StreamGate::hold(uint64_t seq) {
+  held_seq_ = seq;
+  if (!holding_) {
+    holding_ = true;
+    g_held.fetch_add(1);
+  }
+}
+
+bool StreamGate::any_held() { return g_held.load() > 0; }
+
+StreamGate::~StreamGate() {
+  if (holding_) g_held.fetch_sub(1);
 }
 
 uint32_t StreamGate::opened() const { return *word_; }
@@ -108,7 +129,8 @@ Status StreamGate::enqueue_wait(void* stream, uint64_t seq) const {
                                         static_cast<cuuint32_t>(seq), CU_STREAM_WAIT_VALUE_GEQ);
   if (r == CUDA_SUCCESS) return Status();
   return Status(r == CUDA_ERROR_NOT_SUPPORTED ? ErrorCode::kUnsupported : ErrorCode::kTransport,
-                "cuStreamWaitValue32 on the stream gate failed (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+                "cuStreamWaitValue32 (a wait at the stream gate for op " + std::to_string(seq) + ") failed: CUresult " +
+                    std::to_string(static_cast<int>(r)));
 }
 
 }  // namespace rcoll::kernels::cuda

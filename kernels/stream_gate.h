@@ -36,21 +36,33 @@ class StreamGate {
   // kUnsupported where this build, driver or device has no stream memory
   // operations (the caller then waits on the host instead).
   static Result<std::unique_ptr<StreamGate>> create(uint32_t opened);
-  ~StreamGate() = default;
+  ~StreamGate();
   StreamGate(const StreamGate&) = delete;
   StreamGate& operator=(const StreamGate&) = delete;
 
-  // Host side: every op up to `seq` has its verdict. Never blocks.
+  // Host side: every op up to `seq` has its verdict. Never blocks. Ends a
+  // hold for an op up to `seq`.
   void open_through(uint64_t seq);
   uint32_t opened() const;
   // Work queued on `stream` after this waits (on the GPU) until the gate is
   // open through `seq`. Returns at once.
   Status enqueue_wait(void* stream, uint64_t seq) const;
 
+  // A stream now waits at this gate for op `seq` (the runtime queued its
+  // verdict), until open_through(seq). While any gate of the process holds
+  // a stream, nothing may wait for the whole GPU: freeing device or pinned
+  // memory, or NCCL's, would wait for that stream, which waits for this
+  // process's recovery. Such frees are put off until no gate holds one
+  // (kernels/cuda_memory.h free_deferred, nccl::free_deferred).
+  void hold(uint64_t seq);
+  static bool any_held();
+
  private:
   explicit StreamGate(volatile uint32_t* word, uint64_t device_address) : word_(word), device_address_(device_address) {}
   volatile uint32_t* word_;
   uint64_t device_address_;  // the word as the GPU sees it (a CUdeviceptr)
+  bool holding_ = false;     // the owner's thread only
+  uint64_t held_seq_ = 0;
 };
 
 }  // namespace rcoll::kernels::cuda

@@ -6,8 +6,11 @@ namespace rcoll::kernels::cuda {
 Result<std::unique_ptr<StreamGate>> StreamGate::create(uint32_t) {
   return Status(ErrorCode::kUnsupported, "this build of rcoll has no CUDA (built without the CUDA toolkit)");
 }
+StreamGate::~StreamGate() = default;
 void StreamGate::open_through(uint64_t) {}
 uint32_t StreamGate::opened() const { return 0; }
+void StreamGate::hold(uint64_t) {}
+bool StreamGate::any_held() { return false; }
 Status StreamGate::enqueue_wait(void*, uint64_t) const {
   return Status(ErrorCode::kUnsupported, "this build of rcoll has no CUDA (built without the CUDA toolkit)");
 }

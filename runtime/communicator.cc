@@ -1,23 +1,15 @@
 #include "rcoll/communicator.h"
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/log.h"
-#include "runtime/store/call_deadline.h"
-#include "runtime/store/exchange.h"
-#include "runtime/store/keys.h"
-#include "transports/latency/latency_transport.h"
 #include "transports/tcp/interfaces.h"
-#include "transports/tcp/tcp_transport.h"
-#if RCOLL_HAVE_UCX
-#include "transports/ucx/ucx_transport.h"
-#endif
 
 namespace rcoll {
 
@@ -149,9 +141,8 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
 
 CommunicatorImpl::~CommunicatorImpl() { close(); }
 
-// Every rank takes the next instance number of this communicator name, so a
-// store shared by several communicators (or by successive ones with one name)
-// keeps their keys apart.
+// A finished op's work state again, once no handle holds it (its events are
+// made once and reused), or a new one.
 std::shared_ptr<WorkState> CommunicatorImpl::reuse_work() {
   for (auto& w : spare_work_) {
     if (w && w.use_count() == 1) {
@@ -180,6 +171,7 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   op.work = work;
   op.seq = ++next_seq_;
   work->seq = op.seq;
+  work->rank = rank_;
   if (!shrink_unreported_.ok()) {
     // The group shrank while this rank was idle: tell the caller with this op,
     // before it is numbered (it was meant for the old group).
@@ -240,6 +232,26 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   return Work(work);
 }
 
+namespace {
+
+// Why this process cannot hold streams at a stream gate, or "". CUDA puts
+// streams into a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless
+// set), and a wait at a closed gate holds its whole queue: with few queues
+// a recovery's new NCCL kernels would likely land behind the wait for their
+// own verdict and never run. Megatron-style jobs set it to 1.
+std::string gate_refusal() {
+  const auto connections = env_string("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (!connections) return "";
+  char* end = nullptr;
+  const long n = std::strtol(connections->c_str(), &end, 10);
+  if (end != connections->c_str() && *end == '\0' && n >= 4) return "";
+  return "CUDA_DEVICE_MAX_CONNECTIONS=" + *connections +
+         " puts streams into too few hardware queues (a wait at the gate would hold a recovery's NCCL kernels; 4 or more "
+         "needed)";
+}
+
+}  // namespace
+
 Status CommunicatorImpl::prepare_device_op(Op& op) {
   if (op.device < 0) return Status();
   if (device_ >= 0 && op.device != device_) {
@@ -272,11 +284,14 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
     // The gate and the stream the verdicts queue on, once per communicator.
     // Without stream memory operations Work::stream_wait waits on the host.
     gate_tried_ = true;
+    const std::string refusal = gate_refusal();
     Result<std::unique_ptr<cuda::StreamGate>> gate =
-        nccl::revocable() ? cuda::StreamGate::create(static_cast<uint32_t>(op.seq - 1))
-                          : Result<std::unique_ptr<cuda::StreamGate>>(Status(
-                                ErrorCode::kUnsupported, "NCCL " + nccl::version() + " has no ncclCommRevoke, and a "
-                                "recovery's abort would wait for a stream held at the gate"));
+        !nccl::revocable()
+            ? Result<std::unique_ptr<cuda::StreamGate>>(Status(ErrorCode::kUnsupported,
+                  "NCCL " + nccl::version() + " has no ncclCommRevoke, and a recovery's abort would wait for a stream "
+                  "held at the gate"))
+        : !refusal.empty() ? Result<std::unique_ptr<cuda::StreamGate>>(Status(ErrorCode::kUnsupported, refusal))
+                           : cuda::StreamGate::create(static_cast<uint32_t>(op.seq - 1));
     Status s = gate.ok() ? verdict_stream_.create() : gate.status();
     if (s.ok()) {
       gate_owner_ = std::move(gate).value();

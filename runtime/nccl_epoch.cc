@@ -54,7 +54,10 @@ void CommunicatorImpl::retire_nccl() {
 }
 
 void CommunicatorImpl::bury_nccl() {
-  if (nccl_graveyard_.empty()) return;
+  // Freeing waits for the whole GPU: not while a gate of another
+  // communicator of this process holds a stream (its verdict may be behind
+  // this rank's next op). The next op's end tries again; close frees anyway.
+  if (nccl_graveyard_.empty() || kernels::cuda::StreamGate::any_held()) return;
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);

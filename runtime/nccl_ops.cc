@@ -320,18 +320,15 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // and contributes this rank's fingerprint, only once this rank's slices are
   // done, so when it is done here every rank's are (no host round trip
   // between the op and its confirmation: one NCCL launch after the other).
-  // A close-link fault planned for this op strikes after its first slice and
-  // before its confirmation, as it always did: there the confirmation waits.
   // A send or receive confirms between its pair only.
   const bool confirms = size_ > 1 && options_.recovery;
-  uint64_t confirmation = 0;  // its ticket; 0 = not issued yet (tickets start at 1)
-  auto confirm = [&]() -> Status {
+  // (With a close-link fault planned the op fails after its first slice:
+  // no confirmation then.)
+  uint64_t confirmation = 0;  // its ticket
+  if (confirms && !(abort_after_first && !tickets.empty())) {
     auto t = comm.issue_confirmation(fingerprint(op), watch.waiter(), op.kind == OpKind::kSendRecv ? op.peer : -1);
-    if (t.ok()) confirmation = t.value();
-    return t.status();
-  };
-  if (confirms && !abort_after_first) {
-    if (Status s = confirm(); !s.ok()) return fail(s);
+    if (!t.ok()) return fail(t.status());
+    confirmation = t.value();
   }
   // The op's verdict for a caller's stream (Work::stream_wait), queued once
   // its GPU work is: on the verdict stream, behind this attempt's calls, a
@@ -358,9 +355,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   rec.done = rec.total;
 
   if (confirms) {
-    if (confirmation == 0) {
-      if (Status s = confirm(); !s.ok()) return fail(s);
-    }
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
     if (!comm.fingerprints_agree()) {
       return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
@@ -381,6 +375,7 @@ Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& c
   // From here until execute() opens the gate for this op, a stream waits on
   // the GPU for it: an abort must not wait for the whole GPU.
   comm.keep_memory_on_abort(true);
+  gate->hold(op.seq);
   Status s = comm.order_after_me(verdict_stream_.get());
   if (s.ok()) s = gate->enqueue_wait(verdict_stream_.get(), op.seq);
   if (s.ok()) s = kernels::cuda::event_record(w.verdict_event, verdict_stream_.get());

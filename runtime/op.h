@@ -21,6 +21,7 @@ struct WorkState {
   bool done = false;
   Status status;
   uint64_t seq = 0;
+  int rank = -1;  // the issuing rank, for the messages of Work's waits
   // Device ops on NCCL issued asynchronously (Op::gated): once the op's GPU
   // work and its verdict are queued, `issued` is set and `verdict_event`
   // fires when the communicator's stream gate opens through this op (its

@@ -133,11 +133,18 @@ if(RCOLL_HAVE_NCCL)
                    --inject "close-link:rank=1,op=2;close-link:rank=2,op=3;close-link:rank=0,op=17" --
                    ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,1M --dtypes float32,int64
                    --expect-recoveries 3 --expect-device-transport nccl)
+  # One hardware queue (as Megatron sets it): no stream gate, the host waits
+  # (a gate's wait would hold the recovery's own NCCL kernels).
+  add_test(NAME recovery_cuda_nccl_close_link_stream_wait_one_queue
+           COMMAND ${RCOLL_NCCL_ENV} CUDA_DEVICE_MAX_CONNECTIONS=1 RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 2
+                   --timeout 600 --inject "close-link:rank=1,op=2" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,1M --dtypes float32
+                   --expect-recoveries 1 --expect-device-transport nccl)
   add_test(NAME correctness_cuda_nccl_np2_blocking
            COMMAND ${RCOLL_NCCL_ENV} RCOLL_NCCL_BLOCKING=1 ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS}
                    --memory cuda --sizes 0,1,7,4K+3,1M --expect-device-transport nccl)
   list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np2_stream_wait recovery_cuda_nccl_close_link_stream_wait
-       correctness_cuda_nccl_np2_blocking)
+       recovery_cuda_nccl_close_link_stream_wait_one_queue correctness_cuda_nccl_np2_blocking)
   # rcoll-bench on device buffers, every op checked, beside raw NCCL (rcoll-nccl-bench).
   if(TARGET rcoll-bench AND TARGET rcoll-nccl-bench)
     add_test(NAME bench_cuda_nccl_compare

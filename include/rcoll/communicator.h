@@ -44,8 +44,10 @@ class Work {
   // good, the stream is let go (its output is then undefined): the failure
   // is what status() and wait() return, and later ops fail too. Any other op
   // (host buffers, staged device ops, blocking calls) is waited for here,
-  // as wait() does. Returns kOk, or the op's error if it already failed.
-  Status stream_wait(void* cuda_stream) const;
+  // as wait() does. Returns kOk, or the op's error if it already failed, or
+  // kWaitTimeout if `timeout` expired before either (nothing was queued on
+  // the stream then; the op keeps running and can be waited for again).
+  Status stream_wait(void* cuda_stream, std::chrono::milliseconds timeout = std::chrono::milliseconds::max()) const;
   bool done() const;
   // The final status once done(); kOk while still running.
   Status status() const;

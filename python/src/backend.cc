@@ -110,6 +110,12 @@ void RcollBackend::finish_pending(Pending& p) {
     if (work.device().is_cuda()) side.reset_stream(pool_stream(work.device()));
     try {
       if (p.finalize) p.finalize();
+      // What the side stream reads or writes (a staged result copied back)
+      // must not be handed out again before it is past it.
+      if (auto on = side.current_stream()) {
+        for (const auto& t : p.keep)
+          if (t.defined() && t.is_cuda()) t.record_stream(*on);
+      }
     } catch (...) {
       work.complete(std::current_exception());
       return;
@@ -121,9 +127,25 @@ void RcollBackend::finish_pending(Pending& p) {
   // only until the op is queued); what follows the op is queued there, and
   // the future's events are recorded behind it.
   const c10::Stream side = pool_stream(work.device());
+  // On an error the core ops may still be running: their tensors (p.keep)
+  // stay alive until the host saw them end.
+  auto fail = [&](std::exception_ptr e) {
+    work.complete(e);
+    (void)wait_core_ops(p);
+  };
   for (auto& op : p.ops) {
-    if (Status s = op.stream_wait(native(side)); !s.ok()) {
-      work.complete(backend_error(work.what() + " failed: " + s.to_string()));
+    // In slices, so that an abort cuts into a wait for an op not yet queued.
+    Status s;
+    for (;;) {
+      s = op.stream_wait(native(side), std::chrono::milliseconds(100));
+      if (s.code() != ErrorCode::kWaitTimeout) break;
+      if (aborted_) {
+        s = Status(ErrorCode::kAborted, "the process group was aborted while the op was in flight");
+        break;
+      }
+    }
+    if (!s.ok()) {
+      fail(backend_error(work.what() + " failed: " + s.to_string()));
       return;
     }
   }
@@ -136,7 +158,7 @@ void RcollBackend::finish_pending(Pending& p) {
       for (const auto& t : p.keep)
         if (t.defined() && t.is_cuda()) t.record_stream(side);
     } catch (...) {
-      work.complete(std::current_exception());
+      fail(std::current_exception());
       return;
     }
     work.complete_future();

@@ -78,15 +78,16 @@ void RcollWork::synchronize() {
 }
 
 void RcollWork::complete(std::exception_ptr error) {
-  // The future first: whoever returns from wait() may read it at once.
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    future_done_ = true;
-  }
+  // The future first, then the flag: whoever sees the flag may read the
+  // future at once.
   if (error) {
     future_->setError(error);
   } else {
     future_->markCompleted(c10::IValue(outputs_));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    future_done_ = true;
   }
   finish(std::move(error));
 }

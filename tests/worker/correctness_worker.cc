@@ -66,9 +66,15 @@ rcoll::OpOptions op_opts() {
   o.cuda_stream = g_stream;
   return o;
 }
-// Ends a checked op: waited for on the host, or (--stream-wait) on the GPU.
-void finish(const rcoll::Work& w) {
-  rcoll::throw_if_error(g_stream_wait ? w.stream_wait(g_stream) : w.wait());
+// Runs a checked op: the blocking call, or (--stream-wait) issued async on
+// the worker's stream, which waits for it on the GPU.
+template <typename Blocking, typename Async>
+void call(Blocking blocking, Async async) {
+  if (g_stream_wait) {
+    rcoll::throw_if_error(async().stream_wait(g_stream));
+  } else {
+    blocking();
+  }
 }
 
 #if RCOLL_WORKER_CUDA
@@ -395,12 +401,14 @@ void test_allreduce(rcoll::Communicator& comm, const Case& c, bool in_place) {
   auto want = tile(c.dtype, reduced_table(c, p), c.count);
   Buffer bin{in.data(), c.count, c.dtype};
   if (in_place) {
-    run_on({&bin}, [&] { finish(comm.allreduce_async(bin, bin, c.op, op_opts())); });
+    run_on({&bin}, [&] { call([&] { comm.allreduce(bin, c.op); }, [&] { return comm.allreduce_async(bin, bin, c.op, op_opts()); }); });
     check(describe("allreduce in place", c, p), r, c, in.data(), want, c.count);
   } else {
     auto out = make_buffer(c, c.count);
     Buffer bout{out.data(), c.count, c.dtype};
-    run_on({&bin, &bout}, [&] { finish(comm.allreduce_async(bin, bout, c.op, op_opts())); });
+    run_on({&bin, &bout}, [&] {
+      call([&] { comm.allreduce(bin, bout, c.op); }, [&] { return comm.allreduce_async(bin, bout, c.op, op_opts()); });
+    });
     check(describe("allreduce", c, p), r, c, out.data(), want, c.count);
     Case exact = c;
     exact.fractional = false;
@@ -426,7 +434,7 @@ void test_allgather(rcoll::Communicator& comm, const Case& c, bool in_place) {
     bin.data = out.data() + block * static_cast<size_t>(r);
   }
   Buffer bout{out.data(), c.count * static_cast<size_t>(p), c.dtype};
-  run_on({&bin, &bout}, [&] { finish(comm.allgather_async(bin, bout, op_opts())); });
+  run_on({&bin, &bout}, [&] { call([&] { comm.allgather(bin, bout); }, [&] { return comm.allgather_async(bin, bout, op_opts()); }); });
   check(describe(in_place ? "allgather in place" : "allgather", c, p), r, c, out.data(), want, c.count * static_cast<size_t>(p));
 }
 
@@ -438,7 +446,9 @@ void test_reduce_scatter(rcoll::Communicator& comm, const Case& c) {
   auto in = tile(c.dtype, input_table(c, r), total);
   auto out = make_buffer(c, c.count);
   Buffer bin{in.data(), total, c.dtype}, bout{out.data(), c.count, c.dtype};
-  run_on({&bin, &bout}, [&] { finish(comm.reduce_scatter_async(bin, bout, c.op, op_opts())); });
+  run_on({&bin, &bout}, [&] {
+    call([&] { comm.reduce_scatter(bin, bout, c.op); }, [&] { return comm.reduce_scatter_async(bin, bout, c.op, op_opts()); });
+  });
   auto want = tile(c.dtype, reduced_table(c, p), c.count, c.count * static_cast<size_t>(r));
   check(describe("reduce_scatter", c, p), r, c, out.data(), want, c.count);
 }
@@ -447,7 +457,7 @@ void test_broadcast(rcoll::Communicator& comm, const Case& c, int root) {
   const int p = comm.size(), r = comm.rank();
   auto buf = tile(c.dtype, input_table(c, r), c.count);
   Buffer b{buf.data(), c.count, c.dtype};
-  run_on({&b}, [&] { finish(comm.broadcast_async(b, root, op_opts())); });
+  run_on({&b}, [&] { call([&] { comm.broadcast(b, root); }, [&] { return comm.broadcast_async(b, root, op_opts()); }); });
   check(describe(("broadcast from root " + std::to_string(root)).c_str(), c, p), r, c, buf.data(),
         tile(c.dtype, input_table(c, root), c.count), c.count);
 }
@@ -493,12 +503,14 @@ void test_send_recv(rcoll::Communicator& comm, const Case& c) {
   auto in = make_buffer(c, c.count);
   Buffer bout{out.data(), c.count, c.dtype}, bin{in.data(), c.count, c.dtype};
   run_on({&bout, &bin}, [&] {
+    auto send = [&] { call([&] { comm.send(bout, to); }, [&] { return comm.send_async(bout, to, op_opts()); }); };
+    auto recv = [&] { call([&] { comm.recv(bin, from); }, [&] { return comm.recv_async(bin, from, op_opts()); }); };
     if (r % 2 == 0) {
-      finish(comm.send_async(bout, to, op_opts()));
-      finish(comm.recv_async(bin, from, op_opts()));
+      send();
+      recv();
     } else {
-      finish(comm.recv_async(bin, from, op_opts()));
-      finish(comm.send_async(bout, to, op_opts()));
+      recv();
+      send();
     }
   });
   check(describe("send/recv", c, p), r, c, in.data(), tile(c.dtype, input_table(c, from), c.count), c.count);
@@ -515,7 +527,7 @@ void test_alltoall(rcoll::Communicator& comm, const Case& c) {
   auto in = tile(c.dtype, input_table(c, r), total);
   auto out = make_buffer(c, total);
   Buffer bin{in.data(), total, c.dtype}, bout{out.data(), total, c.dtype};
-  run_on({&bin, &bout}, [&] { finish(comm.alltoall_async(bin, bout, op_opts())); });
+  run_on({&bin, &bout}, [&] { call([&] { comm.alltoall(bin, bout); }, [&] { return comm.alltoall_async(bin, bout, op_opts()); }); });
   std::vector<char> want(total * es + 1);
   for (int q = 0; q < p; ++q) {
     auto theirs = tile(c.dtype, input_table(c, q), block, block * static_cast<size_t>(r));

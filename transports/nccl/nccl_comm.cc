@@ -1,13 +1,14 @@
 // The NCCL communicator of one epoch (transports/nccl/nccl_comm.h).
 //
-// Non-blocking throughout (ncclConfig_t.blocking = 0): init and every call
-// may return ncclInProgress, after which the communicator's state is polled
+// Non-blocking unless Config::blocking (ncclConfig_t.blocking = 0): init and
+// every call may return ncclInProgress, after which the communicator's state is polled
 // with ncclCommGetAsyncError until it settles, releasing the lock between
 // polls so an abort from another thread gets in. Completion of each issued
 // group is an event recorded behind it on the communicator's stream.
 #include "transports/nccl/nccl_comm.h"
 
 #include "kernels/cuda_memory.h"
+#include "kernels/stream_gate.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -112,7 +113,8 @@ struct Comm::Impl {
   // Set once its calls were told to stop: it takes no more calls.
   bool stopped = false;
   // Comm::keep_memory_on_abort: a stream waits at the stream gate behind
-  // this communicator's calls.
+  // this communicator's calls. A gate of another communicator of the process
+  // holding a stream counts too: freeing would wait for that stream.
   bool keep_memory = false;
   // Stops every call in flight: ncclCommAbort, which also frees NCCL's
   // memory, and that waits for the whole device. While a stream waits at
@@ -123,7 +125,8 @@ struct Comm::Impl {
   void stop() {
     if (stopped || comm == nullptr) return;
     stopped = true;
-    if (RevokeFn revoke = revoke_entry(); keep_memory && revoke != nullptr) {
+    const bool held = keep_memory || kernels::cuda::StreamGate::any_held();
+    if (RevokeFn revoke = revoke_entry(); held && revoke != nullptr) {
       const ncclResult_t r = revoke(comm, 0);
       if (r == ncclSuccess || r == ncclInProgress) return;
     }
