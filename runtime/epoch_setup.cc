@@ -21,6 +21,9 @@ namespace rcoll {
 
 Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   if (!store_) {
+    // Every rank takes the next instance number of this communicator name,
+    // so a store shared by several communicators (or by successive ones with
+    // one name) keeps their keys apart.
     auto base = make_prefix_store(boot_.store, "rcoll/" + options_.name);
     auto ticket = base->add("instances", 1);
     if (!ticket.ok()) {

@@ -17,10 +17,6 @@
 #include "runtime/store/notices.h"
 
 namespace rcoll {
-namespace {
-
-
-}  // namespace
 
 bool CommunicatorImpl::epoch_failed_elsewhere() {
   if (epoch_failed_seen_) return true;
@@ -160,10 +156,6 @@ Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* curr
 // timeout; the error names whoever never joined. A rank that can never join
 // (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
 Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round) {
-  // Wait for every rank's ledger. Silent ranks are waited for up to the
-  // recovery timeout; the error names whoever never joined. A rank that can
-  // never join (dead, gone on purpose) or a failure no recovery fixes ends
-  // the wait at once.
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
     const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};

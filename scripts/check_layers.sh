@@ -34,7 +34,7 @@ check() {
       echo "layering: ${hit%%:#*}: includes \"$path\", above its layer ($dir may include $allowed)"
       bad=1
     fi
-  done < <(grep -rnE '^#include "' "$dir" --include='*.h' --include='*.cc' --include='*.cu' | sed -E 's/^([^:]+:[0-9]+):/\1:/')
+  done < <(grep -rnE '^#include "' "$dir" --include='*.h' --include='*.cc' --include='*.cu')
 }
 
 check include/rcoll 'rcoll/[a-z_]+\.h'

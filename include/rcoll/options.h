@@ -75,9 +75,10 @@ struct Options {
   // How device ops call NCCL (RCOLL_NCCL_BLOCKING): 0 = on the non-blocking
   // communicator every epoch makes (NCCL 2.28 enqueues each call's group on
   // a thread of its own, and rcoll's deadlines and aborts cut into any call);
-  // 1 = on a blocking communicator split from it once it is up (no thread
-  // per call; a call that waits for a peer inside NCCL, such as a first
-  // send to it, is bounded only by that peer). -1 = from the environment, else 0.
+  // 1 = on a communicator created blocking (no thread per call; its init,
+  // begun once every rank arrived, and a call that waits for a peer inside
+  // NCCL, such as a first send to it, are bounded only by that peer: no
+  // deadline or abort cuts in there). -1 = from the environment, else 0.
   int nccl_blocking = -1;
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;

@@ -1,5 +1,5 @@
 // One NCCL communicator for one epoch: created non-blocking with its own init
-// deadline, its collectives issued on a stream it owns, each call's completion
+// deadline (or blocking, Config::blocking), its collectives issued on a stream it owns, each call's completion
 // marked by a CUDA event that the runtime polls (with ncclCommGetAsyncError),
 // and an abort that is serialised with every other call on it, so it never
 // races one. Like every transport it never retries and never recovers: a
@@ -92,9 +92,9 @@ class Comm {
     // The stream calls are issued on, outliving the communicator (the
     // runtime keeps one for every epoch); null = the communicator makes its own.
     void* stream = nullptr;
-    // Calls on a blocking communicator split from the non-blocking one once
-    // it is up (Options::nccl_blocking): no thread per call, but a call
-    // waiting inside NCCL for a peer cannot be cut short by `waiter`.
+    // A communicator created blocking (Options::nccl_blocking): no thread
+    // per call, but its init ignores `init_deadline` and `cancelled`, and a
+    // call waiting inside NCCL for a peer cannot be cut short by `waiter`.
     bool blocking = false;
   };
   // Joins the communicator `unique_id` names (bytes from new_unique_id()).
@@ -147,7 +147,8 @@ class Comm {
   // here: an abort must not wait for the whole GPU then, since that stream
   // waits for the recovery the abort starts (the runtime destroys such a
   // communicator only once no gate is closed: CommunicatorImpl::bury_nccl).
-  // Needs revocable(); without it an abort frees at once.
+  // Any gate of the process holding a stream (StreamGate::any_held) has the
+  // same effect. Needs revocable(); without it an abort frees at once.
   void keep_memory_on_abort(bool keep);
   bool aborted() const;
 
