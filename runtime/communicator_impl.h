@@ -84,6 +84,8 @@ class CommunicatorImpl : public ProgressGuard {
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
+  Result<std::vector<LinkSample>> exchange_link_samples(uint32_t epoch, Deadline deadline);
+  void adopt_link_tuning(uint32_t epoch, const std::vector<LinkSample>& samples, double ms);
   // Called while an exception is being handled, thrown by `op` (nullptr: by
   // an idle check or a recovery while no op ran): the communicator gives up
   // (fatal_), telling the peers; std::bad_alloc is kOutOfMemory, anything
@@ -131,6 +133,10 @@ class CommunicatorImpl : public ProgressGuard {
   void release_device_resources();
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);
+  OpRecord new_record(const Op& op);
+  void inject_late_start(const Op& op);
+  Status end_failed_op(const Op& op, Status s);
+  void end_completed_op(OpRecord&& rec);
   // An op on device buffers: staged through pinned host memory around run_op
   // (runtime/device_staging.h).
   Status run_device_op(const Op& op);
@@ -161,8 +167,13 @@ class CommunicatorImpl : public ProgressGuard {
   // An in-place all-reduce's device backup: whether the op has one (an
   // error only when the GPU failed).
   Result<bool> prepare_nccl_backup(const Op& op, nccl::Comm& comm);
+  Status nccl_op_failure(const Op& op, nccl::Comm& comm, const Status& why, bool unbacked);
+  Status issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm, bool backup, NcclWatch& watch,
+                           std::vector<std::pair<uint64_t, size_t>>* tickets);
+  Status await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm, NcclWatch& watch,
+                           const std::vector<std::pair<uint64_t, size_t>>& tickets, bool abort_after_first);
   // An op issued with Op::gated: queues its verdict event behind its calls on
-  // `comm` and the stream gate (see run_nccl_slices), and marks it issued.
+  // `comm` and the stream gate (see its definition), and marks it issued.
   Status queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm);
   // This rank's vote in a recovery: why every rank should stop using NCCL
   // (it cannot join a communicator, or NCCL failed too often lately), or "".

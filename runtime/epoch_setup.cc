@@ -187,9 +187,18 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
     if (epoch == 0) schedule_.reset(base_tuning_);  // a group shrunk to one rank starts over
     return Status();
   }
+  const auto started = Clock::now();
+  auto samples = exchange_link_samples(epoch, deadline);
+  if (!samples.ok()) return samples.status();
+  adopt_link_tuning(epoch, samples.value(), std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+  return Status();
+}
+
+// This rank's timing of its links, published; every rank's, read back. A rank
+// that could not time its links makes every rank abort the epoch alike.
+Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Deadline deadline) {
   const char* tname = transport_->name();
   LinkSample mine;
-  const auto started = Clock::now();
   auto probed = probe_ring(*transport_, deadline);
   if (probed.ok()) {
     mine = probed.value();
@@ -250,6 +259,12 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
       transport_->abort(why);
     }
   }
+  return samples;
+}
+
+// The tuning of the ops to come, from the slowest link every rank measured.
+void CommunicatorImpl::adopt_link_tuning(uint32_t epoch, const std::vector<LinkSample>& samples, double ms) {
+  const char* tname = transport_->name();
   const LinkSample worst = worst_link(samples);
   Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
   // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
@@ -274,7 +289,6 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   tuned_window_ = tuned.window;
   link_latency_s_ = worst.latency_s;
   link_bandwidth_ = worst.bandwidth;
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
   const char* pinned = pins_.piece && pins_.window ? " (pinned by options)" : "";
   if (epoch > 0) {
     RCOLL_LOG(kInfo, "epoch %u over %s: slowest link %s (timed in %.1f ms); collectives from collective seq %llu on use %s%s",
@@ -288,7 +302,6 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   } else if (star) {
     link_note_ += "; broadcasts by star (the ranks share " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s") + ")";
   }
-  return Status();
 }
 
 // Folds the bytes of the transport being replaced into the running totals.

@@ -305,23 +305,16 @@ std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int 
   return out.str();
 }
 
-Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const OpRecord* current,
-                                const std::vector<std::string>& ledgers) {
+namespace {
+
+// Every rank's ledger, as one rank reads them in a recovery.
+struct Ledgers {
+  int rank = 0;
+  int size = 0;
   std::vector<ParsedLedger> parsed;
-  for (const auto& text : ledgers) {
-    parsed.push_back(parse(text));
-    if (!parsed.back().valid) {
-      return Status(ErrorCode::kInternal, "rank " + std::to_string(parsed.size() - 1) + " published a malformed ledger");
-    }
-  }
-  uint64_t started = 0;
-  for (const auto& l : parsed) {
-    started = std::max(started, l.collective_through);
-    for (const auto& [key, entry] : l.done)
-      if (std::get<0>(key) == 'C') started = std::max(started, std::get<2>(key));
-  }
+
   // How far rank q got in the op that `mine` names (seen from q's side).
-  auto done_on = [&](int q, const OpKey& mine, size_t total) -> size_t {
+  size_t done_on(int q, const OpKey& mine, size_t total) const {
     auto [kind, peer, seq] = mine;
     OpKey theirs = mine;
     if (kind == 'S') theirs = {'R', rank, seq};
@@ -335,35 +328,91 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
       through = t->second;
     }
     return seq <= through ? total : 0;
-  };
+  }
 
-  ResumePlan plan;
-  plan.collectives_started = started;
-  auto consider = [&](const OpRecord& r) -> Status {
+  // The slice this rank's op `r` resumes at: the same on every rank in it.
+  size_t resume_point(const OpRecord& r) const {
     const OpKey key = key_of(r.op);
-    size_t resume = r.done;
-    if (std::get<0>(key) == 'C') {
-      for (int q = 0; q < size; ++q)
-        if (q != rank) resume = std::min(resume, done_on(q, key, r.total));
-      // A broadcast completes on a rank only when every rank after it has the
-      // whole buffer (the ack chain), and every rank before it forwarded it;
-      // an op on NCCL only once its confirmation all-reduce is through: one
-      // completed rank means every rank has the data.
-      if (completes_everywhere(r)) {
-        for (int q = 0; q < size; ++q) {
-          if (q == rank) continue;
-          const ParsedLedger& l = parsed[static_cast<size_t>(q)];
-          if (!l.done.count(key) && std::get<2>(key) <= l.collective_through) resume = r.total;
-        }
-      }
-    } else if (std::get<0>(key) == 'S') {
+    if (std::get<0>(key) == 'S') {
       // The receiver's count is the truth for a send: the sender's own may lag
       // (bytes in the peer's socket before the write completion was seen), and
       // both sides must resume at the same slice.
-      resume = done_on(r.op.peer, key, r.total);
-    } else {
-      resume = r.done;  // a receive: its own count, which the sender adopts too
+      return done_on(r.op.peer, key, r.total);
     }
+    if (std::get<0>(key) == 'R') return r.done;  // a receive: its own count, which the sender adopts too
+    size_t resume = r.done;
+    for (int q = 0; q < size; ++q)
+      if (q != rank) resume = std::min(resume, done_on(q, key, r.total));
+    // A broadcast completes on a rank only when every rank after it has the
+    // whole buffer (the ack chain), and every rank before it forwarded it;
+    // an op on NCCL only once its confirmation all-reduce is through: one
+    // completed rank means every rank has the data.
+    if (completes_everywhere(r)) {
+      for (int q = 0; q < size; ++q) {
+        if (q == rank) continue;
+        const ParsedLedger& l = parsed[static_cast<size_t>(q)];
+        if (!l.done.count(key) && std::get<2>(key) <= l.collective_through) resume = r.total;
+      }
+    }
+    return resume;
+  }
+
+  // Does a peer still need an op this rank finished but no longer holds? Then
+  // nobody can finish it: say so, rather than resend the wrong data or hang.
+  Status inputs_still_held(const ReplayLog& log, const OpRecord* current) const {
+    auto holds = [&](const OpKey& key) {
+      for (const auto& r : log.records())
+        if (key_of(r.op) == key) return true;
+      return current != nullptr && key_of(current->op) == key;
+    };
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) continue;
+      for (const auto& [key, e] : parsed[static_cast<size_t>(q)].done) {
+        if (e.done >= e.total || e.everywhere) continue;
+        auto [kind, peer, seq] = key;
+        OpKey mine;
+        bool finished_here = false;
+        if (kind == 'C') {
+          mine = {'C', -1, seq};
+          finished_here = seq <= log.collective_through;
+        } else if (kind == 'R' && peer == rank) {  // q still receives what this rank sent
+          mine = {'S', q, seq};
+          finished_here = static_cast<size_t>(q) < log.send_through.size() && seq <= log.send_through[static_cast<size_t>(q)];
+        } else {
+          continue;
+        }
+        if (finished_here && !holds(mine)) {
+          return Status(ErrorCode::kInternal, ErrorContext{rank, q, 0, -1, ""},
+                        "rank " + std::to_string(q) + " still needs slices " + std::to_string(e.done) + ".." +
+                            std::to_string(e.total) + " of " + (kind == 'C' ? "collective" : "send") + " seq " +
+                            std::to_string(seq) + " from this rank, which finished it and no longer holds its inputs "
+                            "(replay log too short or backup budget too small)");
+        }
+      }
+    }
+    return Status();
+  }
+};
+
+}  // namespace
+
+Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const OpRecord* current,
+                                const std::vector<std::string>& ledgers) {
+  Ledgers all{rank, size, {}};
+  for (const auto& text : ledgers) {
+    all.parsed.push_back(parse(text));
+    if (!all.parsed.back().valid) {
+      return Status(ErrorCode::kInternal, "rank " + std::to_string(all.parsed.size() - 1) + " published a malformed ledger");
+    }
+  }
+  ResumePlan plan;
+  for (const auto& l : all.parsed) {
+    plan.collectives_started = std::max(plan.collectives_started, l.collective_through);
+    for (const auto& [key, entry] : l.done)
+      if (std::get<0>(key) == 'C') plan.collectives_started = std::max(plan.collectives_started, std::get<2>(key));
+  }
+  auto consider = [&](const OpRecord& r) -> Status {
+    const size_t resume = all.resume_point(r);
     if (r.complete && resume >= r.total) return Status();
     if (r.complete && (!r.replayable || !r.covers(resume, r.total))) {
       return Status(ErrorCode::kInternal, ErrorContext{rank, -1, r.op.seq, -1, ""},
@@ -376,38 +425,7 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
   for (const auto& r : log.records()) {
     if (Status s = consider(r); !s.ok()) return s;
   }
-  // Does a peer still need an op this rank finished but no longer holds? Then
-  // nobody can finish it: say so, rather than resend the wrong data or hang.
-  auto holds = [&](const OpKey& key) {
-    for (const auto& r : log.records())
-      if (key_of(r.op) == key) return true;
-    return current != nullptr && key_of(current->op) == key;
-  };
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) continue;
-    for (const auto& [key, e] : parsed[static_cast<size_t>(q)].done) {
-      if (e.done >= e.total || e.everywhere) continue;
-      auto [kind, peer, seq] = key;
-      OpKey mine;
-      bool finished_here = false;
-      if (kind == 'C') {
-        mine = {'C', -1, seq};
-        finished_here = seq <= log.collective_through;
-      } else if (kind == 'R' && peer == rank) {  // q still receives what this rank sent
-        mine = {'S', q, seq};
-        finished_here = static_cast<size_t>(q) < log.send_through.size() && seq <= log.send_through[static_cast<size_t>(q)];
-      } else {
-        continue;
-      }
-      if (finished_here && !holds(mine)) {
-        return Status(ErrorCode::kInternal, ErrorContext{rank, q, 0, -1, ""},
-                      "rank " + std::to_string(q) + " still needs slices " + std::to_string(e.done) + ".." +
-                          std::to_string(e.total) + " of " + (kind == 'C' ? "collective" : "send") + " seq " +
-                          std::to_string(seq) + " from this rank, which finished it and no longer holds its inputs "
-                          "(replay log too short or backup budget too small)");
-      }
-    }
-  }
+  if (Status s = all.inputs_still_held(log, current); !s.ok()) return s;
   if (current != nullptr) {
     if (Status s = consider(*current); !s.ok()) return s;
   }

@@ -282,39 +282,11 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     backup = prepared.value();
   }
   const bool unbacked = in_place_backup && !backup;
-  auto fail = [&](const Status& why) {
-    comm.abort(why);
-    ErrorContext c = why.context();
-    c.rank = rank_;
-    c.op_seq = op.seq;
-    c.epoch = epoch;
-    c.transport = "nccl";
-    Status s(why.code(), c, op.describe() + " on nccl: " + why.message());
-    if (!unbacked) return s;
-    return Status(ErrorCode::kUnsupported, s.context(),
-                  s.message() + "; this in-place all-reduce of " + std::to_string(op.in.bytes()) +
-                      " bytes runs without a backup of its input (over Options::backup_bytes = " +
-                      std::to_string(options_.backup_bytes) + ", or no device memory for one), so it cannot run again");
-  };
+  auto fail = [&](const Status& why) { return nccl_op_failure(op, comm, why, unbacked); };
 
   // (ticket, slice) in issue order.
   std::vector<std::pair<uint64_t, size_t>> tickets;
-  const size_t es = op.element_size();
-  for (size_t k = first; k < rec.total; ++k) {
-    if (backup) {
-      const ElementRange r = slice_range(op, k, rec.total);
-      char* user = static_cast<char*>(op.in.data) + r.begin * es;
-      char* kept = static_cast<char*>(nccl_backup_.data()) + r.begin * es;
-      const size_t bytes = (r.end - r.begin) * es;
-      const bool have = r.end * es <= nccl_backed_up_;
-      auto copied = have ? comm.issue_copy(user, kept, bytes) : comm.issue_copy(kept, user, bytes);
-      if (!copied.ok()) return fail(copied.status());
-      if (!have) nccl_backed_up_ = r.end * es;
-    }
-    auto t = comm.issue(slice_calls(op, size_, k, rec.total), watch.waiter());
-    if (!t.ok()) return fail(t.status());
-    tickets.push_back({t.value(), k});
-  }
+  if (Status s = issue_nccl_slices(rec, first, comm, backup, watch, &tickets); !s.ok()) return fail(s);
 
   // The confirmation goes right behind the slices on the stream: it runs,
   // and contributes this rank's fingerprint, only once this rank's slices are
@@ -330,29 +302,11 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     if (!t.ok()) return fail(t.status());
     confirmation = t.value();
   }
-  // The op's verdict for a caller's stream (Work::stream_wait), queued once
-  // its GPU work is: on the verdict stream, behind this attempt's calls, a
-  // wait at the gate for this op, then the verdict event. The gate opens
-  // when execute() has the op's final outcome, after whatever recoveries it
-  // takes: the stream never goes on with an attempt an abort cut short. It
-  // only ever waits on work already queued (the runtime sees it done and
-  // opens the gate); a recovery queues its new attempt on nccl_stream_, made
-  // before any verdict waited, and on the verdict stream nothing else runs.
+  // The caller's stream waits for the op's verdict (queue_verdict).
   if (op.gated && rec.work != nullptr && !rec.work->issued) {
     if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
-
-  // Poll in order; a completion is progress.
-  for (const auto& [ticket, slice] : tickets) {
-    if (Status s = watch.wait_for(comm, ticket); !s.ok()) return fail(s);
-    rec.done = slice + 1;
-    watch.last_progress = Clock::now();
-    if (abort_after_first && rec.done == first + 1) {
-      ++injected_;
-      return fail(Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)"));
-    }
-  }
-  rec.done = rec.total;
+  if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, abort_after_first); !s.ok()) return fail(s);
 
   if (confirms) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
@@ -370,6 +324,73 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   return Status();
 }
 
+// The op's failure on NCCL, in its words: the communicator is aborted (every
+// rank's calls stop), and an in-place op without a backup cannot run again.
+Status CommunicatorImpl::nccl_op_failure(const Op& op, nccl::Comm& comm, const Status& why, bool unbacked) {
+  comm.abort(why);
+  ErrorContext c = why.context();
+  c.rank = rank_;
+  c.op_seq = op.seq;
+  c.epoch = epoch_.load();
+  c.transport = "nccl";
+  Status s(why.code(), c, op.describe() + " on nccl: " + why.message());
+  if (!unbacked) return s;
+  return Status(ErrorCode::kUnsupported, s.context(),
+                s.message() + "; this in-place all-reduce of " + std::to_string(op.in.bytes()) +
+                    " bytes runs without a backup of its input (over Options::backup_bytes = " +
+                    std::to_string(options_.backup_bytes) + ", or no device memory for one), so it cannot run again");
+}
+
+// Slices `first` on, back to back on the communicator's stream, each behind
+// its input's backup copy (or, on a re-run, the copy putting it back).
+Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm, bool backup,
+                                           NcclWatch& watch, std::vector<std::pair<uint64_t, size_t>>* tickets) {
+  const Op& op = rec.op;
+  const size_t es = op.element_size();
+  for (size_t k = first; k < rec.total; ++k) {
+    if (backup) {
+      const ElementRange r = slice_range(op, k, rec.total);
+      char* user = static_cast<char*>(op.in.data) + r.begin * es;
+      char* kept = static_cast<char*>(nccl_backup_.data()) + r.begin * es;
+      const size_t bytes = (r.end - r.begin) * es;
+      const bool have = r.end * es <= nccl_backed_up_;
+      auto copied = have ? comm.issue_copy(user, kept, bytes) : comm.issue_copy(kept, user, bytes);
+      if (!copied.ok()) return copied.status();
+      if (!have) nccl_backed_up_ = r.end * es;
+    }
+    auto t = comm.issue(slice_calls(op, size_, k, rec.total), watch.waiter());
+    if (!t.ok()) return t.status();
+    tickets->push_back({t.value(), k});
+  }
+  return Status();
+}
+
+// Polls the slices in order (a completion is progress). A close-link fault
+// planned for the op strikes after its first slice.
+Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm, NcclWatch& watch,
+                                           const std::vector<std::pair<uint64_t, size_t>>& tickets,
+                                           bool abort_after_first) {
+  for (const auto& [ticket, slice] : tickets) {
+    if (Status s = watch.wait_for(comm, ticket); !s.ok()) return s;
+    rec.done = slice + 1;
+    watch.last_progress = Clock::now();
+    if (abort_after_first && rec.done == first + 1) {
+      ++injected_;
+      return Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)");
+    }
+  }
+  rec.done = rec.total;
+  return Status();
+}
+
+// The op's verdict for a caller's stream (Work::stream_wait), queued once
+// its GPU work is: on the verdict stream, behind this attempt's calls, a
+// wait at the gate for this op, then the verdict event. The gate opens
+// when execute() has the op's final outcome, after whatever recoveries it
+// takes: the stream never goes on with an attempt an abort cut short. It
+// only ever waits on work already queued (the runtime sees it done and
+// opens the gate); a recovery queues its new attempt on nccl_stream_, made
+// before any verdict waited, and on the verdict stream nothing else runs.
 Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm) {
   kernels::cuda::StreamGate* gate = gate_.load();
   // From here until execute() opens the gate for this op, a stream waits on

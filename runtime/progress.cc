@@ -340,31 +340,8 @@ Status CommunicatorImpl::run_op(const Op& op) {
     return Status(fatal_.code(), ErrorContext{rank_, fatal_.context().peer, op.seq, epoch_.load(), transport_name_.load()},
                   op.describe() + " not run: the communicator gave up after an earlier failure: " + fatal_.message());
   }
-  OpRecord rec;
-  rec.op = op;
-  rec.op.work = nullptr;  // the caller's handle: not the log's to keep (WorkStates are reused)
-  rec.work = op.work.get();
-  rec.op.stream_ready.reset();  // used before the op runs; it would keep the work state alive in the log
-  rec.pool = log_.pool();
-  // The tuning this op keeps, replays included (link_model.h).
-  if (op.kind == OpKind::kSendRecv) {
-    rec.tuning = schedule_.for_point_to_point();
-  } else {
-    schedule_.prune_before(op.match_seq);
-    rec.tuning = schedule_.for_collective(op.match_seq);
-  }
-  // Device buffers reach run_op only to run on NCCL (else they are staged).
-  rec.nccl = op.on_device();
-  rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, 0).slices;  // the count alone
-  // An injected stall makes this rank late to the op, as a rank busy in
-  // compute would be: before it says (in its heartbeats) that it is in the op.
-  for (const Fault& f : faults_) {
-    if (f.kind == FaultKind::kStall && (f.rank == -1 || f.rank == rank_) && f.op == op.seq && op.seq > injected_through_seq_) {
-      ++delays_injected_;
-      RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
-      std::this_thread::sleep_for(Millis(f.ms));
-    }
-  }
+  OpRecord rec = new_record(op);
+  inject_late_start(op);
   current_ = &rec;
   op_started_ = Clock::now();
   recorder_.started(op.seq, epoch_.load(), rec.total, op_started_);
@@ -394,31 +371,75 @@ Status CommunicatorImpl::run_op(const Op& op) {
       s = recover_and_replay(s, &rec, &first);
       if (s.ok()) continue;
     }
-    if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
-      current_ = nullptr;
-      recorder_.finished(op.seq, false);
-      const int was = rank_, of = size_;
-      shrink(s);
-      if (fatal_.ok()) {
-        return Status(ErrorCode::kPeerDead, s.context(),
-                      s.message() + "; shrink mode: the communicator went on without it, rank " + std::to_string(was) +
-                          " of " + std::to_string(of) + " is now rank " + std::to_string(rank_.load()) + " of " +
-                          std::to_string(size_.load()));
-      }
-      return fatal_;
-    }
-    fatal_ = s;
-    current_ = nullptr;
-    publish_fatal(s);
-    RCOLL_LOG(kError, "%s; %s", s.to_string().c_str(),
-              last_stall_was_straggler_ ? "a rank was too late for this op: later ops on this communicator will fail"
-              : recoverable(s) && options_.recovery ? "recovery failed: later ops on this communicator will fail"
-                                                    : "not recoverable: later ops on this communicator will fail");
-    publish_state(false);
-    recorder_.finished(op.seq, false);
-    report_positions(s);
-    return s;
+    return end_failed_op(op, std::move(s));
   }
+  end_completed_op(std::move(rec));
+  return Status();
+}
+
+OpRecord CommunicatorImpl::new_record(const Op& op) {
+  OpRecord rec;
+  rec.op = op;
+  rec.op.work = nullptr;  // the caller's handle: not the log's to keep (WorkStates are reused)
+  rec.work = op.work.get();
+  rec.op.stream_ready.reset();  // used before the op runs; it would keep the work state alive in the log
+  rec.pool = log_.pool();
+  // The tuning this op keeps, replays included (link_model.h).
+  if (op.kind == OpKind::kSendRecv) {
+    rec.tuning = schedule_.for_point_to_point();
+  } else {
+    schedule_.prune_before(op.match_seq);
+    rec.tuning = schedule_.for_collective(op.match_seq);
+  }
+  // Device buffers reach run_op only to run on NCCL (else they are staged).
+  rec.nccl = op.on_device();
+  rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, 0).slices;  // the count alone
+  return rec;
+}
+
+// An injected stall makes this rank late to the op, as a rank busy in
+// compute would be: before it says (in its heartbeats) that it is in the op.
+void CommunicatorImpl::inject_late_start(const Op& op) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kStall && (f.rank == -1 || f.rank == rank_) && f.op == op.seq && op.seq > injected_through_seq_) {
+      ++delays_injected_;
+      RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
+      std::this_thread::sleep_for(Millis(f.ms));
+    }
+  }
+}
+
+// The op failed for good (no recovery helps, or none is allowed): shrink
+// around a dead peer if asked, else the communicator gives up.
+Status CommunicatorImpl::end_failed_op(const Op& op, Status s) {
+  current_ = nullptr;
+  if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
+    recorder_.finished(op.seq, false);
+    const int was = rank_, of = size_;
+    shrink(s);
+    if (fatal_.ok()) {
+      return Status(ErrorCode::kPeerDead, s.context(),
+                    s.message() + "; shrink mode: the communicator went on without it, rank " + std::to_string(was) +
+                        " of " + std::to_string(of) + " is now rank " + std::to_string(rank_.load()) + " of " +
+                        std::to_string(size_.load()));
+    }
+    return fatal_;
+  }
+  fatal_ = s;
+  publish_fatal(s);
+  RCOLL_LOG(kError, "%s; %s", s.to_string().c_str(),
+            last_stall_was_straggler_ ? "a rank was too late for this op: later ops on this communicator will fail"
+            : recoverable(s) && options_.recovery ? "recovery failed: later ops on this communicator will fail"
+                                                  : "not recoverable: later ops on this communicator will fail");
+  publish_state(false);
+  recorder_.finished(op.seq, false);
+  report_positions(s);
+  return s;
+}
+
+// The op completed on this rank: credits, the bandwidth estimate, the log.
+void CommunicatorImpl::end_completed_op(OpRecord&& rec) {
+  const Op& op = rec.op;
   if (straggler_logged_) {
     RCOLL_LOG(kWarn, "%s completed; rank %d arrived %.1f s late (straggler, no recovery needed)", op.describe().c_str(),
               straggler_rank_, std::chrono::duration<double>(Clock::now() - op_started_).count());
@@ -443,7 +464,6 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   record_completion(std::move(rec));
   publish_state(false);
-  return Status();
 }
 
 void CommunicatorImpl::publish_state(bool in_comm) {
