@@ -96,4 +96,16 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
   }
 }
 
+// An injected stall makes this rank late to the op, as a rank busy in
+// compute would be: before it says (in its heartbeats) that it is in the op.
+void CommunicatorImpl::inject_late_start(const Op& op) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kStall && (f.rank == -1 || f.rank == rank_) && f.op == op.seq && op.seq > injected_through_seq_) {
+      ++delays_injected_;
+      RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
+      std::this_thread::sleep_for(Millis(f.ms));
+    }
+  }
+}
+
 }  // namespace rcoll

@@ -9,7 +9,6 @@
 #include <memory>
 #include <new>
 #include <string>
-#include <thread>
 #include <typeinfo>
 
 #include "runtime/communicator_impl.h"
@@ -395,18 +394,6 @@ OpRecord CommunicatorImpl::new_record(const Op& op) {
   rec.nccl = op.on_device();
   rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, 0).slices;  // the count alone
   return rec;
-}
-
-// An injected stall makes this rank late to the op, as a rank busy in
-// compute would be: before it says (in its heartbeats) that it is in the op.
-void CommunicatorImpl::inject_late_start(const Op& op) {
-  for (const Fault& f : faults_) {
-    if (f.kind == FaultKind::kStall && (f.rank == -1 || f.rank == rank_) && f.op == op.seq && op.seq > injected_through_seq_) {
-      ++delays_injected_;
-      RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
-      std::this_thread::sleep_for(Millis(f.ms));
-    }
-  }
 }
 
 // The op failed for good (no recovery helps, or none is allowed): shrink
