@@ -292,7 +292,12 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // and contributes this rank's fingerprint, only once this rank's slices are
   // done, so when it is done here every rank's are (no host round trip
   // between the op and its confirmation: one NCCL launch after the other).
-  // A send or receive confirms between its pair only.
+  // A send or receive confirms between its pair only: one send and one
+  // receive each way. NCCL matches a pair's messages in order per direction,
+  // so two ranks that send to each other at once (each send issued before
+  // its receive, ungrouped) would see one's data matched against the other's
+  // confirmation. Raw NCCL hangs on that pattern for messages larger than
+  // its buffers; grouped send/recv (issue 35) is the way to write it.
   const bool confirms = size_ > 1 && options_.recovery;
   // (With a close-link fault planned the op fails after its first slice:
   // no confirmation then.)
