@@ -144,11 +144,19 @@ class Owned {
     h_ = nullptr;
   }
   void* get() const { return h_; }
+  // Lets go of the handle without destroying it (it must outlive work that
+  // is still to use it).
+  void leak() { h_ = nullptr; }
 
  private:
   void* h_ = nullptr;
 };
 using Stream = Owned<stream_create, stream_destroy>;
 using Event = Owned<event_create, event_destroy>;
+
+// Frees the pinned memory PinnedBuffer::release put off while a stream gate
+// held a stream (kernels/stream_gate.h), if none does now. Makes no CUDA call
+// when nothing was put off.
+void free_deferred();
 
 }  // namespace rcoll::kernels::cuda

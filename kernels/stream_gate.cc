@@ -94,8 +94,11 @@ Result<std::unique_ptr<StreamGate>> StreamGate::create(uint32_t opened) {
   return gate;
 }
 
-// Gates of the process holding a stream now.
+// Gates of the process holding a stream now; a hold and a free exclude each
+// other (free_if_none_held). Recursive: a free may free more (a communicator
+// its pinned memory).
 static std::atomic<int> g_held{0};
+static std::recursive_mutex g_free_mu;
 
 void StreamGate::open_through(uint64_t seq) {
   // The GPU reads the word over the bus: earlier host writes (none that it
@@ -111,12 +114,20 @@ void StreamGate::open_through(uint64_t seq) {
 void StreamGate::hold(uint64_t seq) {
   held_seq_ = seq;
   if (!holding_) {
+    std::lock_guard<std::recursive_mutex> lock(g_free_mu);
     holding_ = true;
     g_held.fetch_add(1);
   }
 }
 
 bool StreamGate::any_held() { return g_held.load() > 0; }
+
+bool StreamGate::free_if_none_held(const std::function<void()>& free) {
+  std::lock_guard<std::recursive_mutex> lock(g_free_mu);
+  if (g_held.load() > 0) return false;
+  free();
+  return true;
+}
 
 StreamGate::~StreamGate() {
   if (holding_) g_held.fetch_sub(1);

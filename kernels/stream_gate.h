@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "rcoll/status.h"
@@ -50,18 +51,30 @@ class StreamGate {
 
   // A stream now waits at this gate for op `seq` (the runtime queued its
   // verdict), until open_through(seq). While any gate of the process holds
-  // a stream, nothing may wait for the whole GPU: freeing device or pinned
-  // memory, or NCCL's, would wait for that stream, which waits for this
-  // process's recovery. Such frees are put off until no gate holds one
-  // (kernels/cuda_memory.h free_deferred, nccl::free_deferred).
+  // a stream, nothing may wait for the whole GPU: freeing pinned memory or
+  // NCCL's would wait for that stream, whose verdict may wait for this very
+  // thread (its recovery) or for a peer that waits for it. Such frees go
+  // through free_if_none_held, and are put off while a gate holds a stream
+  // (kernels/cuda_memory.h and transports/nccl: free_deferred). Called
+  // before the wait is queued.
   void hold(uint64_t seq);
   static bool any_held();
+  // Runs `free` (something that waits for the whole GPU) and returns true if
+  // no gate of the process holds a stream; else returns false at once and
+  // the caller puts the free off. A hold() meanwhile waits until `free` has
+  // returned, so no stream starts waiting at a gate during it. May nest.
+  static bool free_if_none_held(const std::function<void()>& free);
 
  private:
   explicit StreamGate(volatile uint32_t* word, uint64_t device_address) : word_(word), device_address_(device_address) {}
   volatile uint32_t* word_;
   uint64_t device_address_;  // the word as the GPU sees it (a CUdeviceptr)
-  bool holding_ = false;     // the owner's thread only
+  // The runtime calls hold() and open_through() for a communicator's ops
+  // one at a time: an op executes on the progress thread or, blocking, on
+  // the caller's, never two at once (the communicator's running flag and
+  // lock), and close() opens only after the progress thread ended. So these
+  // take no lock of their own.
+  bool holding_ = false;
   uint64_t held_seq_ = 0;
 };
 

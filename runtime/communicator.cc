@@ -342,9 +342,19 @@ void CommunicatorImpl::release_device_resources() {
   for (nccl::Comm* c : {nccl_.get(), nccl_retired_.get()}) {
     if (c && device_stream_.get()) (void)c->order_after_me(device_stream_.get());
   }
+  // While a gate of another communicator holds a stream, NCCL's frees are
+  // put off (nccl::release); the stream those communicators were made on
+  // must then outlive them, and is left to the process.
+  bool freed = true;
+  for (auto& c : nccl_graveyard_) freed = nccl::release(std::move(c), device) && freed;
   nccl_graveyard_.clear();
-  nccl_.reset();
-  nccl_retired_.reset();
+  freed = nccl::release(std::move(nccl_), device) && freed;
+  freed = nccl::release(std::move(nccl_retired_), device) && freed;
+  if (!freed) {
+    RCOLL_LOG(kInfo, "closing: a stream gate of another communicator holds a stream, so this one's NCCL communicators "
+              "are destroyed once it opens");
+    nccl_stream_.leak();
+  }
   nccl_backup_.reset();
   staging_.reset();
   nccl_confirm_host_.release();

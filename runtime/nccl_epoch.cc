@@ -54,17 +54,15 @@ void CommunicatorImpl::retire_nccl() {
 }
 
 void CommunicatorImpl::bury_nccl() {
-  // Freeing waits for the whole GPU: not while a gate of another
-  // communicator of this process holds a stream (its verdict may be behind
-  // this rank's next op). The next op's end tries again; close frees anyway.
-  if (nccl_graveyard_.empty() || kernels::cuda::StreamGate::any_held()) return;
+  if (nccl_graveyard_.empty()) return;
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     device = device_;
   }
-  kernels::cuda::ScopedDevice on;
-  if (device >= 0) (void)on.enter(device);
+  // Freeing waits for the whole GPU: put off while a gate of another
+  // communicator of this process holds a stream (nccl::release).
+  for (auto& c : nccl_graveyard_) (void)nccl::release(std::move(c), device);
   nccl_graveyard_.clear();
 }
 
@@ -98,8 +96,8 @@ StoreExchange::Gathered CommunicatorImpl::wait_for_ranks(const StoreExchange& ex
   if (got.ended == StoreExchange::Gathered::Ended::kTimedOut) {
     got.status = Status(ErrorCode::kTimeout, ctx, std::string(what) + ": rank " + std::to_string(ctx.peer) + " did not get there in time");
   } else if (got.ended == StoreExchange::Gathered::Ended::kStoreFailed) {
-    // Recoverable, as before: this epoch's NCCL communicator is not made.
-    got.status = Status(ErrorCode::kTransport, ctx, std::string(what) + ": the store failed: " + got.status.message());
+    // The store's own error, as the op's.
+    got.status = Status(got.status.code(), ctx, std::string(what) + ": the store failed: " + got.status.message());
   }
   return got;
 }

@@ -112,10 +112,14 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   // GPU work, if any, was seen done (or, after a failure for good, is let go).
   if (auto* gate = gate_.load()) gate->open_through(op.seq);
   // Only now, with no stream held at the gate, may a stopped NCCL
-  // communicator's memory be freed (that waits for the whole GPU).
+  // communicator's memory be freed (that waits for the whole GPU): after the
+  // caller has its result, and put off while another gate of the process
+  // holds a stream.
   if (nccl_) nccl_->keep_memory_on_abort(false);
-  bury_nccl();
   op.work->finish(std::move(s));
+  bury_nccl();
+  nccl::free_deferred();
+  kernels::cuda::free_deferred();
 }
 
 Status CommunicatorImpl::give_up_on_exception(const Op* op) {
@@ -194,6 +198,10 @@ void CommunicatorImpl::idle_checks() {
                 static_cast<long long>(std::chrono::duration_cast<Millis>(kIdleTrimAfter).count()), freed);
     }
   }
+  // Frees put off while some stream gate held a stream, once none does
+  // (no CUDA call when there are none).
+  nccl::free_deferred();
+  kernels::cuda::free_deferred();
   if (shrink_if_peer_died()) return;
   recover_if_peer_failed();
 }

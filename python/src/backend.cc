@@ -81,6 +81,9 @@ c10::intrusive_ptr<RcollWork> RcollBackend::make_work(c10d::OpType type, const O
 }
 
 std::exception_ptr RcollBackend::wait_core_ops(Pending& p) {
+  // Every op to its end, even after one failed: the tensors (p.keep) must
+  // outlive them all. The first failure is the work's.
+  std::exception_ptr first;
   for (auto& op : p.ops) {
     Status s;
     // Core ops are bounded by rcoll's deadlines; the slices let an abort cut in.
@@ -92,9 +95,9 @@ std::exception_ptr RcollBackend::wait_core_ops(Pending& p) {
         break;
       }
     }
-    if (!s.ok()) return backend_error(p.work->what() + " failed: " + s.to_string());
+    if (!s.ok() && !first) first = backend_error(p.work->what() + " failed: " + s.to_string());
   }
-  return nullptr;
+  return first;
 }
 
 void RcollBackend::finish_pending(Pending& p) {
@@ -109,13 +112,13 @@ void RcollBackend::finish_pending(Pending& p) {
     c10::OptionalStreamGuard side;
     if (work.device().is_cuda()) side.reset_stream(pool_stream(work.device()));
     try {
-      if (p.finalize) p.finalize();
       // What the side stream reads or writes (a staged result copied back)
       // must not be handed out again before it is past it.
       if (auto on = side.current_stream()) {
         for (const auto& t : p.keep)
           if (t.defined() && t.is_cuda()) t.record_stream(*on);
       }
+      if (p.finalize) p.finalize();
     } catch (...) {
       work.complete(std::current_exception());
       return;
@@ -152,11 +155,11 @@ void RcollBackend::finish_pending(Pending& p) {
   {
     c10::StreamGuard guard(side);
     try {
-      if (p.finalize) p.finalize();
       // The caching allocator must not hand this memory out again before the
-      // side stream is past it.
+      // side stream is past it (what finalize queues there included).
       for (const auto& t : p.keep)
         if (t.defined() && t.is_cuda()) t.record_stream(side);
+      if (p.finalize) p.finalize();
     } catch (...) {
       fail(std::current_exception());
       return;

@@ -26,9 +26,8 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
     Status s = store_.wait(keys, slice);
     if (s.ok()) break;
     if (s.code() != ErrorCode::kTimeout) {
-      out.ended = Ended::kStoreFailed;
+      out.ended = Ended::kStoreFailed;  // who is missing is not known
       out.status = s;
-      out.missing = waiting;
       return out;
     }
     const bool expired = deadline.expired();
@@ -74,8 +73,7 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
     if (!v.ok()) {
       out.ended = Ended::kStoreFailed;
       out.status = Status(v.status().code(), ErrorContext{-1, q, 0, -1, ""}, "reading " + key(q) + ": " + v.status().message());
-      out.missing = {q};
-      out.values.clear();
+      out.values.clear();  // q did publish: nobody is missing
       return out;
     }
     out.values.push_back(std::move(v).value());

@@ -41,7 +41,9 @@ class StoreExchange {
     // context.peer the first missing rank, the message naming them all.
     // kStoreFailed: the store's own error (it did not answer, or a read failed).
     Status status;
-    std::vector<int> missing;  // who was not heard from (kTimedOut; kStoreFailed where known)
+    // Who was not heard from: kTimedOut, kJudged; kStoreFailed when the
+    // store failed while asked who is missing, else empty.
+    std::vector<int> missing;
     bool ok() const { return ended == Ended::kAll; }
   };
 

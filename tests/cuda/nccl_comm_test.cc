@@ -5,11 +5,14 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda_memory.h"
+#include "kernels/stream_gate.h"
 #include "transports/nccl/nccl_comm.h"
 
 namespace rcoll::nccl {
@@ -164,6 +167,52 @@ TEST(NcclComm, AbortFailsWhatComesAfter) {
   EXPECT_EQ(later.status().code(), ErrorCode::kAborted);
   EXPECT_NE(later.status().message().find("test says so"), std::string::npos);
   comm.abort(Status(ErrorCode::kTimeout, "again"));  // idempotent
+}
+
+// While a stream waits at a stream gate, freeing pinned memory or an NCCL
+// communicator (each waits for the whole GPU) is put off, not done: the
+// runtime's verdict for that stream may need the very thread that frees.
+// Once the gate opens, free_deferred frees them.
+TEST(NcclComm, FreesArePutOffWhileAStreamWaitsAtAGate) {
+  RCOLL_REQUIRE_GPU();
+  namespace cuda = kernels::cuda;
+  auto gate = cuda::StreamGate::create(0);
+  if (!gate.ok()) GTEST_SKIP() << "no stream gate here: " << gate.status().to_string();
+  auto c = make_one_rank();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  DeviceFloats a(1024);
+  a.put(std::vector<float>(1024, 1.0f));
+  auto t = c.value()->issue(Call{CallKind::kAllReduce, a.get(), a.get(), 1024, DataType::kFloat32, ReduceOp::kSum},
+                            within(Deadline::after(std::chrono::seconds(30))));
+  ASSERT_TRUE(t.ok() && wait(*c.value(), t.value()));
+  cuda::PinnedBuffer pinned;
+  ASSERT_TRUE(pinned.reserve(1 << 20).ok());
+
+  cudaStream_t held = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), cudaSuccess);
+  gate.value()->hold(1);
+  ASSERT_TRUE(gate.value()->enqueue_wait(held, 1).ok());
+  EXPECT_TRUE(cuda::StreamGate::any_held());
+
+  std::atomic<bool> done{false};
+  bool destroyed_now = true;
+  std::thread freeing([&] {
+    pinned.release();
+    destroyed_now = release(std::move(c).value(), 0);
+    done = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool in_time = done;
+  gate.value()->open_through(1);  // lets the stream (and a free stuck behind it) go
+  freeing.join();
+  EXPECT_TRUE(in_time) << "a free waited for the stream held at the gate";
+  EXPECT_FALSE(destroyed_now) << "the communicator was destroyed while a stream was held";
+  EXPECT_FALSE(cuda::StreamGate::any_held());
+  free_deferred();
+  cuda::free_deferred();
+  EXPECT_EQ(cudaStreamSynchronize(held), cudaSuccess);
+  (void)cudaStreamDestroy(held);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The NCCL communicator of one epoch (transports/nccl/nccl_comm.h).
 //
-// Non-blocking unless Config::blocking (ncclConfig_t.blocking = 0): init and
-// every call may return ncclInProgress, after which the communicator's state is polled
+// Non-blocking (ncclConfig_t.blocking = 0) unless Config::blocking asks
+// otherwise: init and every call may return ncclInProgress, after which the communicator's state is polled
 // with ncclCommGetAsyncError until it settles, releasing the lock between
 // polls so an abort from another thread gets in. Completion of each issued
 // group is an event recorded behind it on the communicator's stream.
@@ -16,7 +16,10 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace rcoll::nccl {
 namespace {
@@ -77,6 +80,20 @@ RevokeFn revoke_entry() {
   return fn;
 }
 
+// What was put off while a stream gate held a stream: communicators to
+// destroy (with their device) and failed inits to abort.
+std::mutex g_deferred_mu;
+std::vector<std::pair<std::unique_ptr<Comm>, int>> g_deferred_comms;
+std::vector<ncclComm_t> g_deferred_aborts;
+
+// A failed or cancelled init's communicator: aborted (which frees, waiting
+// for the whole GPU) now, or once no gate holds a stream.
+void abort_or_defer(ncclComm_t comm) {
+  if (kernels::cuda::StreamGate::free_if_none_held([comm] { (void)ncclCommAbort(comm); })) return;
+  std::lock_guard<std::mutex> lock(g_deferred_mu);
+  g_deferred_aborts.push_back(comm);
+}
+
 }  // namespace
 
 bool built() { return true; }
@@ -125,11 +142,17 @@ struct Comm::Impl {
   void stop() {
     if (stopped || comm == nullptr) return;
     stopped = true;
-    const bool held = keep_memory || kernels::cuda::StreamGate::any_held();
-    if (RevokeFn revoke = revoke_entry(); held && revoke != nullptr) {
+    ncclComm_t c = comm;
+    if (!keep_memory && kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
+      comm = nullptr;
+      return;
+    }
+    if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
       const ncclResult_t r = revoke(comm, 0);
       if (r == ncclSuccess || r == ncclInProgress) return;
     }
+    // No revoke (then no gate was made: the runtime asks revocable()), or
+    // it failed: the abort has to free now.
     (void)ncclCommAbort(comm);
     comm = nullptr;
   }
@@ -231,13 +254,13 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
     if (config.cancelled && Clock::now() - last_asked >= std::chrono::milliseconds(10)) {
       last_asked = Clock::now();
       if (config.cancelled()) {
-        (void)ncclCommAbort(m.comm);
+        abort_or_defer(m.comm);
         m.comm = nullptr;
         return c->failure(ErrorCode::kAborted, "NCCL init cancelled: another rank gave up on it");
       }
     }
     if (config.init_deadline.expired()) {
-      (void)ncclCommAbort(m.comm);
+      abort_or_defer(m.comm);
       m.comm = nullptr;
       return c->failure(ErrorCode::kTimeout,
                         "NCCL init of " + std::to_string(config.size) + " ranks did not finish within " +
@@ -248,7 +271,7 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
   }
   if (r != ncclSuccess) {
     const std::string why = nccl_error(r, m.comm);
-    if (m.comm) (void)ncclCommAbort(m.comm);
+    if (m.comm) abort_or_defer(m.comm);
     m.comm = nullptr;
     return c->failure(r == ncclUnhandledCudaError ? ErrorCode::kUnsupported : ErrorCode::kTransport,
                       "NCCL init of " + std::to_string(config.size) + " ranks failed: " + why);
@@ -497,6 +520,43 @@ Status Comm::order_after_event(void* event) {
     return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
   }
   return Status();
+}
+
+bool release(std::unique_ptr<Comm> comm, int device) {
+  if (!comm) return true;
+  if (kernels::cuda::StreamGate::free_if_none_held([&] {
+        kernels::cuda::ScopedDevice on;
+        if (device >= 0) (void)on.enter(device);
+        comm.reset();
+      })) {
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(g_deferred_mu);
+  g_deferred_comms.emplace_back(std::move(comm), device);
+  return false;
+}
+
+void free_deferred() {
+  std::vector<std::pair<std::unique_ptr<Comm>, int>> comms;
+  std::vector<ncclComm_t> aborts;
+  {
+    std::lock_guard<std::mutex> lock(g_deferred_mu);
+    if (g_deferred_comms.empty() && g_deferred_aborts.empty()) return;
+    comms.swap(g_deferred_comms);
+    aborts.swap(g_deferred_aborts);
+  }
+  const bool done = kernels::cuda::StreamGate::free_if_none_held([&] {
+    for (ncclComm_t a : aborts) (void)ncclCommAbort(a);
+    for (auto& [comm, device] : comms) {
+      kernels::cuda::ScopedDevice on;
+      if (device >= 0) (void)on.enter(device);
+      comm.reset();
+    }
+  });
+  if (done) return;
+  std::lock_guard<std::mutex> lock(g_deferred_mu);
+  for (auto& entry : comms) g_deferred_comms.push_back(std::move(entry));
+  g_deferred_aborts.insert(g_deferred_aborts.end(), aborts.begin(), aborts.end());
 }
 
 }  // namespace rcoll::nccl

@@ -172,4 +172,13 @@ class Comm {
   std::unique_ptr<Impl> impl_;
 };
 
+// Destroys `comm` (which waits for the whole GPU) with `device` current, now
+// if no stream gate of the process holds a stream (kernels/stream_gate.h),
+// else later, in free_deferred. Returns whether it was destroyed now.
+bool release(std::unique_ptr<Comm> comm, int device);
+// Destroys (or, for a failed init, aborts) what was put off while a gate
+// held a stream, if none does now. Makes no CUDA or NCCL call when nothing
+// was put off.
+void free_deferred();
+
 }  // namespace rcoll::nccl
