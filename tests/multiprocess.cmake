@@ -175,7 +175,18 @@ if(TARGET rcoll-bench)
   # bench/paired_cells.sh: single cells in rotating rounds, the ratios checked against its JSON.
   add_test(NAME bench_paired_cells
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/paired_cells_check.sh ${CMAKE_BINARY_DIR})
+  # bench/ab_builds.sh: one build against itself, its table (median busbw of each, the ratio)
+  # and a build without the programs refused.
+  add_test(NAME bench_ab_builds
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 0
+                   "after/before +\\(busbw GB/s, median of 2 && ^ +4096 +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]+$" 120 --
+                   env RANKS=2 SIZES=4K ITERS=3 ROUNDS=2 ${PROJECT_SOURCE_DIR}/bench/ab_builds.sh ${CMAKE_BINARY_DIR}
+                   ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/ab_builds_check)
+  add_test(NAME bench_ab_builds_refuses_a_missing_build
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 2 "has no bench/rcoll-bench and tools/rcoll-run" 30 --
+                   ${PROJECT_SOURCE_DIR}/bench/ab_builds.sh /nonexistent ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/ab_builds_check)
   set_tests_properties(bench_compare_gloo_mpi bench_compare_baseline_fails bench_compare_time bench_paired_cells
+                       bench_ab_builds bench_ab_builds_refuses_a_missing_build
                        PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS multiprocess)
   add_test(NAME bench_compare_unknown_library
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/expect.sh 2 "--compare: unknown library 'foo'" 30 --
