@@ -130,11 +130,12 @@ void RcollBackend::finish_pending(Pending& p) {
   // only until the op is queued); what follows the op is queued there, and
   // the future's events are recorded behind it.
   const c10::Stream side = pool_stream(work.device());
-  // On an error the core ops may still be running: their tensors (p.keep)
-  // stay alive until the host saw them end.
+  // On an error the core ops may still be running: the work completes once
+  // the host saw them end, so neither their tensors (p.keep) nor the
+  // caller's reuse of its buffers can race them.
   auto fail = [&](std::exception_ptr e) {
-    work.complete(e);
     (void)wait_core_ops(p);
+    work.complete(e);
   };
   for (auto& op : p.ops) {
     // In slices, so that an abort cuts into a wait for an op not yet queued.

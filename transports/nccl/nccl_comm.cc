@@ -1,9 +1,10 @@
 // The NCCL communicator of one epoch (transports/nccl/nccl_comm.h).
 //
 // Non-blocking (ncclConfig_t.blocking = 0) unless Config::blocking asks
-// otherwise: init and every call may return ncclInProgress, after which the communicator's state is polled
-// with ncclCommGetAsyncError until it settles, releasing the lock between
-// polls so an abort from another thread gets in. Completion of each issued
+// otherwise: init and every call may return ncclInProgress, after which the
+// communicator's state is polled with ncclCommGetAsyncError until it
+// settles, releasing the lock between polls so an abort from another thread
+// gets in. Completion of each issued
 // group is an event recorded behind it on the communicator's stream.
 #include "transports/nccl/nccl_comm.h"
 

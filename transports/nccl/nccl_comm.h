@@ -1,8 +1,8 @@
 // One NCCL communicator for one epoch: created non-blocking with its own init
-// deadline (or blocking, Config::blocking), its collectives issued on a stream it owns, each call's completion
-// marked by a CUDA event that the runtime polls (with ncclCommGetAsyncError),
-// and an abort that is serialised with every other call on it, so it never
-// races one. Like every transport it never retries and never recovers: a
+// deadline (or blocking, Config::blocking), its collectives issued on a
+// stream it owns, each call's completion marked by a CUDA event that the
+// runtime polls (with ncclCommGetAsyncError), and an abort that is
+// serialised with every other call on it, so it never races one. Like every transport it never retries and never recovers: a
 // failure is reported, and the runtime builds the next epoch's communicator
 // from a new unique id it distributes through the store.
 //
