@@ -953,23 +953,27 @@ TEST(CommunicatorTest, MovedCommunicatorKeepsWorking) {
 
 // ---- Waiting, timeouts, mismatches -----------------------------------------------
 
-TEST(CommunicatorTest, WaitWithTimeoutReturnsWaitTimeoutThenCompletes) {
+// Rank 0 waits (through `wait`, bounded by its timeout) for an allreduce
+// rank 1 joins only after: kWaitTimeout first, naming the op and the rank,
+// then, waited for again, the right result.
+void check_bounded_wait(const std::function<Status(const Work&, std::chrono::milliseconds)>& wait) {
   std::latch rank0_waited(1);
   run_ranks(2, [&](Communicator& c) {
     std::vector<float> v(10, static_cast<float>(c.rank() + 1));
     if (c.rank() == 0) {
       Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum);
       auto t0 = Clock::now();
-      Status s = w.wait(200ms);
+      Status s = wait(w, 200ms);
       const long waited = ms_since(t0);
       EXPECT_EQ(s.code(), ErrorCode::kWaitTimeout) << s.to_string();
       EXPECT_GE(waited, 150);
       EXPECT_LT(waited, 1500);
       EXPECT_EQ(s.context().op_seq, 1u) << s.to_string();
+      EXPECT_EQ(s.context().rank, 0) << s.to_string();
       EXPECT_FALSE(w.done());
       EXPECT_TRUE(w.status().ok()) << "status() of a running op is ok";
       rank0_waited.count_down();
-      s = w.wait(8000ms);
+      s = wait(w, 8000ms);
       ASSERT_TRUE(s.ok()) << s.to_string();
       EXPECT_TRUE(w.done());
       EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce after a wait timeout"));
@@ -984,36 +988,15 @@ TEST(CommunicatorTest, WaitWithTimeoutReturnsWaitTimeoutThenCompletes) {
   });
 }
 
+TEST(CommunicatorTest, WaitWithTimeoutReturnsWaitTimeoutThenCompletes) {
+  check_bounded_wait([](const Work& w, std::chrono::milliseconds t) { return w.wait(t); });
+}
+
+// A host op is waited for on the host by stream_wait: its timeout bounds
+// that wait, as wait()'s does (the PyTorch backend slices it to notice an
+// abort).
 TEST(CommunicatorTest, StreamWaitWithTimeoutReturnsWaitTimeoutThenCompletes) {
-  // A host op is waited for on the host by stream_wait: its timeout bounds
-  // that wait, as wait()'s does (the PyTorch backend slices it to notice an
-  // abort), and a later stream_wait still sees the op through.
-  std::latch rank0_waited(1);
-  run_ranks(2, [&](Communicator& c) {
-    std::vector<float> v(10, static_cast<float>(c.rank() + 1));
-    if (c.rank() == 0) {
-      Work w = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum);
-      auto t0 = Clock::now();
-      Status s = w.stream_wait(nullptr, 200ms);
-      const long waited = ms_since(t0);
-      EXPECT_EQ(s.code(), ErrorCode::kWaitTimeout) << s.to_string();
-      EXPECT_GE(waited, 150);
-      EXPECT_LT(waited, 1500);
-      EXPECT_EQ(s.context().op_seq, 1u) << s.to_string();
-      EXPECT_EQ(s.context().rank, 0) << s.to_string();
-      EXPECT_FALSE(w.done());
-      rank0_waited.count_down();
-      s = w.stream_wait(nullptr, 8000ms);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      EXPECT_TRUE(w.done());
-      EXPECT_TRUE(matches(v, [](size_t) { return 3.0f; }, "allreduce after a stream_wait timeout"));
-      c.barrier();
-    } else {
-      rank0_waited.wait();
-      c.allreduce(Buffer::of(v), ReduceOp::kSum);
-      c.barrier();
-    }
-  });
+  check_bounded_wait([](const Work& w, std::chrono::milliseconds t) { return w.stream_wait(nullptr, t); });
 }
 
 TEST(CommunicatorTest, SendRecvCountMismatchFailsBothSides) {

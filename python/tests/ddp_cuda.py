@@ -64,6 +64,18 @@ def torchrun(ranks, script, args, env_extra, timeout):
     return rc, out, time.time() - t0
 
 
+def rank_infos(out, ranks):
+    """What each rank wrote to OUT.rank<r> (JSON), None where it wrote nothing readable."""
+    infos = []
+    for r in range(ranks):
+        try:
+            with open(f"{out}.rank{r}") as f:
+                infos.append(json.load(f))
+        except (OSError, ValueError):
+            infos.append(None)
+    return infos
+
+
 def train(a, d, name, backend, args=(), env=None):
     """One torchrun of ddp_cuda_train.py: {"rc", "params" (or None), "infos" (per rank, None if missing)}."""
     out = os.path.join(d, f"{name}.pt")
@@ -71,13 +83,7 @@ def train(a, d, name, backend, args=(), env=None):
                              ["--backend", backend, "--out", out, "--steps", str(a.steps), "--warmup", str(a.warmup),
                               *args],
                              dict(CUBLAS_WORKSPACE_CONFIG=":4096:8", **(env or {})), a.timeout)
-    infos = []
-    for r in range(a.ranks):
-        try:
-            with open(f"{out}.rank{r}") as f:
-                infos.append(json.load(f))
-        except (OSError, ValueError):
-            infos.append(None)
+    infos = rank_infos(out, a.ranks)
     params = torch.load(out) if rc == 0 and os.path.exists(out) else None
     run = {"name": name, "rc": rc, "params": params, "infos": infos}
     counters = [i["counters"] if i and "counters" in i else {} for i in infos]

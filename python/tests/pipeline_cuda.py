@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from ddp_cuda import skip_without_cuda, torchrun
+from ddp_cuda import rank_infos, skip_without_cuda, torchrun
 
 LOG_MARKERS = ("stage ", "recover", "late to", "silent", "straggler", "Error", "error")
 
@@ -51,13 +51,7 @@ def main():
             args = ["--out", out, "--microbatches", str(a.microbatches), "--stall-stage", str(a.stall_stage),
                     "--stall-s", str(a.stall_s), "--stall-at", str(a.stall_at)] + (["--isend"] if mode == "isend" else [])
             rc, log, secs = torchrun(a.ranks, "pipeline_cuda_stage.py", args, {}, a.timeout)
-            infos = []
-            for r in range(a.ranks):
-                try:
-                    with open(f"{out}.rank{r}") as f:
-                        infos.append(json.load(f))
-                except (OSError, ValueError):
-                    infos.append(None)
+            infos = rank_infos(out, a.ranks)
             print(f"--- {mode}: exit {rc}, {secs:.1f} s", flush=True)
             for line in [l for l in log.splitlines() if any(m in l for m in LOG_MARKERS)][:40]:
                 print("   ", line, flush=True)

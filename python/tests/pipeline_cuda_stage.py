@@ -19,7 +19,6 @@ microbatches on the GPU's timeline, rcoll's counters.
 """
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -27,19 +26,10 @@ import torch
 import torch.distributed as dist
 
 import rcoll.torch  # registers "rcoll"
+from ddp_cuda_train import share_the_gpu
 
 SIZES_MB = (1.4, 2.6, 3.8, 5.0, 6.2, 7.2)
 IN_FLIGHT = 2  # isend: sends a stage may have outstanding before it waits for the oldest
-
-
-def share_the_gpu():
-    """Before anything initialises NCCL: ranks sharing a GPU must look like
-    different hosts to it (else it refuses them as duplicates of one device)."""
-    os.environ["NCCL_HOSTID"] = f"rcoll-test-{os.environ['RANK']}"
-    os.environ.setdefault("NCCL_NET", "Socket")
-    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-    return torch.device("cuda", torch.cuda.current_device())
 
 
 def numel(m):
