@@ -3,17 +3,10 @@
 
 #include <cuda_runtime.h>
 
-#include <mutex>
-#include <vector>
-
 #include "kernels/stream_gate.h"
 
 namespace rcoll::kernels::cuda {
 namespace {
-
-// Pinned memory whose free waits until no stream gate holds a stream.
-std::mutex g_deferred_mu;
-std::vector<void*> g_deferred_pinned;
 
 Status failed(cudaError_t e, const std::string& what) {
   return Status(error_code(static_cast<int>(e)), what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
@@ -180,10 +173,7 @@ Status PinnedBuffer::reserve(size_t bytes) {
 size_t PinnedBuffer::release() {
   const size_t freed = capacity_;
   // cudaFreeHost waits for the whole GPU: not while a stream waits at a gate.
-  if (void* p = data_; p && !StreamGate::free_if_none_held([p] { (void)cudaFreeHost(p); })) {
-    std::lock_guard<std::mutex> lock(g_deferred_mu);
-    g_deferred_pinned.push_back(p);
-  }
+  if (void* p = data_) (void)StreamGate::free_when_none_held([p] { (void)cudaFreeHost(p); });
   data_ = nullptr;
   capacity_ = 0;
   return freed;
@@ -214,22 +204,6 @@ void DeviceBuffer::reset() {
   data_ = nullptr;
   capacity_ = 0;
   stream_ = nullptr;
-}
-
-void free_deferred() {
-  std::vector<void*> blocks;
-  {
-    std::lock_guard<std::mutex> lock(g_deferred_mu);
-    if (g_deferred_pinned.empty()) return;
-    blocks.swap(g_deferred_pinned);
-  }
-  if (StreamGate::free_if_none_held([&] {
-        for (void* p : blocks) (void)cudaFreeHost(p);
-      })) {
-    return;
-  }
-  std::lock_guard<std::mutex> lock(g_deferred_mu);
-  g_deferred_pinned.insert(g_deferred_pinned.end(), blocks.begin(), blocks.end());
 }
 
 }  // namespace rcoll::kernels::cuda

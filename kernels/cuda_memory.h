@@ -92,7 +92,8 @@ class PinnedBuffer {
   Status reserve(size_t bytes);
   void* data() const { return data_; }
   size_t capacity() const { return capacity_; }
-  // Gives the memory back; returns how many bytes that was.
+  // Gives the memory back (once no stream gate holds a stream:
+  // StreamGate::free_when_none_held); returns how many bytes that was.
   size_t release();
 
  private:
@@ -153,10 +154,5 @@ class Owned {
 };
 using Stream = Owned<stream_create, stream_destroy>;
 using Event = Owned<event_create, event_destroy>;
-
-// Frees the pinned memory PinnedBuffer::release put off while a stream gate
-// held a stream (kernels/stream_gate.h), if none does now. Makes no CUDA call
-// when nothing was put off.
-void free_deferred();
 
 }  // namespace rcoll::kernels::cuda

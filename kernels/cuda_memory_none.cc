@@ -27,6 +27,5 @@ Status DeviceBuffer::reserve(size_t, void*) { return none(); }
 void DeviceBuffer::reset() {}
 ErrorCode error_code(int) { return ErrorCode::kUnsupported; }
 bool thread_has_context() { return false; }
-void free_deferred() {}
 
 }  // namespace rcoll::kernels::cuda

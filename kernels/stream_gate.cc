@@ -129,6 +129,44 @@ bool StreamGate::free_if_none_held(const std::function<void()>& free) {
   return true;
 }
 
+namespace {
+
+// Frees kept while a gate held a stream.
+std::mutex g_kept_mu;
+std::vector<std::function<void()>> g_kept;
+std::atomic<bool> g_any_kept{false};  // checked at every op's end without the lock
+
+void keep(std::vector<std::function<void()>> frees) {
+  std::lock_guard<std::mutex> lock(g_kept_mu);
+  for (auto& f : frees) g_kept.push_back(std::move(f));
+  g_any_kept = true;
+}
+
+}  // namespace
+
+bool StreamGate::free_when_none_held(std::function<void()> free) {
+  if (free_if_none_held(free)) return true;
+  std::vector<std::function<void()>> one;
+  one.push_back(std::move(free));
+  keep(std::move(one));
+  return false;
+}
+
+void StreamGate::free_deferred() {
+  if (!g_any_kept.load()) return;
+  std::vector<std::function<void()>> frees;
+  {
+    std::lock_guard<std::mutex> lock(g_kept_mu);
+    frees.swap(g_kept);
+    g_any_kept = false;
+  }
+  if (!free_if_none_held([&] {
+        for (auto& f : frees) f();
+      })) {
+    keep(std::move(frees));
+  }
+}
+
 StreamGate::~StreamGate() {
   if (holding_) g_held.fetch_sub(1);
 }

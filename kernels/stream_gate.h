@@ -54,16 +54,20 @@ class StreamGate {
   // a stream, nothing may wait for the whole GPU: freeing pinned memory or
   // NCCL's would wait for that stream, whose verdict may wait for this very
   // thread (its recovery) or for a peer that waits for it. Such frees go
-  // through free_if_none_held, and are put off while a gate holds a stream
-  // (kernels/cuda_memory.h and transports/nccl: free_deferred). Called
-  // before the wait is queued.
+  // through free_when_none_held. Called before the wait is queued.
   void hold(uint64_t seq);
   static bool any_held();
-  // Runs `free` (something that waits for the whole GPU) and returns true if
-  // no gate of the process holds a stream; else returns false at once and
-  // the caller puts the free off. A hold() meanwhile waits until `free` has
-  // returned, so no stream starts waiting at a gate during it. May nest.
+  // Runs `free` (something that waits for the whole GPU: cudaFreeHost,
+  // NCCL's destroy or abort) now if no gate of the process holds a stream,
+  // and returns true; else keeps it for free_deferred and returns false. A
+  // hold() meanwhile waits until `free` has returned, so no stream starts
+  // waiting at a gate during it. A free may free more (nested calls).
+  static bool free_when_none_held(std::function<void()> free);
+  // The same, but nothing is kept: false means `free` did not run.
   static bool free_if_none_held(const std::function<void()>& free);
+  // Runs the frees kept since, if no gate holds a stream now (the runtime
+  // calls it at every op's end and when idle). No lock when none is kept.
+  static void free_deferred();
 
  private:
   explicit StreamGate(volatile uint32_t* word, uint64_t device_address) : word_(word), device_address_(device_address) {}

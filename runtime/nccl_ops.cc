@@ -259,8 +259,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_;
-  // A run after a recovery: a stream still waits at the gate for this op.
-  if (rec.work != nullptr && rec.work->issued) comm.keep_memory_on_abort(true);
   const uint32_t epoch = epoch_.load();
   const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
   NcclWatch watch(*this, op);
@@ -398,9 +396,9 @@ Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Co
 // before any verdict waited, and on the verdict stream nothing else runs.
 Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm) {
   kernels::cuda::StreamGate* gate = gate_.load();
-  // From here until execute() opens the gate for this op, a stream waits on
-  // the GPU for it: an abort must not wait for the whole GPU.
-  comm.keep_memory_on_abort(true);
+  // From here until execute() opens the gate for this op (through any
+  // recoveries), a stream waits on the GPU for it: no abort or free may
+  // wait for the whole GPU (StreamGate::hold).
   gate->hold(op.seq);
   Status s = comm.order_after_me(verdict_stream_.get());
   if (s.ok()) s = gate->enqueue_wait(verdict_stream_.get(), op.seq);

@@ -115,11 +115,9 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   // communicator's memory be freed (that waits for the whole GPU): after the
   // caller has its result, and put off while another gate of the process
   // holds a stream.
-  if (nccl_) nccl_->keep_memory_on_abort(false);
   op.work->finish(std::move(s));
   bury_nccl();
-  nccl::free_deferred();
-  kernels::cuda::free_deferred();
+  kernels::cuda::StreamGate::free_deferred();
 }
 
 Status CommunicatorImpl::give_up_on_exception(const Op* op) {
@@ -200,8 +198,7 @@ void CommunicatorImpl::idle_checks() {
   }
   // Frees put off while some stream gate held a stream, once none does
   // (no CUDA call when there are none).
-  nccl::free_deferred();
-  kernels::cuda::free_deferred();
+  kernels::cuda::StreamGate::free_deferred();
   if (shrink_if_peer_died()) return;
   recover_if_peer_failed();
 }

@@ -209,8 +209,7 @@ TEST(NcclComm, FreesArePutOffWhileAStreamWaitsAtAGate) {
   EXPECT_TRUE(in_time) << "a free waited for the stream held at the gate";
   EXPECT_FALSE(destroyed_now) << "the communicator was destroyed while a stream was held";
   EXPECT_FALSE(cuda::StreamGate::any_held());
-  free_deferred();
-  cuda::free_deferred();
+  cuda::StreamGate::free_deferred();
   EXPECT_EQ(cudaStreamSynchronize(held), cudaSuccess);
   (void)cudaStreamDestroy(held);
 }

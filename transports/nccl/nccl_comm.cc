@@ -17,10 +17,8 @@
 #include <dlfcn.h>
 
 #include <cstring>
-#include <mutex>
+#include <memory>
 #include <thread>
-#include <utility>
-#include <vector>
 
 namespace rcoll::nccl {
 namespace {
@@ -81,18 +79,10 @@ RevokeFn revoke_entry() {
   return fn;
 }
 
-// What was put off while a stream gate held a stream: communicators to
-// destroy (with their device) and failed inits to abort.
-std::mutex g_deferred_mu;
-std::vector<std::pair<std::unique_ptr<Comm>, int>> g_deferred_comms;
-std::vector<ncclComm_t> g_deferred_aborts;
-
 // A failed or cancelled init's communicator: aborted (which frees, waiting
-// for the whole GPU) now, or once no gate holds a stream.
+// for the whole GPU) now, or once no stream gate holds a stream.
 void abort_or_defer(ncclComm_t comm) {
-  if (kernels::cuda::StreamGate::free_if_none_held([comm] { (void)ncclCommAbort(comm); })) return;
-  std::lock_guard<std::mutex> lock(g_deferred_mu);
-  g_deferred_aborts.push_back(comm);
+  (void)kernels::cuda::StreamGate::free_when_none_held([comm] { (void)ncclCommAbort(comm); });
 }
 
 }  // namespace
@@ -130,21 +120,17 @@ struct Comm::Impl {
   ncclComm_t comm = nullptr;
   // Set once its calls were told to stop: it takes no more calls.
   bool stopped = false;
-  // Comm::keep_memory_on_abort: a stream waits at the stream gate behind
-  // this communicator's calls. A gate of another communicator of the process
-  // holding a stream counts too: freeing would wait for that stream.
-  bool keep_memory = false;
   // Stops every call in flight: ncclCommAbort, which also frees NCCL's
-  // memory, and that waits for the whole device. While a stream waits at
-  // rcoll's stream gate for the very recovery this failure starts
-  // (kernels/stream_gate.h), that would never end: then the calls are
+  // memory, and that waits for the whole device. While a stream waits at a
+  // stream gate of the process (kernels/stream_gate.h), perhaps for the very
+  // recovery this failure starts, that might never end: then the calls are
   // revoked instead (ncclCommRevoke, nothing freed), and the destructor
-  // frees the memory later, when the runtime knows no gate is closed.
+  // frees the memory later (release()).
   void stop() {
     if (stopped || comm == nullptr) return;
     stopped = true;
     ncclComm_t c = comm;
-    if (!keep_memory && kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
+    if (kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
       comm = nullptr;
       return;
     }
@@ -479,11 +465,6 @@ void Comm::abort(const Status& why) {
   m.stop();
 }
 
-void Comm::keep_memory_on_abort(bool keep) {
-  std::lock_guard<std::mutex> lock(mu_);
-  impl_->keep_memory = keep;
-}
-
 bool Comm::aborted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return !impl_->healthy();
@@ -525,39 +506,12 @@ Status Comm::order_after_event(void* event) {
 
 bool release(std::unique_ptr<Comm> comm, int device) {
   if (!comm) return true;
-  if (kernels::cuda::StreamGate::free_if_none_held([&] {
-        kernels::cuda::ScopedDevice on;
-        if (device >= 0) (void)on.enter(device);
-        comm.reset();
-      })) {
-    return true;
-  }
-  std::lock_guard<std::mutex> lock(g_deferred_mu);
-  g_deferred_comms.emplace_back(std::move(comm), device);
-  return false;
-}
-
-void free_deferred() {
-  std::vector<std::pair<std::unique_ptr<Comm>, int>> comms;
-  std::vector<ncclComm_t> aborts;
-  {
-    std::lock_guard<std::mutex> lock(g_deferred_mu);
-    if (g_deferred_comms.empty() && g_deferred_aborts.empty()) return;
-    comms.swap(g_deferred_comms);
-    aborts.swap(g_deferred_aborts);
-  }
-  const bool done = kernels::cuda::StreamGate::free_if_none_held([&] {
-    for (ncclComm_t a : aborts) (void)ncclCommAbort(a);
-    for (auto& [comm, device] : comms) {
-      kernels::cuda::ScopedDevice on;
-      if (device >= 0) (void)on.enter(device);
-      comm.reset();
-    }
+  std::shared_ptr<Comm> owned(std::move(comm));  // the kept free may be copied
+  return kernels::cuda::StreamGate::free_when_none_held([owned, device]() mutable {
+    kernels::cuda::ScopedDevice on;
+    if (device >= 0) (void)on.enter(device);
+    owned.reset();
   });
-  if (done) return;
-  std::lock_guard<std::mutex> lock(g_deferred_mu);
-  for (auto& entry : comms) g_deferred_comms.push_back(std::move(entry));
-  g_deferred_aborts.insert(g_deferred_aborts.end(), aborts.begin(), aborts.end());
 }
 
 }  // namespace rcoll::nccl

@@ -140,16 +140,11 @@ class Comm {
   // Stops every call in flight and fails the communicator with `why`.
   // Idempotent, callable from any thread. It does not wait for the calls in
   // flight to finish. It frees NCCL's memory at once (ncclCommAbort), which
-  // waits for the whole GPU, unless keep_memory_on_abort is on: then it
-  // stops the calls only (ncclCommRevoke) and the destructor frees.
+  // waits for the whole GPU, unless a stream gate of the process holds a
+  // stream (kernels/stream_gate.h), perhaps waiting for the recovery this
+  // abort starts: then it stops the calls only (ncclCommRevoke, where NCCL
+  // has it: revocable()), and release() frees once no gate holds one.
   void abort(const Status& why);
-  // On while a stream waits at the runtime's stream gate for calls issued
-  // here: an abort must not wait for the whole GPU then, since that stream
-  // waits for the recovery the abort starts (the runtime destroys such a
-  // communicator only once no gate is closed: CommunicatorImpl::bury_nccl).
-  // Any gate of the process holding a stream (StreamGate::any_held) has the
-  // same effect. Needs revocable(); without it an abort frees at once.
-  void keep_memory_on_abort(bool keep);
   bool aborted() const;
 
   // Work on `stream` after this waits for every call issued so far.
@@ -174,11 +169,8 @@ class Comm {
 
 // Destroys `comm` (which waits for the whole GPU) with `device` current, now
 // if no stream gate of the process holds a stream (kernels/stream_gate.h),
-// else later, in free_deferred. Returns whether it was destroyed now.
+// else once none does (StreamGate::free_deferred). Returns whether it was
+// destroyed now.
 bool release(std::unique_ptr<Comm> comm, int device);
-// Destroys (or, for a failed init, aborts) what was put off while a gate
-// held a stream, if none does now. Makes no CUDA or NCCL call when nothing
-// was put off.
-void free_deferred();
 
 }  // namespace rcoll::nccl

@@ -25,13 +25,11 @@ Result<uint64_t> Comm::issue_copy(void*, const void*, size_t) { return none(); }
 Result<uint64_t> Comm::record_ticket() { return none(); }
 Result<bool> Comm::poll(uint64_t) { return none(); }
 void Comm::abort(const Status&) {}
-void Comm::keep_memory_on_abort(bool) {}
 bool Comm::aborted() const { return true; }
 Status Comm::order_after_me(void*) { return none(); }
 Status Comm::order_after_event(void*) { return none(); }
 Status Comm::follow(Comm&) { return none(); }
 Status Comm::failure(ErrorCode code, const std::string& what) const { return Status(code, what); }
 bool release(std::unique_ptr<Comm>, int) { return true; }
-void free_deferred() {}
 
 }  // namespace rcoll::nccl
