@@ -243,17 +243,17 @@ Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t
                       gathered.status.message() + "; the epoch cannot be used");
   }
   std::vector<LinkSample> samples;
-  std::string unmeasured;
+  std::vector<int> unmeasured;
   for (int q = 0; q < size_; ++q) {
     const Bytes& b = gathered.values[static_cast<size_t>(q)];
     samples.push_back(decode_sample(std::string(b.begin(), b.end())));
-    if (!samples.back().valid) unmeasured += (unmeasured.empty() ? "" : ", ") + std::to_string(q);
+    if (!samples.back().valid) unmeasured.push_back(q);
   }
   if (!unmeasured.empty()) {
     // Every rank reads the same samples: all abort this epoch alike, and the
     // first op on it recovers instead of finding a half-broken data plane.
     const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
-                     "rank(s) " + unmeasured + " could not time their links of epoch " + std::to_string(epoch));
+                     "rank(s) " + rank_list(unmeasured) + " could not time their links of epoch " + std::to_string(epoch));
     if (probed.ok()) {
       RCOLL_LOG(kWarn, "%s; every rank aborts epoch %u over %s, the next op recovers", why.message().c_str(), epoch, tname);
       transport_->abort(why);
