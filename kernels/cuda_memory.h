@@ -12,7 +12,7 @@
 #include <string>
 
 #include "rcoll/status.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 
 namespace rcoll::kernels::cuda {
 

@@ -8,7 +8,7 @@
 
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transports/tcp/interfaces.h"
 
 namespace rcoll {

@@ -24,7 +24,7 @@
 #include "runtime/link_model.h"
 #include "runtime/liveness.h"
 #include "runtime/op.h"
-#include "runtime/ring_queue.h"
+#include "base/ring_queue.h"
 #include "runtime/stall_judge.h"
 #include "runtime/store/exchange.h"
 #include "runtime/transport_chain.h"

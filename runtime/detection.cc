@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/stall_judge.h"
 
 namespace rcoll {

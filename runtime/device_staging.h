@@ -21,7 +21,7 @@
 
 #include "kernels/cuda_memory.h"
 #include "rcoll/status.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "runtime/op.h"
 
 namespace rcoll {

@@ -5,8 +5,8 @@
 #include <iterator>
 #include <string>
 
-#include "runtime/deadline.h"
-#include "runtime/log.h"
+#include "base/deadline.h"
+#include "base/log.h"
 
 namespace rcoll {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "runtime/op.h"
 
 namespace rcoll {

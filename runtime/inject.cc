@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace rcoll {
 

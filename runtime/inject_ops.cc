@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace rcoll {
 

@@ -22,7 +22,7 @@
 
 #include "runtime/algorithms/context.h"
 #include "runtime/op.h"
-#include "runtime/ring_queue.h"
+#include "base/ring_queue.h"
 
 namespace rcoll {
 

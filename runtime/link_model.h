@@ -23,7 +23,7 @@
 
 #include "rcoll/status.h"
 #include "runtime/algorithms/context.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "transports/transport.h"
 
 namespace rcoll {

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transports/frame.h"
 #include "transports/tcp/mesh.h"
 

@@ -19,7 +19,7 @@
 
 #include "rcoll/status.h"
 #include "rcoll/store.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 
 namespace rcoll {
 

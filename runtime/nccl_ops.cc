@@ -36,7 +36,7 @@
 #include <thread>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"
 

@@ -12,7 +12,7 @@
 #include <typeinfo>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/stall_judge.h"
 
 namespace rcoll {

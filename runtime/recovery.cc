@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"

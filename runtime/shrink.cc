@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/communicator_impl.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/store/keys.h"
 
 namespace rcoll {

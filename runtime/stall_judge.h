@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "runtime/liveness.h"
 
 namespace rcoll {

@@ -20,7 +20,7 @@
 
 #include "rcoll/options.h"
 #include "rcoll/status.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 
 namespace rcoll {
 

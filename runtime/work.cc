@@ -2,7 +2,7 @@
 
 #include "kernels/cuda_memory.h"
 #include "rcoll/communicator.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "runtime/op.h"
 
 namespace rcoll {

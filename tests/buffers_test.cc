@@ -9,7 +9,7 @@
 
 #include "runtime/algorithms/context.h"
 #include "runtime/ledger.h"
-#include "runtime/ring_queue.h"
+#include "base/ring_queue.h"
 
 namespace rcoll {
 namespace {

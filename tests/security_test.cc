@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "rcoll/store.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "transports/frame.h"
 #include "transports/tcp/mesh.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "rcoll/status.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "transports/frame.h"
 
 namespace rcoll {

@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace rcoll {
 

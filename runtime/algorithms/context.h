@@ -19,7 +19,7 @@
 
 #include <boost/container/small_vector.hpp>
 
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "runtime/op.h"
 #include "transports/transport.h"
 

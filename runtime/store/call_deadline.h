@@ -6,7 +6,7 @@
 // store and the call, as a store that does not answer in time always does.
 #pragma once
 
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 
 namespace rcoll {
 

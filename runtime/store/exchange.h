@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "rcoll/store.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 
 namespace rcoll {
 

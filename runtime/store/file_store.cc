@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "rcoll/store.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {

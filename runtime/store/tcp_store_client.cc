@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "rcoll/store.h"
-#include "runtime/deadline.h"
-#include "runtime/log.h"
+#include "base/deadline.h"
+#include "base/log.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/tcp_store_protocol.h"
 

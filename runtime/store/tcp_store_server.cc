@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "rcoll/store.h"
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {

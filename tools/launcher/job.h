@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "tools/launcher/options.h"
 #include "tools/launcher/output_relay.h"
 #include "tools/launcher/rank_process.h"

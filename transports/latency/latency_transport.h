@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "transports/transport.h"
 
 namespace rcoll {

@@ -26,7 +26,7 @@
 
 #include "rcoll/status.h"
 #include "rcoll/types.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 
 namespace rcoll::nccl {
 

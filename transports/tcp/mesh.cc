@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transports/frame.h"
 
 namespace rcoll {

@@ -20,7 +20,7 @@
 
 #include "rcoll/status.h"
 #include "rcoll/store.h"
-#include "runtime/deadline.h"
+#include "base/deadline.h"
 #include "transports/frame.h"
 #include "transports/tcp/interfaces.h"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "rcoll/types.h"
-#include "runtime/log.h"
-#include "runtime/ring_queue.h"
+#include "base/log.h"
+#include "base/ring_queue.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/mesh.h"
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace rcoll {
 
