@@ -20,3 +20,27 @@ function(rcoll_layer_includes target)
   endforeach()
   target_include_directories(${target} PRIVATE ${view} ${PROJECT_SOURCE_DIR}/include)
 endfunction()
+
+# The header check: every header of a layer compiles on its own, included
+# twice, seeing only its layer's view. A header that leans on what its
+# includer included before it, lacks its guard, or reaches up fails the build
+# (target rcoll_<name>_headers, part of `all`).
+#
+#   rcoll_check_headers(<name> <folder> <layer>...)
+#
+# checks every *.h under <folder> (a source folder; headers under include/
+# are included as the public API names them, "rcoll/x.h").
+function(rcoll_check_headers name folder)
+  file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.h)
+  set(sources)
+  foreach(header IN LISTS headers)
+    string(REGEX REPLACE "^include/" "" included ${header})
+    string(MAKE_C_IDENTIFIER ${header} id)
+    set(source ${CMAKE_BINARY_DIR}/header_check/${id}.cc)
+    file(CONFIGURE OUTPUT ${source} CONTENT "#include \"${included}\"\n#include \"${included}\"\n" @ONLY)
+    list(APPEND sources ${source})
+  endforeach()
+  add_library(rcoll_${name}_headers OBJECT ${sources})
+  rcoll_layer_includes(rcoll_${name}_headers ${ARGN})
+  target_link_libraries(rcoll_${name}_headers PRIVATE Boost::headers)
+endfunction()

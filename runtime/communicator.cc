@@ -6,9 +6,10 @@
 #include <string>
 #include <thread>
 
+#include "base/log.h"
 #include "rcoll/version.h"
 #include "runtime/communicator_impl.h"
-#include "base/log.h"
+#include "transports/factory.h"
 #include "transports/tcp/interfaces.h"
 
 namespace rcoll {

@@ -7,6 +7,7 @@
 
 #include "base/deadline.h"
 #include "base/log.h"
+#include "transports/factory.h"
 
 namespace rcoll {
 
@@ -191,8 +192,9 @@ const char* algorithm_name(BroadcastAlgorithm a) {
 Status apply_env_overrides(Options* o) {
   if (o->transport == "auto") {
     o->transport = env_string("RCOLL_TRANSPORT").value_or("auto");
-    if (o->transport != "auto" && o->transport != "tcp" && o->transport != "ucx" && o->transport != "nccl") {
-      return Status(ErrorCode::kInvalidArgument, "RCOLL_TRANSPORT='" + o->transport + "' is not auto, tcp, ucx or nccl");
+    if (o->transport != "auto" && find_transport(o->transport) == nullptr) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "RCOLL_TRANSPORT='" + o->transport + "' is not auto, " + transport_names_or());
     }
   }
   if (o->transports.empty()) {
@@ -203,9 +205,10 @@ Status apply_env_overrides(Options* o) {
         if (comma == std::string::npos) comma = list->size();
         std::string name = list->substr(start, comma - start);
         start = comma + 1;
-        if (name != "tcp" && name != "ucx" && name != "nccl") {
+        if (find_transport(name) == nullptr) {
           return Status(ErrorCode::kInvalidArgument,
-                        "RCOLL_TRANSPORTS='" + *list + "': '" + name + "' is not tcp, ucx or nccl (a comma-separated list, preferred first)");
+                        "RCOLL_TRANSPORTS='" + *list + "': '" + name + "' is not " +
+                            transport_names_or() + " (a comma-separated list, preferred first)");
         }
         o->transports.push_back(name);
       }

@@ -5,14 +5,14 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/communicator_impl.h"
 #include "base/log.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"
+#include "transports/factory.h"
 #include "transports/latency/latency_transport.h"
 #include "transports/tcp/interfaces.h"
-#include "transports/tcp/tcp_transport.h"
 #if RCOLL_HAVE_UCX
 #include "transports/ucx/ucx_transport.h"
 #endif
@@ -92,52 +92,33 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
                     "connect of epoch " + std::to_string(epoch) + " failed by fault injection (fail-connect)");
     }
   }
-  if (name == "tcp") {
-    TcpConnectParams p;
-    p.key_prefix = keys::transport_addresses(name, epoch);
-    p.rank = rank_;
-    p.size = size_;
-    p.epoch = epoch;
-    p.store = store_;
-    p.ifname_spec = options_.socket_ifname;
-    p.prefer_loopback = prefer_loopback();
-    p.route_address = route_address_;
-    p.job_token = boot_.job_token;
-    p.socket_buffer_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
-    p.congestion = options_.tcp_congestion;
-    p.deadline = deadline;
-    p.spin = spin();
-    return connect_tcp_transport(p);
-  }
-#if RCOLL_HAVE_UCX
-  if (name == "ucx") {
-    UcxConnectParams p;
-    p.key_prefix = keys::transport_addresses(name, epoch);
-    p.rank = rank_;
-    p.size = size_;
-    p.epoch = epoch;
-    p.store = store_;
-    p.job_token = boot_.job_token;
-    p.one_host = prefer_loopback();
-    p.error_mode = options_.ucx_error_mode == "peer"   ? UcxErrorMode::kPeer
-                   : options_.ucx_error_mode == "none" ? UcxErrorMode::kNone
-                                                       : UcxErrorMode::kAuto;
-    p.deadline = deadline;
-    p.spin = spin();
-    // Within what a send's tail backup covers (in_flight_capacity()).
-    p.buffered_send_bytes = options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
-    std::shared_ptr<Store> store = store_;
-    const bool can_fall_back = chain_.has_next();
-    p.cancelled = [store, failed_key, can_fall_back] {
-      if (!can_fall_back) return false;
-      auto failed = store->check(failed_key);
-      return failed.ok() && failed.value();
-    };
-    return connect_ucx_transport(p);
-  }
-#endif
-  return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, 0, epoch, name},
-                "transport '" + name + "' is not available in this build");
+  HostConnectParams p;
+  p.key_prefix = keys::transport_addresses(name, epoch);
+  p.rank = rank_;
+  p.size = size_;
+  p.epoch = epoch;
+  p.store = store_;
+  p.job_token = boot_.job_token;
+  p.one_host = prefer_loopback();
+  p.ifname_spec = options_.socket_ifname;
+  p.route_address = route_address_;
+  // For UCX: within what a send's tail backup covers (in_flight_capacity()).
+  p.socket_buffer_bytes =
+      options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes;
+  p.tcp_congestion = options_.tcp_congestion;
+  p.ucx_error_mode = options_.ucx_error_mode == "peer"   ? UcxErrorMode::kPeer
+                     : options_.ucx_error_mode == "none" ? UcxErrorMode::kNone
+                                                         : UcxErrorMode::kAuto;
+  p.deadline = deadline;
+  p.spin = spin();
+  std::shared_ptr<Store> store = store_;
+  const bool can_fall_back = chain_.has_next();
+  p.cancelled = [store, failed_key, can_fall_back] {
+    if (!can_fall_back) return false;
+    auto failed = store->check(failed_key);
+    return failed.ok() && failed.value();
+  };
+  return connect_host_transport(name, p);
 }
 
 Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline) {

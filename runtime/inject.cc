@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "transports/factory.h"
 
 namespace rcoll {
 
@@ -142,7 +143,9 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
         if (!v.ok()) return v.status();
         f.seed = static_cast<uint64_t>(v.value());
       } else if (key == "transport") {
-        if (value != "tcp" && value != "ucx" && value != "nccl") return bad(item, "transport '" + value + "' is not tcp, ucx or nccl");
+        if (find_transport(value) == nullptr) {
+          return bad(item, "transport '" + value + "' is not " + transport_names_or());
+        }
         f.transport = value;
       } else if (key == "rate") {
         char* end = nullptr;

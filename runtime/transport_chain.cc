@@ -2,24 +2,9 @@
 
 #include <algorithm>
 
+#include "transports/factory.h"
+
 namespace rcoll {
-
-std::vector<std::string> built_transports() {
-  std::vector<std::string> t;
-#if RCOLL_HAVE_NCCL
-  t.push_back("nccl");
-#endif
-#if RCOLL_HAVE_UCX
-  t.push_back("ucx");
-#endif
-  t.push_back("tcp");
-  return t;
-}
-
-bool transport_built(const std::string& name) {
-  const auto b = built_transports();
-  return std::find(b.begin(), b.end(), name) != b.end();
-}
 
 namespace {
 
@@ -38,11 +23,15 @@ Result<TransportChain> TransportChain::make(const Options& options, std::vector<
   c.probe_after_ = options.transport_probe_after;
   const bool pinned = options.transport != "auto";
   std::vector<std::string> wanted =
-      pinned ? std::vector<std::string>{options.transport}
-             : (options.transports.empty() ? std::vector<std::string>{"nccl", "ucx", "tcp"} : options.transports);
+      pinned ? std::vector<std::string>{options.transport} : options.transports;
+  if (wanted.empty()) {
+    for (const auto& t : known_transports()) wanted.emplace_back(t.name);
+  }
   for (const auto& name : wanted) {
-    if (name != "tcp" && name != "ucx" && name != "nccl") {
-      return Status(ErrorCode::kInvalidArgument, "transport '" + name + "' is not tcp, ucx or nccl");
+    const TransportInfo* info = find_transport(name);
+    if (info == nullptr) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "transport '" + name + "' is not " + transport_names_or());
     }
     if (std::find(c.order_.begin(), c.order_.end(), name) != c.order_.end()) continue;
     if (!transport_built(name)) {
@@ -53,11 +42,13 @@ Result<TransportChain> TransportChain::make(const Options& options, std::vector<
       notes->push_back(name + ": not built in, skipped");
       continue;
     }
-    if (name == "nccl") {
+    if (!info->host_memory) {
       // NCCL moves device memory only: it serves collectives on device
       // buffers, and host buffers take the rest of the chain.
       c.nccl_ = true;
-      notes->push_back("nccl: for collectives on device buffers only; host buffers use the rest of the chain");
+      notes->push_back(
+          name +
+          ": for collectives on device buffers only; host buffers use the rest of the chain");
       continue;
     }
     c.order_.push_back(name);

@@ -24,10 +24,6 @@
 
 namespace rcoll {
 
-// The transports compiled into this build, in the default order.
-std::vector<std::string> built_transports();
-bool transport_built(const std::string& name);
-
 class TransportChain {
  public:
   // From Options::transport (a pinned one) or Options::transports (the chain).

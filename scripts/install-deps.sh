@@ -15,6 +15,7 @@ packages=(
   nftables                # chaos tests: packet loss on kernels without tc netem
   procps                  # chaos tests: ps
   clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz) with ASan/UBSan
+  clang-format-14         # scripts/check_format.sh: changed lines as .clang-format writes them
   python3 python3-venv    # python3-venv: the PyTorch venv (scripts/install-torch.sh)
 )
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test job: install, build, run every test (unit, multi-process, PyTorch backend) with CTest,
+# The test job: install, check formatting (scripts/check_format.sh: clang-format
+# on the lines changed since .ci/format-base), build (which also checks the
+# layering and that every header stands alone), run every test (unit, multi-process, PyTorch backend) with CTest,
 # then the hardening stages (each logged, each failing the job on a finding):
 #   chaos      the chaos suite (ctest -L chaos: network namespaces, netem/nft/tbf,
 #              SIGSTOP/SIGKILL, a frozen store host), the fuzzers running beside it
@@ -15,6 +17,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 # PyTorch (pinned, in .venv-torch) for the torch backend's tests; RCOLL_SKIP_TORCH=1 skips them.
 [[ ${RCOLL_SKIP_TORCH:-0} == 1 ]] || scripts/install-torch.sh
+scripts/check_format.sh
 scripts/build.sh
 root=$(pwd)
 build_dir=${RCOLL_BUILD_DIR:-build}

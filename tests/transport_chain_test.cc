@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "transports/factory.h"
+
 namespace rcoll {
 namespace {
 
@@ -138,6 +140,50 @@ TEST(TransportChain, AdoptClampsToTheChain) {
   auto c = chain_of({"tcp"});
   EXPECT_FALSE(c.adopt(7, Clock::now()));
   EXPECT_EQ(c.current(), "tcp");
+}
+
+// The factory (transports/factory.h) is the one place that knows transport
+// names: the chain, the option parsers and the fault injector ask it.
+TEST(TransportFactory, KnowsEveryTransportByNameInTheDefaultOrder) {
+  std::vector<std::string> names;
+  for (const auto& t : known_transports()) names.emplace_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"nccl", "ucx", "tcp"}));
+  EXPECT_EQ(transport_names_or(), "tcp, ucx or nccl");
+  ASSERT_NE(find_transport("tcp"), nullptr);
+  EXPECT_TRUE(find_transport("tcp")->built);
+  EXPECT_TRUE(find_transport("tcp")->host_memory);
+  ASSERT_NE(find_transport("nccl"), nullptr);
+  EXPECT_FALSE(find_transport("nccl")->host_memory);
+  EXPECT_EQ(find_transport("gloo"), nullptr);
+  EXPECT_EQ(find_transport("TCP"), nullptr) << "names are exact";
+  for (const auto& name : built_transports()) EXPECT_TRUE(transport_built(name)) << name;
+}
+
+TEST(TransportFactory, RefusesWhatCannotCarryAnEpochNamingIt) {
+  HostConnectParams p;
+  p.rank = 3;
+  p.epoch = 7;
+  for (const char* name : {"nccl", "gloo"}) {
+    auto t = connect_host_transport(name, p);
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), ErrorCode::kUnsupported) << name;
+    EXPECT_EQ(t.status().context().transport, name);
+    EXPECT_EQ(t.status().context().rank, 3);
+    EXPECT_EQ(t.status().context().epoch, 7);
+    EXPECT_NE(t.status().message().find(std::string("transport '") + name + "'"), std::string::npos)
+        << t.status().to_string();
+  }
+}
+
+TEST(TransportChain, UnknownNameIsAnInvalidArgumentListingTheKnownOnes) {
+  Options o;
+  o.transports = {"tcp", "rdma"};
+  std::vector<std::string> notes;
+  auto c = TransportChain::make(o, &notes);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("'rdma' is not tcp, ucx or nccl"), std::string::npos)
+      << c.status().to_string();
 }
 
 }  // namespace
