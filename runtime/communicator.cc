@@ -127,6 +127,7 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
       recv_seq_(static_cast<size_t>(size_), 0) {
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
+  credits_.reset(rank_, size_);
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
   pins_.piece = options_.chunk_bytes > 0;
   pins_.window = options_.pipeline_depth > 0;

@@ -15,6 +15,7 @@
 
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
+#include "runtime/credits.h"
 #include "runtime/device_staging.h"
 #include "runtime/env.h"
 #include "runtime/epoch_watch.h"
@@ -298,46 +299,10 @@ class CommunicatorImpl : public ProgressGuard {
   size_t nccl_backed_up_ = 0;
   uint64_t nccl_backup_seq_ = 0;
   int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
-  // Completion credits of the credit points not yet collected, oldest first
-  // (eager_credit_min_period and eager_credit_lag_points in
-  // runtime/algorithms/context.h): posted once the op completed here
-  // (normally, not in a recovery), collected by the first collective a lag
-  // later (a minimum period later where the backups pass half the budget) or
-  // by the closing barrier, dropped with the transport that carried them. Declared before
-  // transport_: their requests outlive the transport.
-  struct Credits {
-    uint64_t seq = 0;  // the credit point's match seq
-    // For d = 1 .. p-1: [2(d-1)] the receive from rank - d, [2(d-1)+1] the send to rank + d.
-    std::vector<Request> reqs;
-  };
-  // The peer of Credits::reqs[k].
-  int credit_peer(size_t k) const {
-    const int p = size_, d = static_cast<int>(k / 2) + 1;
-    return k % 2 == 1 ? (rank_ + d) % p : (rank_ - d + p) % p;
-  }
-  // A ring: at most eager_credit_lag_points + 1 credit points are pending (the
-  // oldest is collected before more). A slot's requests stay where they are
-  // while the transport holds them.
-  std::array<Credits, kCreditLagPeriods + 1> credits_;
-  size_t credits_first_ = 0;    // the oldest pending credit point's slot
-  size_t credits_pending_ = 0;  // credit points posted, not yet collected
-  // Set by recover(): the first collective no rank had started, so a credit
-  // point every rank runs whole in the new epoch.
-  uint64_t credits_from_seq_ = 0;
-  // The last credit point's match seq (0: none since the start or the last
-  // recovery), and the bytes of the eager broadcasts since it: they decide
-  // the next (is_credit_point). Evolve with the op sequence alone, so alike on
-  // every rank.
-  uint64_t last_credit_seq_ = 0;
-  uint64_t credit_bytes_ = 0;
+  // Completion credits of eager broadcasts (runtime/credits.h). Declared
+  // before transport_: their requests outlive the transport.
+  CompletionCredits credits_;
   bool closing_barrier_running_ = false;
-  // An op that may be a credit point: an eager broadcast off NCCL, recovery on.
-  bool carries_credits(const OpRecord& rec) const;
-  bool is_credit_point(const OpRecord& rec) const;  // of an op that carries_credits
-  void post_credits(const OpRecord& rec);
-  // Waits (under ctx's guard) for the pending credits if `op` is due to.
-  Status collect_credits(const Op& op, AlgoContext& ctx);
-  void drop_credits();
   std::unique_ptr<Transport> transport_;
   TransportChain chain_;                         // progress thread (and create())
   std::atomic<const char*> transport_name_{""};  // for counters(), from any thread

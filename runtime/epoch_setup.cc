@@ -57,7 +57,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
     if (outcome.ok()) {
       retire_transport();
       transport_ = std::move(t).value();
-      drop_credits();  // the old transport, which held them, is gone
+      credits_.drop();  // the old transport, which held them, is gone
       transport_name_ = transport_->name();
       epoch_ = epoch;
       if (size_ > 1) epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch));

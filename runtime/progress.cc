@@ -439,13 +439,7 @@ void CommunicatorImpl::end_completed_op(OpRecord&& rec) {
   current_ = nullptr;
   const Clock::time_point ended = Clock::now();
   recorder_.finished(op.seq, true, ended);
-  if (carries_credits(rec)) {
-    if (is_credit_point(rec)) {
-      post_credits(rec);
-    } else {
-      credit_bytes_ += op.out.bytes();
-    }
-  }
+  if (credits_.carries(rec, options_.recovery)) credits_.completed(rec, *transport_);
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
   const double secs = std::chrono::duration<double>(ended - op_started_).count();
@@ -567,7 +561,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     });
     // Before the faults: a link broken here must fail the op, not the wait
     // for an earlier op's credits (which would skip counting the fault).
-    if (Status s = collect_credits(op, ctx); !s.ok()) return s;
+    if (Status s = credits_.collect(op, ctx, log_, closing_barrier_running_); !s.ok()) return s;
     if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
   }
   Status s;

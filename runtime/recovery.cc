@@ -83,8 +83,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // A fresh data plane: new connections, and frames of the old epoch can no
   // longer arrive anywhere.
   tune_from_seq_ = plan.value().collectives_started + 1;
-  credits_from_seq_ = tune_from_seq_;
-  last_credit_seq_ = 0;
+  credits_.restart_from(tune_from_seq_);
   if (Status s = connect_epoch(round.failed + 1, round.deadline); !s.ok()) {
     return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " +
                                              std::to_string(round.failed + 1) + ": " + s.message());

@@ -92,7 +92,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   }
   log_.reset(new_size);
   // Sequences start over.
-  credits_from_seq_ = last_credit_seq_ = credit_bytes_ = 0;
+  credits_.reset(rank_, size_);
   dead_.reset();
   fatal_ = Status();
   epoch_failed_seen_ = false;

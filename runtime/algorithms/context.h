@@ -150,6 +150,7 @@ class AlgoContext {
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
+  uint32_t epoch() const { return t_.epoch(); }
   const Op& op() const { return op_; }
   const Tuning& tuning() const { return tuning_; }
   void* scratch(size_t bytes) { return scratch_.get(bytes); }
