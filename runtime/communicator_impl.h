@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/ring_queue.h"
+#include "kernels/stream_gate.h"
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
 #include "runtime/credits.h"
@@ -25,11 +27,9 @@
 #include "runtime/link_model.h"
 #include "runtime/liveness.h"
 #include "runtime/op.h"
-#include "base/ring_queue.h"
 #include "runtime/stall_judge.h"
 #include "runtime/store/exchange.h"
 #include "runtime/transport_chain.h"
-#include "kernels/stream_gate.h"
 #include "transports/nccl/nccl_comm.h"
 #include "transports/transport.h"
 

@@ -60,8 +60,8 @@ void CompletionCredits::post(const Op& op, Transport& transport) {
     // lag's were pending when it started (or a recovery dropped them all,
     // which makes this no credit point).
     RCOLL_LOG(kError,
-              "%s: the completion credits of collective seq %llu were never collected; sending none for this "
-              "one (peers that do will see a desync, and a recovery follows)",
+              "%s: the completion credits of collective seq %llu were never collected; sending "
+              "none for this one (peers that do will see a desync, and a recovery follows)",
               op.describe().c_str(), static_cast<unsigned long long>(points_[first_].seq));
     return;
   }
@@ -86,17 +86,18 @@ Status CompletionCredits::collect(const Op& op, AlgoContext& ctx, ReplayLog& log
     Point& c = points_[first_];
     // Sooner where the log's backups near the budget (which would leave the
     // oldest ops unreplayable): at least a minimum period's, as ever.
-    const bool due = closing || pending_ > eager_credit_lag_points(size_, ctx.tuning()) ||
-                     op.match_seq >= c.seq + eager_credit_lag_ops(size_, ctx.tuning()) ||
-                     (op.match_seq >= c.seq + eager_credit_min_period(size_) && log.bytes() > log.budget() / 2);
+    const bool due =
+        closing || pending_ > eager_credit_lag_points(size_, ctx.tuning()) ||
+        op.match_seq >= c.seq + eager_credit_lag_ops(size_, ctx.tuning()) ||
+        (op.match_seq >= c.seq + eager_credit_min_period(size_) && log.bytes() > log.budget() / 2);
     if (!due) return Status();
     for (size_t k = 0; k < c.reqs.size(); ++k) {
       if (Status s = ctx.wait_for_credit(c.reqs[k], peer(k), k % 2 == 1, c.seq); !s.ok()) return s;
     }
     log.done_everywhere(c.seq);
     RCOLL_LOG(kDebug,
-              "completion credits of collective seq %llu collected from every rank in epoch %u (at %s): the "
-              "replay log lets go of collectives up to there",
+              "completion credits of collective seq %llu collected from every rank in epoch %u "
+              "(at %s): the replay log lets go of collectives up to there",
               static_cast<unsigned long long>(c.seq), ctx.epoch(), op.describe().c_str());
     first_ = (first_ + 1) % points_.size();
     --pending_;
@@ -108,8 +109,8 @@ void CompletionCredits::drop() {
   for (; pending_ > 0; --pending_) {
     Point& c = points_[first_];
     RCOLL_LOG(kInfo,
-              "completion credits of collective seq %llu dropped with the old data plane; the first eager "
-              "broadcast no rank had started posts new ones",
+              "completion credits of collective seq %llu dropped with the old data plane; the "
+              "first eager broadcast no rank had started posts new ones",
               static_cast<unsigned long long>(c.seq));
     c.reqs.clear();
     first_ = (first_ + 1) % points_.size();

@@ -31,14 +31,16 @@ TEST(CreditSchedule, LargeBroadcastsEndAPeriodByBytesButNotBeforeTheMinimum) {
   s.reset(4);
   const uint64_t min = eager_credit_min_period(4);
   // Each broadcast alone is a period's bytes: still a minimum period apart.
-  EXPECT_EQ(points(s, 1, 2 * min + 1, kCreditPeriodBytes), (std::vector<uint64_t>{1, 1 + min, 1 + 2 * min}));
+  EXPECT_EQ(points(s, 1, 2 * min + 1, kCreditPeriodBytes),
+            (std::vector<uint64_t>{1, 1 + min, 1 + 2 * min}));
   // Bytes add up over the broadcasts since the last point.
   CreditSchedule t;
   t.reset(4);
   const uint64_t quarter = kCreditPeriodBytes / 4;
   std::vector<uint64_t> at = points(t, 1, 3 * min, quarter);
   ASSERT_GE(at.size(), 2u);
-  EXPECT_EQ(at[1] - at[0], min) << "a minimum period carries more than a period's bytes at a quarter each";
+  EXPECT_EQ(at[1] - at[0], min)
+      << "a minimum period carries more than a period's bytes at a quarter each";
 }
 
 TEST(CreditSchedule, LargerGroupsHaveLongerMinimumPeriods) {
