@@ -54,7 +54,6 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
   StallRules rules;
   rules.late = Clock::now() - op_started_;
   rules.straggler_timeout = options_.straggler_timeout;
-  rules.explicit_timeout = op.options.timeout.count() > 0 || options_.op_timeout.count() > 0;
   const StallVerdict verdict = judge_stall(stall_view(op, peer), rules);
   ctx.peer = verdict.peer;
   const std::string who = "rank " + std::to_string(verdict.peer);
@@ -76,7 +75,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
                         std::to_string(std::chrono::duration_cast<Millis>(rules.late).count()) +
                         " ms (it is at collective seq " + std::to_string(late_view.state.op_seq) +
                         (late_view.state.in_comm ? ", in comm" : ", in compute") + ")" +
-                        (rules.explicit_timeout ? "; the op's timeout expired" : "; the straggler timeout expired"));
+                        "; the straggler timeout expired");
     }
     case Stall::kHung:
       break;

@@ -52,7 +52,7 @@ StallVerdict judge_stall(const StallView& view, const StallRules& rules) {
   }
   const int late = view.point_to_point ? holds_up(view, awaited) : first_behind(view);
   if (late >= 0) {
-    if (!rules.explicit_timeout && rules.late < rules.straggler_timeout) return {Stall::kWait, late};
+    if (rules.late < rules.straggler_timeout) return {Stall::kWait, late};
     return {Stall::kStragglerExpired, late};
   }
   return {Stall::kHung, awaited};

@@ -9,8 +9,8 @@
 //             and the recovery waits for it
 //   straggler a live rank has not reached the op yet (a collective: any rank
 //             behind; a send or receive: the rank at the end of the chain of
-//             waits, in compute): wait, up to the straggler timeout (an
-//             explicit op timeout ends the wait at once)
+//             waits, in compute): wait, up to the straggler timeout (the
+//             op's own timeout, explicit or derived, does not end it)
 //   hung      nobody is behind and nobody is silent: the data plane hung,
 //             recover
 #pragma once
@@ -37,10 +37,12 @@ struct StallView {
   std::function<bool(int)> seen_dead;
 };
 
+// The op's timeout (explicit or derived) is what started the judging: it
+// guards progress. It never ends the wait for a live straggler; only the
+// straggler timeout does.
 struct StallRules {
   Clock::duration late{};  // since this rank arrived at the op
   Clock::duration straggler_timeout{};
-  bool explicit_timeout = false;  // the op (or the communicator) has a timeout of the caller's
 };
 
 enum class Stall : uint8_t {

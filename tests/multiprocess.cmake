@@ -451,6 +451,17 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   # Heartbeats must keep arriving on time through the stall: alone, whatever ctest's -j.
   set_tests_properties(recovery_straggler_no_recovery_${t} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
+# The same with an op timeout far shorter than the lateness (1 s against 5 s):
+# the op's timeout guards progress and only starts the judging; the straggler
+# is still waited for, with the right result and no recovery. Before, the
+# explicit timeout ended the wait ("the op's timeout expired") and the
+# communicator was dead.
+add_test(NAME recovery_straggler_outlasts_op_timeout_tcp
+         COMMAND ${RCOLL_EXPECT} 0 "rank 2 is late to allreduce seq 2.*no recovery && arrived [0-9.]+ s late" 60 --
+               env RCOLL_LIVENESS_MS=500 RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 4 --inject stall:rank=2,op=2,ms=5000 --
+               ${RCOLL_FAULT_RUN} --sizes 4M --ops allreduce --max-recoveries 0)
+rcoll_transport_props(recovery_straggler_outlasts_op_timeout tcp 620 "faults;recovery")
+set_tests_properties(recovery_straggler_outlasts_op_timeout_tcp PROPERTIES RUN_SERIAL TRUE)
 # A dropped chunk: the receiver sees the gap (or the deadline fires), the epoch is rebuilt, results are right.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_drop_chunk_${t}
