@@ -57,65 +57,28 @@ FrameHeader hello_header(FrameType type, const MeshParams& p) {
   return h;
 }
 
-}  // namespace
+// Builds one mesh: listens and publishes this rank's address, dials every
+// rank below and accepts every rank above, all as handlers on `io`, which
+// run() drives until the mesh is complete or the deadline passes. The
+// handlers point at the builder, so it tears down whatever is still in flight
+// before it returns.
+class MeshBuilder {
+ public:
+  MeshBuilder(asio::io_context& io, const MeshParams& p, const NetInterface& iface)
+      : io_(io),
+        p_(p),
+        iface_(iface),
+        purpose_(p.purpose.c_str()),
+        socks_(static_cast<size_t>(p.size)),
+        acceptor_(io),
+        expected_token_(job_token_hash(p.job_token)),
+        last_error_(static_cast<size_t>(p.size)),
+        pending_(p.size - 1),
+        to_accept_(p.size - 1 - p.rank) {}
 
-std::string remote_address(const tcp::socket& s) {
-  error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec) return "?";
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
-}
+  Result<MeshSockets> build();
 
-Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
-  auto iface = select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
-  if (!iface.ok()) {
-    return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
-                  iface.status().message());
-  }
-  return build_tcp_mesh(io, p, iface.value());
-}
-
-Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, const NetInterface& iface) {
-  const int rank = p.rank;
-  const int size = p.size;
-  const char* purpose = p.purpose.c_str();
-  ErrorContext ctx{rank, -1, 0, p.epoch, p.transport};
-  MeshSockets socks(static_cast<size_t>(size));
-  if (size <= 1) return socks;
-
-  error_code ec;
-  tcp::acceptor acceptor(io);
-  tcp::endpoint listen_ep(asio::ip::make_address(iface.address, ec), 0);
-  if (!ec) acceptor.open(listen_ep.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(listen_ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status(ErrorCode::kTransport, ctx,
-                  "cannot listen on interface " + iface.name + " (" + iface.address + ") for " + p.purpose +
-                      ": " + ec.message());
-  }
-  const uint16_t port = acceptor.local_endpoint().port();
-  const std::string my_addr = iface.address + " " + std::to_string(port) + " " + iface.name;
-  if (Status s = p.store->set(p.key_prefix + std::to_string(rank), Bytes(my_addr.begin(), my_addr.end()));
-      !s.ok()) {
-    return s;
-  }
-  RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers", purpose,
-            iface.address.c_str(), port, iface.name.c_str(), size - 1);
-
-  const uint64_t expected_token = job_token_hash(p.job_token);
-  std::vector<std::string> last_error(static_cast<size_t>(size));
-  int pending = size - 1;
-  AppliedOptions applied;  // as applied to the last socket; a refusal is kept
-  auto connected = [&](int peer, std::unique_ptr<tcp::socket> sock) {
-    AppliedOptions now = set_socket_options(*sock, p);
-    if (applied.congestion_errno == 0) applied.congestion_errno = now.congestion_errno;
-    applied.congestion = std::move(now.congestion);
-    socks[peer] = std::move(sock);
-    --pending;
-  };
-
+ private:
   // Dial lower ranks, retrying until the deadline (a rank may publish before
   // its peers have started listening on a new interface, or be slow to start).
   struct Dial {
@@ -127,191 +90,350 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p, co
     FrameBytes out;
     FrameBytes in;
   };
-  std::vector<std::unique_ptr<Dial>> dials;
-  std::function<void(Dial*)> attempt = [&](Dial* d) {
-    d->sock = std::make_unique<tcp::socket>(io);
-    d->sock->async_connect(d->ep, [&, d](const error_code& ec) {
-      if (ec == asio::error::operation_aborted) return;  // torn down: keep the real reason
-      if (ec) {
-        last_error[d->peer] = "connect to " + d->ep.address().to_string() + ":" +
-                              std::to_string(d->ep.port()) + " failed: " + ec.message();
-        error_code ignored;
-        d->sock->close(ignored);
-        d->retry.expires_after(std::chrono::milliseconds(20));
-        d->retry.async_wait([&, d](const error_code& tec) {
-          if (!tec && !p.deadline.expired()) attempt(d);
-        });
-        return;
-      }
-      d->out = encode(hello_header(FrameType::kHello, p));
-      asio::async_write(*d->sock, asio::buffer(d->out), [&, d](const error_code& ec, size_t) {
-        if (ec == asio::error::operation_aborted) return;
-        if (ec) {
-          last_error[d->peer] = "sending hello failed: " + ec.message();
-          return;
-        }
-        asio::async_read(*d->sock, asio::buffer(d->in), [&, d](const error_code& ec, size_t) {
-          if (ec == asio::error::operation_aborted) return;
-          if (ec) {
-            last_error[d->peer] = "rank " + std::to_string(d->peer) +
-                                  " closed the connection during the hello (" + ec.message() +
-                                  "): wrong job token or epoch?";
-            return;
-          }
-          auto h = decode_frame_header(d->in.data(), d->in.size());
-          if (!h.ok() || h.value().type != FrameType::kHelloAck || h.value().root != d->peer ||
-              h.value().epoch != p.epoch) {
-            last_error[d->peer] = "bad hello ack from " + d->ep.address().to_string();
-            return;
-          }
-          connected(d->peer, std::move(d->sock));
-        });
-      });
-    });
-  };
-  for (int peer = 0; peer < rank; ++peer) {
-    auto value = p.store->get(p.key_prefix + std::to_string(peer), p.deadline.remaining_ms());
-    if (!value.ok()) {
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank, peer, 0, p.epoch, p.transport},
-                    "rank " + std::to_string(peer) + " never published its address for " + p.purpose + ": " +
-                        value.status().message());
-    }
-    const std::string addr(value.value().begin(), value.value().end());
-    // "IP PORT IFNAME"
-    const size_t a = addr.find(' ');
-    const size_t b = a == std::string::npos ? a : addr.find(' ', a + 1);
-    unsigned long port_num = 0;
-    if (a != std::string::npos) {
-      try {
-        port_num = std::stoul(addr.substr(a + 1, b == std::string::npos ? b : b - a - 1));
-      } catch (const std::exception&) {
-        port_num = 0;
-      }
-    }
-    auto ip = asio::ip::make_address(addr.substr(0, a), ec);
-    if (ec || port_num == 0 || port_num > 65535) {
-      return Status(ErrorCode::kStore, ErrorContext{rank, peer, 0, p.epoch, p.transport},
-                    "rank " + std::to_string(peer) + " published a bad address '" + addr + "' for " + p.purpose);
-    }
-    const std::string ifname = b == std::string::npos ? "" : addr.substr(b + 1);
-    dials.push_back(std::unique_ptr<Dial>(new Dial{peer, tcp::endpoint(ip, static_cast<uint16_t>(port_num)),
-                                                  ifname, nullptr, asio::steady_timer(io), {}, {}}));
-    attempt(dials.back().get());
-  }
-
   // Accept higher ranks; refuse strangers.
   struct Incoming {
     std::unique_ptr<tcp::socket> sock;
     FrameBytes in;
     FrameBytes out;
   };
-  std::vector<std::unique_ptr<Incoming>> incoming;
-  int to_accept = size - 1 - rank;
-  std::function<void()> accept_next = [&]() {
-    if (to_accept == 0) return;
-    incoming.push_back(std::make_unique<Incoming>());
-    Incoming* in = incoming.back().get();
-    in->sock = std::make_unique<tcp::socket>(io);
-    acceptor.async_accept(*in->sock, [&, in](const error_code& ec) {
-      if (ec) return;
-      accept_next();
-      asio::async_read(*in->sock, asio::buffer(in->in), [&, in](const error_code& ec, size_t) {
-        if (ec == asio::error::operation_aborted) return;  // torn down at the deadline
-        const std::string from = remote_address(*in->sock);
-        auto refuse = [&](const std::string& why) {
-          RCOLL_LOG(kWarn, "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks", purpose,
-                    rank, from.c_str(), why.c_str());
-          error_code ignored;
-          in->sock->close(ignored);
-        };
-        if (ec) return refuse("no hello (" + ec.message() + ")");
-        auto h = decode_frame_header(in->in.data(), in->in.size());
-        if (!h.ok()) return refuse(h.status().message());
-        const FrameHeader& hello = h.value();
-        if (hello.type != FrameType::kHello) return refuse("first frame is not a hello");
-        if (hello.op_seq != expected_token) return refuse("job token mismatch (a process of another job?)");
-        if (hello.epoch != p.epoch) {
-          return refuse("hello for epoch " + std::to_string(hello.epoch) + ", this is epoch " + std::to_string(p.epoch));
-        }
-        if (hello.count != static_cast<uint64_t>(size)) {
-          return refuse("world size " + std::to_string(hello.count) + " differs from " + std::to_string(size));
-        }
-        const int peer = hello.root;
-        if (peer <= rank || peer >= size || socks[peer]) return refuse("unexpected rank " + std::to_string(peer));
-        --to_accept;
-        in->out = encode(hello_header(FrameType::kHelloAck, p));
-        asio::async_write(*in->sock, asio::buffer(in->out), [&, in, peer](const error_code& ec, size_t) {
-          if (ec == asio::error::operation_aborted) return;
-          if (ec) {
-            last_error[peer] = "sending hello ack failed: " + ec.message();
-            ++to_accept;
-            accept_next();
-            return;
-          }
-          connected(peer, std::move(in->sock));
-        });
-      });
-    });
-  };
-  accept_next();
 
-  while (pending > 0 && !p.deadline.expired()) {
-    if (io.stopped()) io.restart();
-    io.run_one_until(p.deadline.is_never() ? Clock::now() + std::chrono::hours(24) : p.deadline.time());
+  Status listen_and_publish();
+  Status dial_lower_ranks();
+  Status add_dial(int peer, const std::string& addr);
+  void attempt(Dial* d);
+  void on_connect(Dial* d, const error_code& ec);
+  void on_hello_sent(Dial* d, const error_code& ec);
+  void on_hello_ack(Dial* d, const error_code& ec);
+  void accept_next();
+  void on_accept(Incoming* in, const error_code& ec);
+  void on_hello(Incoming* in, const error_code& ec);
+  void refuse(Incoming* in, const std::string& from, const std::string& why);
+  void on_ack_sent(Incoming* in, int peer, const error_code& ec);
+  void connected(int peer, std::unique_ptr<tcp::socket> sock);
+  void run();
+  void tear_down();
+  Result<MeshSockets> report_connected();
+  Status report_missing() const;
+
+  ErrorContext context(int peer) const {
+    return ErrorContext{p_.rank, peer, 0, p_.epoch, p_.transport};
   }
-  // Tear down whatever is still in flight and run the cancelled handlers now,
-  // before the locals they refer to go away.
+
+  asio::io_context& io_;
+  const MeshParams& p_;
+  const NetInterface& iface_;
+  const char* purpose_;
+  MeshSockets socks_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  const uint64_t expected_token_;
+  std::vector<std::string> last_error_;
+  int pending_;
+  AppliedOptions applied_;  // as applied to the last socket; a refusal is kept
+  std::vector<std::unique_ptr<Dial>> dials_;
+  std::vector<std::unique_ptr<Incoming>> incoming_;
+  int to_accept_;
+};
+
+Result<MeshSockets> MeshBuilder::build() {
+  if (p_.size <= 1) return std::move(socks_);
+  if (Status s = listen_and_publish(); !s.ok()) return s;
+  if (Status s = dial_lower_ranks(); !s.ok()) return s;
+  accept_next();
+  run();
+  tear_down();
+  if (pending_ == 0) return report_connected();
+  return report_missing();
+}
+
+Status MeshBuilder::listen_and_publish() {
+  error_code ec;
+  tcp::endpoint listen_ep(asio::ip::make_address(iface_.address, ec), 0);
+  if (!ec) acceptor_.open(listen_ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(listen_ep, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(ErrorCode::kTransport, context(-1),
+                  "cannot listen on interface " + iface_.name + " (" + iface_.address + ") for " +
+                      p_.purpose + ": " + ec.message());
+  }
+  port_ = acceptor_.local_endpoint().port();
+  const std::string my_addr = iface_.address + " " + std::to_string(port_) + " " + iface_.name;
+  if (Status s = p_.store->set(p_.key_prefix + std::to_string(p_.rank),
+                               Bytes(my_addr.begin(), my_addr.end()));
+      !s.ok()) {
+    return s;
+  }
+  RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers", purpose_,
+            iface_.address.c_str(), port_, iface_.name.c_str(), p_.size - 1);
+  return Status();
+}
+
+Status MeshBuilder::dial_lower_ranks() {
+  for (int peer = 0; peer < p_.rank; ++peer) {
+    auto value = p_.store->get(p_.key_prefix + std::to_string(peer), p_.deadline.remaining_ms());
+    if (!value.ok()) {
+      return Status(ErrorCode::kPeerUnreachable, context(peer),
+                    "rank " + std::to_string(peer) + " never published its address for " +
+                        p_.purpose + ": " + value.status().message());
+    }
+    if (Status s = add_dial(peer, std::string(value.value().begin(), value.value().end()));
+        !s.ok()) {
+      return s;
+    }
+    attempt(dials_.back().get());
+  }
+  return Status();
+}
+
+// Parses the peer's "IP PORT IFNAME" into a new Dial.
+Status MeshBuilder::add_dial(int peer, const std::string& addr) {
+  const size_t a = addr.find(' ');
+  const size_t b = a == std::string::npos ? a : addr.find(' ', a + 1);
+  unsigned long port_num = 0;
+  if (a != std::string::npos) {
+    try {
+      port_num = std::stoul(addr.substr(a + 1, b == std::string::npos ? b : b - a - 1));
+    } catch (const std::exception&) {
+      port_num = 0;
+    }
+  }
+  error_code ec;
+  auto ip = asio::ip::make_address(addr.substr(0, a), ec);
+  if (ec || port_num == 0 || port_num > 65535) {
+    return Status(ErrorCode::kStore, context(peer),
+                  "rank " + std::to_string(peer) + " published a bad address '" + addr + "' for " +
+                      p_.purpose);
+  }
+  const std::string ifname = b == std::string::npos ? "" : addr.substr(b + 1);
+  dials_.push_back(
+      std::unique_ptr<Dial>(new Dial{peer,
+                                     tcp::endpoint(ip, static_cast<uint16_t>(port_num)),
+                                     ifname,
+                                     nullptr,
+                                     asio::steady_timer(io_),
+                                     {},
+                                     {}}));
+  return Status();
+}
+
+void MeshBuilder::attempt(Dial* d) {
+  d->sock = std::make_unique<tcp::socket>(io_);
+  d->sock->async_connect(d->ep, [this, d](const error_code& ec) { on_connect(d, ec); });
+}
+
+void MeshBuilder::on_connect(Dial* d, const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;  // torn down: keep the real reason
+  if (ec) {
+    last_error_[d->peer] = "connect to " + d->ep.address().to_string() + ":" +
+                           std::to_string(d->ep.port()) + " failed: " + ec.message();
+    error_code ignored;
+    d->sock->close(ignored);
+    d->retry.expires_after(std::chrono::milliseconds(20));
+    d->retry.async_wait([this, d](const error_code& tec) {
+      if (!tec && !p_.deadline.expired()) attempt(d);
+    });
+    return;
+  }
+  d->out = encode(hello_header(FrameType::kHello, p_));
+  asio::async_write(*d->sock, asio::buffer(d->out),
+                    [this, d](const error_code& ec, size_t) { on_hello_sent(d, ec); });
+}
+
+void MeshBuilder::on_hello_sent(Dial* d, const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;
+  if (ec) {
+    last_error_[d->peer] = "sending hello failed: " + ec.message();
+    return;
+  }
+  asio::async_read(*d->sock, asio::buffer(d->in),
+                   [this, d](const error_code& ec, size_t) { on_hello_ack(d, ec); });
+}
+
+void MeshBuilder::on_hello_ack(Dial* d, const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;
+  if (ec) {
+    last_error_[d->peer] = "rank " + std::to_string(d->peer) +
+                           " closed the connection during the hello (" + ec.message() +
+                           "): wrong job token or epoch?";
+    return;
+  }
+  auto h = decode_frame_header(d->in.data(), d->in.size());
+  if (!h.ok() || h.value().type != FrameType::kHelloAck || h.value().root != d->peer ||
+      h.value().epoch != p_.epoch) {
+    last_error_[d->peer] = "bad hello ack from " + d->ep.address().to_string();
+    return;
+  }
+  connected(d->peer, std::move(d->sock));
+}
+
+void MeshBuilder::accept_next() {
+  if (to_accept_ == 0) return;
+  incoming_.push_back(std::make_unique<Incoming>());
+  Incoming* in = incoming_.back().get();
+  in->sock = std::make_unique<tcp::socket>(io_);
+  acceptor_.async_accept(*in->sock, [this, in](const error_code& ec) { on_accept(in, ec); });
+}
+
+void MeshBuilder::on_accept(Incoming* in, const error_code& ec) {
+  if (ec) return;
+  accept_next();
+  asio::async_read(*in->sock, asio::buffer(in->in),
+                   [this, in](const error_code& ec, size_t) { on_hello(in, ec); });
+}
+
+void MeshBuilder::on_hello(Incoming* in, const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;  // torn down at the deadline
+  const std::string from = remote_address(*in->sock);
+  if (ec) return refuse(in, from, "no hello (" + ec.message() + ")");
+  auto h = decode_frame_header(in->in.data(), in->in.size());
+  if (!h.ok()) return refuse(in, from, h.status().message());
+  const FrameHeader& hello = h.value();
+  if (hello.type != FrameType::kHello) return refuse(in, from, "first frame is not a hello");
+  if (hello.op_seq != expected_token_) {
+    return refuse(in, from, "job token mismatch (a process of another job?)");
+  }
+  if (hello.epoch != p_.epoch) {
+    return refuse(in, from,
+                  "hello for epoch " + std::to_string(hello.epoch) + ", this is epoch " +
+                      std::to_string(p_.epoch));
+  }
+  if (hello.count != static_cast<uint64_t>(p_.size)) {
+    return refuse(
+        in, from,
+        "world size " + std::to_string(hello.count) + " differs from " + std::to_string(p_.size));
+  }
+  const int peer = hello.root;
+  if (peer <= p_.rank || peer >= p_.size || socks_[peer]) {
+    return refuse(in, from, "unexpected rank " + std::to_string(peer));
+  }
+  --to_accept_;
+  in->out = encode(hello_header(FrameType::kHelloAck, p_));
+  asio::async_write(*in->sock, asio::buffer(in->out),
+                    [this, in, peer](const error_code& ec, size_t) { on_ack_sent(in, peer, ec); });
+}
+
+void MeshBuilder::refuse(Incoming* in, const std::string& from, const std::string& why) {
+  RCOLL_LOG(
+      kWarn,
+      "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks",
+      purpose_, p_.rank, from.c_str(), why.c_str());
   error_code ignored;
-  acceptor.close(ignored);
-  for (auto& d : dials) {
+  in->sock->close(ignored);
+}
+
+void MeshBuilder::on_ack_sent(Incoming* in, int peer, const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;
+  if (ec) {
+    last_error_[peer] = "sending hello ack failed: " + ec.message();
+    ++to_accept_;
+    accept_next();
+    return;
+  }
+  connected(peer, std::move(in->sock));
+}
+
+void MeshBuilder::connected(int peer, std::unique_ptr<tcp::socket> sock) {
+  AppliedOptions now = set_socket_options(*sock, p_);
+  if (applied_.congestion_errno == 0) applied_.congestion_errno = now.congestion_errno;
+  applied_.congestion = std::move(now.congestion);
+  socks_[peer] = std::move(sock);
+  --pending_;
+}
+
+void MeshBuilder::run() {
+  while (pending_ > 0 && !p_.deadline.expired()) {
+    if (io_.stopped()) io_.restart();
+    io_.run_one_until(p_.deadline.is_never() ? Clock::now() + std::chrono::hours(24)
+                                             : p_.deadline.time());
+  }
+}
+
+// Tear down whatever is still in flight and run the cancelled handlers now,
+// before the locals they refer to go away.
+void MeshBuilder::tear_down() {
+  error_code ignored;
+  acceptor_.close(ignored);
+  for (auto& d : dials_) {
     d->retry.cancel();
     if (d->sock) d->sock->close(ignored);
   }
-  for (auto& in : incoming) {
+  for (auto& in : incoming_) {
     if (in->sock) in->sock->close(ignored);
   }
-  io.restart();
-  io.poll();
+  io_.restart();
+  io_.poll();
   // A connect that failed just before the close may have armed its retry timer
   // while those handlers ran: cancel once more so nothing is left pending.
-  for (auto& d : dials) d->retry.cancel();
-  io.restart();
-  io.poll();
+  for (auto& d : dials_) d->retry.cancel();
+  io_.restart();
+  io_.poll();
+}
 
-  if (pending == 0) {
-    if (applied.congestion_errno != 0) {
-      RCOLL_LOG(kWarn,
-                "%s: TCP congestion control '%s' refused by the kernel (%s; see "
-                "net.ipv4.tcp_allowed_congestion_control); this mesh keeps the kernel's default (%s)",
-                purpose, p.congestion.c_str(), std::strerror(applied.congestion_errno),
-                applied.congestion.empty() ? "?" : applied.congestion.c_str());
-    }
-    const std::string cc = applied.congestion.empty() ? "" : ", congestion control " + applied.congestion;
-    RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s)", purpose, size - 1, p.transport.c_str(),
-              iface.name.c_str(), cc.c_str());
-    return socks;
+Result<MeshSockets> MeshBuilder::report_connected() {
+  if (applied_.congestion_errno != 0) {
+    RCOLL_LOG(kWarn,
+              "%s: TCP congestion control '%s' refused by the kernel (%s; see "
+              "net.ipv4.tcp_allowed_congestion_control); this mesh keeps the kernel's default (%s)",
+              purpose_, p_.congestion.c_str(), std::strerror(applied_.congestion_errno),
+              applied_.congestion.empty() ? "?" : applied_.congestion.c_str());
   }
+  const std::string cc =
+      applied_.congestion.empty() ? "" : ", congestion control " + applied_.congestion;
+  RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s)", purpose_, p_.size - 1,
+            p_.transport.c_str(), iface_.name.c_str(), cc.c_str());
+  return std::move(socks_);
+}
+
+Status MeshBuilder::report_missing() const {
   std::string missing;
   int first_missing = -1;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank || socks[peer]) continue;
+  for (int peer = 0; peer < p_.size; ++peer) {
+    if (peer == p_.rank || socks_[peer]) continue;
     if (first_missing < 0) first_missing = peer;
     missing += "\n  rank " + std::to_string(peer) + ": ";
-    if (peer < rank) {
-      for (auto& d : dials) {
+    if (peer < p_.rank) {
+      for (auto& d : dials_) {
         if (d->peer != peer) continue;
         missing += "dialling " + d->ep.address().to_string() + ":" + std::to_string(d->ep.port()) +
                    (d->ifname.empty() ? "" : " (its interface " + d->ifname + ")");
       }
-      missing += last_error[peer].empty() ? "; no answer" : "; " + last_error[peer];
+      missing += last_error_[peer].empty() ? "; no answer" : "; " + last_error_[peer];
     } else {
-      missing += "never connected to this rank's listener " + iface.address + ":" + std::to_string(port);
+      missing +=
+          "never connected to this rank's listener " + iface_.address + ":" + std::to_string(port_);
     }
   }
-  return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank, first_missing, 0, p.epoch, p.transport},
-                "rank " + std::to_string(rank) + " (interface " + iface.name + " " + iface.address +
-                    ") could not connect to " + std::to_string(pending) + " peer(s) within the connect deadline:" +
-                    missing + "\n  check RCOLL_SOCKET_IFNAME and that the ranks can reach each other");
+  return Status(ErrorCode::kPeerUnreachable, context(first_missing),
+                "rank " + std::to_string(p_.rank) + " (interface " + iface_.name + " " +
+                    iface_.address + ") could not connect to " + std::to_string(pending_) +
+                    " peer(s) within the connect deadline:" + missing +
+                    "\n  check RCOLL_SOCKET_IFNAME and that the ranks can reach each other");
+}
+
+}  // namespace
+
+std::string remote_address(const tcp::socket& s) {
+  error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "?";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
+  auto iface =
+      select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
+  if (!iface.ok()) {
+    return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
+                  iface.status().message());
+  }
+  return build_tcp_mesh(io, p, iface.value());
+}
+
+Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p,
+                                   const NetInterface& iface) {
+  return MeshBuilder(io, p, iface).build();
 }
 
 }  // namespace rcoll

@@ -5,9 +5,9 @@
 #include <ucp/api/ucp.h>
 #include <ucs/config/global_opts.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "transports/ucx/ucx_transport_impl.h"
 
 namespace rcoll {
 
@@ -27,18 +28,8 @@ const char* to_string(UcxErrorMode mode) {
   return "?";
 }
 
+namespace ucx {
 namespace {
-
-// Tag layout: sender rank (20 bits) | kind (2 bits) | per-pair sequence (42 bits).
-// Every frame a rank sends to one peer takes the next sequence number, so a
-// receive is matched by exact tag and frames of one pair cannot cross.
-constexpr int kSeqBits = 42;
-constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
-enum class TagKind : uint64_t { kHead = 0, kPayload = 1, kHello = 2 };
-
-uint64_t make_tag(int sender, TagKind kind, uint64_t seq) {
-  return (static_cast<uint64_t>(sender) << (kSeqBits + 2)) | (static_cast<uint64_t>(kind) << kSeqBits) | (seq & kSeqMask);
-}
 
 // Frames with at most this much payload travel as one message (header and
 // payload copied into one buffer); larger ones as a header message followed by
@@ -48,550 +39,494 @@ constexpr size_t kHeadBytes = kFrameHeaderBytes + kInlinePayload;
 // How long a graceful close waits for the endpoints to flush.
 constexpr std::chrono::milliseconds kFlushBound{2000};
 
-std::string ucs_error(ucs_status_t s) { return ucs_status_string(s); }
+}  // namespace
 
-// One UCP context per UCX_TLS choice, shared by every worker (epoch) of the
-// process and released with the last of them.
-class UcxContext {
- public:
-  static Result<std::shared_ptr<UcxContext>> get(const std::string& tls) {
-    static std::mutex mu;
-    static std::map<std::string, std::weak_ptr<UcxContext>> cache;
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto live = cache[tls].lock()) return live;
-    ucp_config_t* config = nullptr;
-    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
-    if (s != UCS_OK) return Status(ErrorCode::kTransport, "ucp_config_read failed: " + ucs_error(s));
-    if (!tls.empty()) ucp_config_modify(config, "TLS", tls.c_str());
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-    // Several communicators of one process (one worker each) may progress
-    // their workers from different threads at once.
-    params.mt_workers_shared = 1;
-    ucp_context_h handle = nullptr;
-    s = ucp_init(&params, config, &handle);
-    ucp_config_release(config);
-    if (s != UCS_OK) {
-      return Status(ErrorCode::kTransport, "ucp_init failed (UCX_TLS=" + (tls.empty() ? std::string("<default>") : tls) +
-                                               "): " + ucs_error(s));
-    }
-    auto ctx = std::shared_ptr<UcxContext>(new UcxContext(handle));
-    cache[tls] = ctx;
-    return ctx;
+Result<std::shared_ptr<UcxContext>> UcxContext::get(const std::string& tls) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<UcxContext>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto live = cache[tls].lock()) return live;
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return Status(ErrorCode::kTransport, "ucp_config_read failed: " + ucs_error(s));
+  if (!tls.empty()) ucp_config_modify(config, "TLS", tls.c_str());
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  // Several communicators of one process (one worker each) may progress
+  // their workers from different threads at once.
+  params.mt_workers_shared = 1;
+  ucp_context_h handle = nullptr;
+  s = ucp_init(&params, config, &handle);
+  ucp_config_release(config);
+  if (s != UCS_OK) {
+    return Status(ErrorCode::kTransport,
+                  "ucp_init failed (UCX_TLS=" + (tls.empty() ? std::string("<default>") : tls) +
+                      "): " + ucs_error(s));
   }
-  ~UcxContext() { ucp_cleanup(handle_); }
-  ucp_context_h handle() const { return handle_; }
+  auto ctx = std::shared_ptr<UcxContext>(new UcxContext(handle));
+  cache[tls] = ctx;
+  return ctx;
+}
 
- private:
-  explicit UcxContext(ucp_context_h h) : handle_(h) {}
-  ucp_context_h handle_;
-};
+// A transport that was not aborted closes gracefully: every endpoint is
+// flushed first, so what this rank sent last (the end of a closing barrier,
+// say) reaches its peer even over a wire where a closed connection drops
+// data still in flight.
+UcxTransport::~UcxTransport() {
+  if (!aborted_) flush_close();
+  abort(Status(ErrorCode::kClosed, context(-1), "transport destroyed"));
+}
 
-class UcxTransport final : public Transport {
- public:
-  UcxTransport(int rank, int size, uint32_t epoch, UcxErrorMode mode, std::chrono::microseconds spin, size_t buffered)
-      : rank_(rank), size_(size), epoch_(epoch), mode_(mode), peers_(static_cast<size_t>(size)), spin_(spin),
-        buffered_capacity_(buffered) {}
-  // A transport that was not aborted closes gracefully: every endpoint is
-  // flushed first, so what this rank sent last (the end of a closing barrier,
-  // say) reaches its peer even over a wire where a closed connection drops
-  // data still in flight.
-  ~UcxTransport() override {
-    if (!aborted_) flush_close();
-    abort(Status(ErrorCode::kClosed, context(-1), "transport destroyed"));
-  }
-
-  const char* name() const override { return "ucx"; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  uint32_t epoch() const override { return epoch_; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-  uint64_t bytes_received() const override { return bytes_received_; }
-
-  Status start(const UcxConnectParams& p, const std::string& tls);
-  Status wire_up(const UcxConnectParams& p);
-
-  void post_send(int peer, const FrameHeader& header, const void* data, Request* req) override {
-    req->state = Request::State::kPending;
-    if (Status s = check_peer(peer); !s.ok()) return finish_request(req, std::move(s));
-    Peer& pr = peers_[static_cast<size_t>(peer)];
-    const uint64_t seq = pr.send_seq++;
-    Slot* slot = take_slot(peer, req);
-    slot->is_send = true;
-    slot->wire_bytes = kFrameHeaderBytes + header.payload_bytes;
-    const FrameBytes head = encode(header);
-    slot->posting = true;  // no completion until every part is posted
-    if (header.payload_bytes <= kInlinePayload) {
-      slot->buf.resize(kFrameHeaderBytes + header.payload_bytes);
-      std::memcpy(slot->buf.data(), head.data(), kFrameHeaderBytes);
-      if (header.payload_bytes > 0) std::memcpy(slot->buf.data() + kFrameHeaderBytes, data, header.payload_bytes);
-      send_part(slot, pr.ep, slot->buf.data(), slot->buf.size(), make_tag(rank_, TagKind::kHead, seq));
-    } else if (header.op_kind == OpKind::kSendRecv && pr.buffered + header.payload_bytes <= buffered_capacity_) {
-      // A point-to-point frame is copied aside and its send completes at once,
-      // as a TCP send does once the socket buffer holds it: two ranks that
-      // both send before they receive then meet, as they do over TCP (UCX's
-      // own send completes only when the receiver has fetched the data). The
-      // runtime keeps the tail of a send that a recovery could need again.
-      slot->buf.assign(head.begin(), head.end());
-      slot->payload.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + header.payload_bytes);
-      slot->buffered = header.payload_bytes;
-      pr.buffered += slot->buffered;
-      send_part(slot, pr.ep, slot->buf.data(), kFrameHeaderBytes, make_tag(rank_, TagKind::kHead, seq));
-      send_part(slot, pr.ep, slot->payload.data(), header.payload_bytes, make_tag(rank_, TagKind::kPayload, seq));
-      if (slot->req) {
-        bytes_sent_ += slot->wire_bytes;
-        settle(slot, Status());
-      }
-    } else {
-      slot->buf.assign(head.begin(), head.end());
-      send_part(slot, pr.ep, slot->buf.data(), kFrameHeaderBytes, make_tag(rank_, TagKind::kHead, seq));
-      send_part(slot, pr.ep, data, header.payload_bytes, make_tag(rank_, TagKind::kPayload, seq));
-    }
-    slot->posting = false;
-    send_done(slot, UCS_OK);
-    maybe_release(slot);
-  }
-
-  void post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) override {
-    req->state = Request::State::kPending;
-    if (Status s = check_peer(peer); !s.ok()) return finish_request(req, std::move(s));
-    Peer& pr = peers_[static_cast<size_t>(peer)];
-    Slot* slot = take_slot(peer, req);
-    slot->seq = pr.recv_seq++;
-    slot->expected = expected;
-    slot->dst = dst;
-    slot->buf.resize(kHeadBytes);
-    recv_part(slot, slot->buf.data(), kHeadBytes, make_tag(peer, TagKind::kHead, slot->seq), &UcxTransport::on_head);
-    maybe_release(slot);
-  }
-
-  void progress(Deadline until) override {
-    if (!worker_) return;
-    const uint64_t before = completions_;
-    auto spin_until = Clock::now() + spin_;
-    for (;;) {
-      while (ucp_worker_progress(worker_) != 0) {
-      }
-      if (completions_ != before || until.expired()) return;
-      if (Clock::now() < spin_until) {
-        sched_yield();  // an oversubscribed host runs the peer we wait for
-        continue;
-      }
-      // Nothing moved for a while: sleep on the worker's event fd.
-      const ucs_status_t armed = ucp_worker_arm(worker_);
-      if (armed == UCS_ERR_BUSY) continue;
-      const auto wait = std::min<Clock::duration>(until.remaining(), std::chrono::milliseconds(10));
-      const int ms = static_cast<int>(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
-      if (armed == UCS_OK && efd_ >= 0) {
-        pollfd pfd{efd_, POLLIN, 0};
-        ::poll(&pfd, 1, ms);
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
-      spin_until = Clock::now() + spin_;
-    }
-  }
-
-  // Fails every request, then closes the endpoints and destroys the worker at
-  // once, so UCX writes nothing more into any buffer after this returns.
-  void abort(const Status& why) override {
-    if (aborted_) return;
-    aborted_ = true;
-    for (int p = 0; p < size_; ++p) fail_peer(p, why, /*log=*/false);
-    teardown();
-  }
-
-  void break_link(int peer) override {
-    if (peer < 0 || peer >= size_ || peer == rank_) return;
-    fail_peer(peer,
-              Status(ErrorCode::kTransport, context(peer),
-                     "link to rank " + std::to_string(peer) + " closed by fault injection"),
-              /*log=*/true);
-  }
-
- private:
-  // One posted send or receive while UCX holds parts of it. Owned by the
-  // transport (UCX callbacks point at it), recycled when its last part is back.
-  struct Slot {
-    UcxTransport* transport = nullptr;
-    Request* req = nullptr;  // null once the request was finished (failed early)
-    int peer = -1;
-    int parts = 0;           // UCX operations still outstanding
-    void* ucx[2] = {nullptr, nullptr};
-    uint64_t seq = 0;
-    FrameHeader expected;
-    void* dst = nullptr;
-    std::vector<uint8_t> buf;
-    std::vector<uint8_t> payload;  // a buffered send's copy of its payload
-    size_t buffered = 0;           // bytes of it still counted against the peer's capacity
-    size_t wire_bytes = 0;
-    Status error;
-    bool head_done = false;
-    bool posting = false;
-    bool live = false;
-    bool is_send = false;
-  };
-  struct Peer {
-    ucp_ep_h ep = nullptr;
-    uint64_t send_seq = 0;
-    uint64_t recv_seq = 0;
-    size_t buffered = 0;  // bytes of buffered sends UCX has not finished
-    Status error;  // set once: every later request on this peer fails with it
-    int index = -1;
-    UcxTransport* transport = nullptr;
-  };
-
-  ErrorContext context(int peer) const { return ErrorContext{rank_, peer, 0, static_cast<int64_t>(epoch_), "ucx"}; }
-
-  Status check_peer(int peer) const {
-    if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[static_cast<size_t>(peer)].ep) {
-      return Status(ErrorCode::kInternal, context(peer), "no UCX endpoint to rank " + std::to_string(peer));
-    }
-    return peers_[static_cast<size_t>(peer)].error;
-  }
-
-  Slot* take_slot(int peer, Request* req) {
-    std::unique_ptr<Slot> s;
-    if (!free_.empty()) {
-      s = std::move(free_.back());
-      free_.pop_back();
-    } else {
-      s = std::make_unique<Slot>();
-    }
-    Slot* raw = s.get();
-    raw->transport = this;
-    raw->req = req;
-    raw->peer = peer;
-    raw->parts = 0;
-    raw->ucx[0] = raw->ucx[1] = nullptr;
-    raw->error = Status();
-    raw->head_done = false;
-    raw->posting = false;
-    raw->live = true;
-    raw->wire_bytes = 0;
-    raw->buffered = 0;
-    raw->is_send = false;
-    live_.push_back(std::move(s));
-    return raw;
-  }
-
-  void finish_request(Request* req, Status s) {
-    if (s.ok()) {
-      req->state = Request::State::kDone;
-    } else {
-      req->status = std::move(s);
-      req->state = Request::State::kFailed;
-    }
-    ++completions_;
-  }
-
-  // Finishes the slot's request (once) with `s`.
-  void settle(Slot* slot, Status s) {
-    if (!slot->req) return;
-    Request* req = slot->req;
-    slot->req = nullptr;
-    finish_request(req, std::move(s));
-  }
-
-  // Returns a slot whose request is settled and whose UCX parts are all back to the pool.
-  void maybe_release(Slot* slot) {
-    if (slot->req || slot->parts > 0 || !slot->live) return;
-    if (slot->buffered > 0) {
-      peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
-      slot->buffered = 0;
-    }
-    slot->live = false;
-    for (size_t i = 0; i < live_.size(); ++i) {
-      if (live_[i].get() == slot) {
-        free_.push_back(std::move(live_[i]));
-        live_[i] = std::move(live_.back());
-        live_.pop_back();
-        break;
-      }
-    }
-  }
-
-  void part_started(Slot* slot, void* handle) {
-    slot->ucx[slot->ucx[0] ? 1 : 0] = handle;
-    ++slot->parts;
-  }
-  void part_returned(Slot* slot, void* handle) {
-    if (slot->ucx[0] == handle) slot->ucx[0] = nullptr;
-    if (slot->ucx[1] == handle) slot->ucx[1] = nullptr;
-    --slot->parts;
-  }
-
-  void send_part(Slot* slot, ucp_ep_h ep, const void* data, size_t bytes, uint64_t tag) {
-    if (!slot->req) return;  // an earlier part already failed
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    prm.cb.send = &UcxTransport::on_send;
-    prm.user_data = slot;
-    prm.datatype = ucp_dt_make_contig(1);
-    ucs_status_ptr_t r = ucp_tag_send_nbx(ep, data, bytes, tag, &prm);
-    if (r == nullptr) return send_done(slot, UCS_OK);
-    if (UCS_PTR_IS_ERR(r)) return send_done(slot, UCS_PTR_STATUS(r));
-    part_started(slot, r);
-  }
-
-  static void on_send(void* request, ucs_status_t status, void* user) {
-    auto* slot = static_cast<Slot*>(user);
-    UcxTransport* t = slot->transport;
-    t->part_returned(slot, request);
-    ucp_request_free(request);
-    if (slot->parts == 0 && slot->buffered > 0) {
-      t->peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
-      slot->buffered = 0;
-    }
-    t->send_done(slot, status);
-    t->maybe_release(slot);
-  }
-
-  void send_done(Slot* slot, ucs_status_t status) {
-    if (status != UCS_OK) {
-      return fail_from_ucx(slot, status, "sending to");
-    }
-    if (slot->parts == 0 && !slot->posting && slot->req) {
+void UcxTransport::post_send(int peer, const FrameHeader& header, const void* data, Request* req) {
+  req->state = Request::State::kPending;
+  if (Status s = check_peer(peer); !s.ok()) return finish_request(req, std::move(s));
+  Peer& pr = peers_[static_cast<size_t>(peer)];
+  const uint64_t seq = pr.send_seq++;
+  Slot* slot = take_slot(peer, req);
+  slot->is_send = true;
+  slot->wire_bytes = kFrameHeaderBytes + header.payload_bytes;
+  const FrameBytes head = encode(header);
+  slot->posting = true;  // no completion until every part is posted
+  if (header.payload_bytes <= kInlinePayload) {
+    slot->buf.resize(kFrameHeaderBytes + header.payload_bytes);
+    std::memcpy(slot->buf.data(), head.data(), kFrameHeaderBytes);
+    if (header.payload_bytes > 0)
+      std::memcpy(slot->buf.data() + kFrameHeaderBytes, data, header.payload_bytes);
+    send_part(slot, pr.ep, slot->buf.data(), slot->buf.size(),
+              make_tag(rank_, TagKind::kHead, seq));
+  } else if (header.op_kind == OpKind::kSendRecv &&
+             pr.buffered + header.payload_bytes <= buffered_capacity_) {
+    // A point-to-point frame is copied aside and its send completes at once,
+    // as a TCP send does once the socket buffer holds it: two ranks that
+    // both send before they receive then meet, as they do over TCP (UCX's
+    // own send completes only when the receiver has fetched the data). The
+    // runtime keeps the tail of a send that a recovery could need again.
+    slot->buf.assign(head.begin(), head.end());
+    slot->payload.assign(static_cast<const uint8_t*>(data),
+                         static_cast<const uint8_t*>(data) + header.payload_bytes);
+    slot->buffered = header.payload_bytes;
+    pr.buffered += slot->buffered;
+    send_part(slot, pr.ep, slot->buf.data(), kFrameHeaderBytes,
+              make_tag(rank_, TagKind::kHead, seq));
+    send_part(slot, pr.ep, slot->payload.data(), header.payload_bytes,
+              make_tag(rank_, TagKind::kPayload, seq));
+    if (slot->req) {
       bytes_sent_ += slot->wire_bytes;
       settle(slot, Status());
     }
+  } else {
+    slot->buf.assign(head.begin(), head.end());
+    send_part(slot, pr.ep, slot->buf.data(), kFrameHeaderBytes,
+              make_tag(rank_, TagKind::kHead, seq));
+    send_part(slot, pr.ep, data, header.payload_bytes, make_tag(rank_, TagKind::kPayload, seq));
   }
+  slot->posting = false;
+  send_done(slot, UCS_OK);
+  maybe_release(slot);
+}
 
-  using RecvHandler = void (UcxTransport::*)(Slot*, ucs_status_t, size_t);
+void UcxTransport::post_recv(int peer, const FrameHeader& expected, void* dst, Request* req) {
+  req->state = Request::State::kPending;
+  if (Status s = check_peer(peer); !s.ok()) return finish_request(req, std::move(s));
+  Peer& pr = peers_[static_cast<size_t>(peer)];
+  Slot* slot = take_slot(peer, req);
+  slot->seq = pr.recv_seq++;
+  slot->expected = expected;
+  slot->dst = dst;
+  slot->buf.resize(kHeadBytes);
+  recv_part(slot, slot->buf.data(), kHeadBytes, make_tag(peer, TagKind::kHead, slot->seq),
+            &UcxTransport::on_head);
+  maybe_release(slot);
+}
 
-  void recv_part(Slot* slot, void* dst, size_t bytes, uint64_t tag, RecvHandler handler) {
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    prm.cb.recv = handler == &UcxTransport::on_head ? &UcxTransport::on_recv_head : &UcxTransport::on_recv_payload;
-    prm.user_data = slot;
-    prm.datatype = ucp_dt_make_contig(1);
-    // Always through the callback: UCX 1.13 completes a receive of an already
-    // waiting message at once without reporting its length in recv_info.tag_info.
-    prm.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &prm);
-    if (UCS_PTR_IS_ERR(r)) return (this->*handler)(slot, UCS_PTR_STATUS(r), 0);
-    part_started(slot, r);
-  }
-
-  static void on_recv_head(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
-    auto* slot = static_cast<Slot*>(user);
-    UcxTransport* t = slot->transport;
-    t->part_returned(slot, request);
-    ucp_request_free(request);
-    t->on_head(slot, status, status == UCS_OK ? info->length : 0);
-    t->maybe_release(slot);
-  }
-
-  static void on_recv_payload(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
-    auto* slot = static_cast<Slot*>(user);
-    UcxTransport* t = slot->transport;
-    t->part_returned(slot, request);
-    ucp_request_free(request);
-    t->on_payload(slot, status, status == UCS_OK ? info->length : 0);
-    t->maybe_release(slot);
-  }
-
-  void on_head(Slot* slot, ucs_status_t status, size_t length) {
-    if (!slot->req) return;
-    if (status != UCS_OK) return fail_from_ucx(slot, status, "receiving from");
-    const int peer = slot->peer;
-    auto decoded = decode_frame_header(slot->buf.data(), length);
-    if (!decoded.ok()) {
-      return fail_peer(peer,
-                       Status(ErrorCode::kTransport, context(peer),
-                              "corrupt frame from rank " + std::to_string(peer) + ": " + decoded.status().message() +
-                                  "; closing the endpoint"),
-                       true);
+void UcxTransport::progress(Deadline until) {
+  if (!worker_) return;
+  const uint64_t before = completions_;
+  auto spin_until = Clock::now() + spin_;
+  for (;;) {
+    while (ucp_worker_progress(worker_) != 0) {
     }
-    const FrameHeader& got = decoded.value();
-    ErrorContext ctx = context(peer);
-    ctx.op_seq = slot->expected.op_seq;
-    if (Status s = match_frame(slot->expected, got, ctx); !s.ok()) return fail_peer(peer, std::move(s), true);
-    if (got.payload_bytes <= kInlinePayload) {
-      if (length != kFrameHeaderBytes + got.payload_bytes) {
-        return fail_peer(peer,
-                         Status(ErrorCode::kTransport, ctx,
-                                "truncated frame from rank " + std::to_string(peer) + ": " + describe_frame(got) +
-                                    " arrived as " + std::to_string(length) + " bytes"),
-                         true);
-      }
-      if (got.payload_bytes > 0) std::memcpy(slot->dst, slot->buf.data() + kFrameHeaderBytes, got.payload_bytes);
-      bytes_received_ += length;
-      return settle(slot, Status());
+    if (completions_ != before || until.expired()) return;
+    if (Clock::now() < spin_until) {
+      sched_yield();  // an oversubscribed host runs the peer we wait for
+      continue;
     }
-    slot->head_done = true;
-    slot->wire_bytes = got.payload_bytes;
-    recv_part(slot, slot->dst, got.payload_bytes, make_tag(peer, TagKind::kPayload, slot->seq),
-              &UcxTransport::on_payload);
+    // Nothing moved for a while: sleep on the worker's event fd.
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;
+    const auto wait = std::min<Clock::duration>(until.remaining(), std::chrono::milliseconds(10));
+    const int ms = static_cast<int>(
+        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
+    if (armed == UCS_OK && efd_ >= 0) {
+      pollfd pfd{efd_, POLLIN, 0};
+      ::poll(&pfd, 1, ms);
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    spin_until = Clock::now() + spin_;
   }
+}
 
-  void on_payload(Slot* slot, ucs_status_t status, size_t length) {
-    if (!slot->req) return;
-    if (status != UCS_OK) return fail_from_ucx(slot, status, "receiving from");
-    if (length != slot->wire_bytes) {
-      return fail_peer(slot->peer,
-                       Status(ErrorCode::kTransport, context(slot->peer),
-                              "payload from rank " + std::to_string(slot->peer) + " was " + std::to_string(length) +
-                                  " bytes, its header said " + std::to_string(slot->wire_bytes)),
-                       true);
+void UcxTransport::abort(const Status& why) {
+  if (aborted_) return;
+  aborted_ = true;
+  for (int p = 0; p < size_; ++p) fail_peer(p, why, /*log=*/false);
+  teardown();
+}
+
+void UcxTransport::break_link(int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return;
+  fail_peer(peer,
+            Status(ErrorCode::kTransport, context(peer),
+                   "link to rank " + std::to_string(peer) + " closed by fault injection"),
+            /*log=*/true);
+}
+
+Status UcxTransport::check_peer(int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[static_cast<size_t>(peer)].ep) {
+    return Status(ErrorCode::kInternal, context(peer),
+                  "no UCX endpoint to rank " + std::to_string(peer));
+  }
+  return peers_[static_cast<size_t>(peer)].error;
+}
+
+UcxTransport::Slot* UcxTransport::take_slot(int peer, Request* req) {
+  std::unique_ptr<Slot> s;
+  if (!free_.empty()) {
+    s = std::move(free_.back());
+    free_.pop_back();
+  } else {
+    s = std::make_unique<Slot>();
+  }
+  Slot* raw = s.get();
+  raw->transport = this;
+  raw->req = req;
+  raw->peer = peer;
+  raw->parts = 0;
+  raw->ucx[0] = raw->ucx[1] = nullptr;
+  raw->error = Status();
+  raw->head_done = false;
+  raw->posting = false;
+  raw->live = true;
+  raw->wire_bytes = 0;
+  raw->buffered = 0;
+  raw->is_send = false;
+  live_.push_back(std::move(s));
+  return raw;
+}
+
+void UcxTransport::finish_request(Request* req, Status s) {
+  if (s.ok()) {
+    req->state = Request::State::kDone;
+  } else {
+    req->status = std::move(s);
+    req->state = Request::State::kFailed;
+  }
+  ++completions_;
+}
+
+// Finishes the slot's request (once) with `s`.
+void UcxTransport::settle(Slot* slot, Status s) {
+  if (!slot->req) return;
+  Request* req = slot->req;
+  slot->req = nullptr;
+  finish_request(req, std::move(s));
+}
+
+// Returns a slot whose request is settled and whose UCX parts are all back to the pool.
+void UcxTransport::maybe_release(Slot* slot) {
+  if (slot->req || slot->parts > 0 || !slot->live) return;
+  if (slot->buffered > 0) {
+    peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
+    slot->buffered = 0;
+  }
+  slot->live = false;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (live_[i].get() == slot) {
+      free_.push_back(std::move(live_[i]));
+      live_[i] = std::move(live_.back());
+      live_.pop_back();
+      break;
     }
-    bytes_received_ += kFrameHeaderBytes + length;
+  }
+}
+
+void UcxTransport::part_started(Slot* slot, void* handle) {
+  slot->ucx[slot->ucx[0] ? 1 : 0] = handle;
+  ++slot->parts;
+}
+void UcxTransport::part_returned(Slot* slot, void* handle) {
+  if (slot->ucx[0] == handle) slot->ucx[0] = nullptr;
+  if (slot->ucx[1] == handle) slot->ucx[1] = nullptr;
+  --slot->parts;
+}
+
+void UcxTransport::send_part(Slot* slot, ucp_ep_h ep, const void* data, size_t bytes,
+                             uint64_t tag) {
+  if (!slot->req) return;  // an earlier part already failed
+  ucp_request_param_t prm{};
+  prm.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  prm.cb.send = &UcxTransport::on_send;
+  prm.user_data = slot;
+  prm.datatype = ucp_dt_make_contig(1);
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep, data, bytes, tag, &prm);
+  if (r == nullptr) return send_done(slot, UCS_OK);
+  if (UCS_PTR_IS_ERR(r)) return send_done(slot, UCS_PTR_STATUS(r));
+  part_started(slot, r);
+}
+
+void UcxTransport::on_send(void* request, ucs_status_t status, void* user) {
+  auto* slot = static_cast<Slot*>(user);
+  UcxTransport* t = slot->transport;
+  t->part_returned(slot, request);
+  ucp_request_free(request);
+  if (slot->parts == 0 && slot->buffered > 0) {
+    t->peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
+    slot->buffered = 0;
+  }
+  t->send_done(slot, status);
+  t->maybe_release(slot);
+}
+
+void UcxTransport::send_done(Slot* slot, ucs_status_t status) {
+  if (status != UCS_OK) {
+    return fail_from_ucx(slot, status, "sending to");
+  }
+  if (slot->parts == 0 && !slot->posting && slot->req) {
+    bytes_sent_ += slot->wire_bytes;
     settle(slot, Status());
   }
+}
 
-  // A UCX operation failed: the endpoint is unusable (UCX fails everything on
-  // it), so the whole peer is.
-  void fail_from_ucx(Slot* slot, ucs_status_t status, const char* what) {
-    if (status == UCS_ERR_CANCELED) return settle(slot, Status(ErrorCode::kAborted, context(slot->peer), "cancelled"));
-    fail_peer(slot->peer,
-              Status(ErrorCode::kTransport, context(slot->peer),
-                     std::string(what) + " rank " + std::to_string(slot->peer) + " failed in UCX: " + ucs_error(status)),
-              true);
+void UcxTransport::recv_part(Slot* slot, void* dst, size_t bytes, uint64_t tag,
+                             RecvHandler handler) {
+  ucp_request_param_t prm{};
+  prm.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  prm.cb.recv = handler == &UcxTransport::on_head ? &UcxTransport::on_recv_head
+                                                  : &UcxTransport::on_recv_payload;
+  prm.user_data = slot;
+  prm.datatype = ucp_dt_make_contig(1);
+  // Always through the callback: UCX 1.13 completes a receive of an already
+  // waiting message at once without reporting its length in recv_info.tag_info.
+  prm.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &prm);
+  if (UCS_PTR_IS_ERR(r)) return (this->*handler)(slot, UCS_PTR_STATUS(r), 0);
+  part_started(slot, r);
+}
+
+void UcxTransport::on_recv_head(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                                void* user) {
+  auto* slot = static_cast<Slot*>(user);
+  UcxTransport* t = slot->transport;
+  t->part_returned(slot, request);
+  ucp_request_free(request);
+  t->on_head(slot, status, status == UCS_OK ? info->length : 0);
+  t->maybe_release(slot);
+}
+
+void UcxTransport::on_recv_payload(void* request, ucs_status_t status,
+                                   const ucp_tag_recv_info_t* info, void* user) {
+  auto* slot = static_cast<Slot*>(user);
+  UcxTransport* t = slot->transport;
+  t->part_returned(slot, request);
+  ucp_request_free(request);
+  t->on_payload(slot, status, status == UCS_OK ? info->length : 0);
+  t->maybe_release(slot);
+}
+
+void UcxTransport::on_head(Slot* slot, ucs_status_t status, size_t length) {
+  if (!slot->req) return;
+  if (status != UCS_OK) return fail_from_ucx(slot, status, "receiving from");
+  const int peer = slot->peer;
+  auto decoded = decode_frame_header(slot->buf.data(), length);
+  if (!decoded.ok()) {
+    return fail_peer(peer,
+                     Status(ErrorCode::kTransport, context(peer),
+                            "corrupt frame from rank " + std::to_string(peer) + ": " +
+                                decoded.status().message() + "; closing the endpoint"),
+                     true);
   }
-
-  static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
-    auto* pr = static_cast<Peer*>(arg);
-    UcxTransport* t = pr->transport;
-    t->fail_peer(pr->index,
-                 Status(ErrorCode::kTransport, t->context(pr->index),
-                        "UCX reports the endpoint to rank " + std::to_string(pr->index) + " failed (" + ucs_error(status) +
-                            "): rank " + std::to_string(pr->index) + " closed it (it aborted the epoch, or its process is gone)"),
-                 true);
-  }
-
-  // Every request on `peer` fails with `why`; later ones fail at once.
-  // Posted receives are cancelled so UCX writes nothing more into them.
-  void fail_peer(int peer, Status why, bool log) {
-    Peer& pr = peers_[static_cast<size_t>(peer)];
-    if (!pr.error.ok() || peer == rank_) return;
-    if (log) RCOLL_LOG(kInfo, "%s", why.to_string().c_str());
-    pr.error = why;
-    std::vector<Slot*> mine;
-    for (auto& s : live_) {
-      if (s->peer == peer) mine.push_back(s.get());
+  const FrameHeader& got = decoded.value();
+  ErrorContext ctx = context(peer);
+  ctx.op_seq = slot->expected.op_seq;
+  if (Status s = match_frame(slot->expected, got, ctx); !s.ok())
+    return fail_peer(peer, std::move(s), true);
+  if (got.payload_bytes <= kInlinePayload) {
+    if (length != kFrameHeaderBytes + got.payload_bytes) {
+      return fail_peer(
+          peer,
+          Status(ErrorCode::kTransport, ctx,
+                 "truncated frame from rank " + std::to_string(peer) + ": " + describe_frame(got) +
+                     " arrived as " + std::to_string(length) + " bytes"),
+          true);
     }
-    for (Slot* s : mine) {
-      settle(s, why);
-      // Receives are cancelled. Sends are not: the peer may already hold the
-      // rendezvous and copy the payload out of this process at any moment, so
-      // the memory stays as it is until UCX hands the send back (or the
-      // transport is destroyed). Cancelling one let the slot be reused while
-      // the peer still read it: the peer's receive completed with garbage.
-      if (s->is_send) continue;
-      for (void* h : s->ucx) {
-        if (h && worker_) ucp_request_cancel(worker_, h);
-      }
-    }
-    for (Slot* s : mine) maybe_release(s);
+    if (got.payload_bytes > 0)
+      std::memcpy(slot->dst, slot->buf.data() + kFrameHeaderBytes, got.payload_bytes);
+    bytes_received_ += length;
+    return settle(slot, Status());
   }
+  slot->head_done = true;
+  slot->wire_bytes = got.payload_bytes;
+  recv_part(slot, slot->dst, got.payload_bytes, make_tag(peer, TagKind::kPayload, slot->seq),
+            &UcxTransport::on_payload);
+}
 
-  // Progresses the worker until every endpoint-close request in `closing` is
-  // done (and frees it) or `bound` passes; what is left stays in `closing`.
-  void settle_closes(std::vector<void*>* closing, Deadline bound) {
-    while (!closing->empty() && !bound.expired()) {
-      ucp_worker_progress(worker_);
-      std::erase_if(*closing, [](void* r) {
-        if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
-        ucp_request_free(r);
-        return true;
-      });
+void UcxTransport::on_payload(Slot* slot, ucs_status_t status, size_t length) {
+  if (!slot->req) return;
+  if (status != UCS_OK) return fail_from_ucx(slot, status, "receiving from");
+  if (length != slot->wire_bytes) {
+    return fail_peer(slot->peer,
+                     Status(ErrorCode::kTransport, context(slot->peer),
+                            "payload from rank " + std::to_string(slot->peer) + " was " +
+                                std::to_string(length) + " bytes, its header said " +
+                                std::to_string(slot->wire_bytes)),
+                     true);
+  }
+  bytes_received_ += kFrameHeaderBytes + length;
+  settle(slot, Status());
+}
+
+// A UCX operation failed: the endpoint is unusable (UCX fails everything on
+// it), so the whole peer is.
+void UcxTransport::fail_from_ucx(Slot* slot, ucs_status_t status, const char* what) {
+  if (status == UCS_ERR_CANCELED)
+    return settle(slot, Status(ErrorCode::kAborted, context(slot->peer), "cancelled"));
+  fail_peer(slot->peer,
+            Status(ErrorCode::kTransport, context(slot->peer),
+                   std::string(what) + " rank " + std::to_string(slot->peer) +
+                       " failed in UCX: " + ucs_error(status)),
+            true);
+}
+
+void UcxTransport::on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* pr = static_cast<Peer*>(arg);
+  UcxTransport* t = pr->transport;
+  t->fail_peer(pr->index,
+               Status(ErrorCode::kTransport, t->context(pr->index),
+                      "UCX reports the endpoint to rank " + std::to_string(pr->index) +
+                          " failed (" + ucs_error(status) + "): rank " + std::to_string(pr->index) +
+                          " closed it (it aborted the epoch, or its process is gone)"),
+               true);
+}
+
+// Every request on `peer` fails with `why`; later ones fail at once.
+// Posted receives are cancelled so UCX writes nothing more into them.
+void UcxTransport::fail_peer(int peer, Status why, bool log) {
+  Peer& pr = peers_[static_cast<size_t>(peer)];
+  if (!pr.error.ok() || peer == rank_) return;
+  if (log) RCOLL_LOG(kInfo, "%s", why.to_string().c_str());
+  pr.error = why;
+  std::vector<Slot*> mine;
+  for (auto& s : live_) {
+    if (s->peer == peer) mine.push_back(s.get());
+  }
+  for (Slot* s : mine) {
+    settle(s, why);
+    // Receives are cancelled. Sends are not: the peer may already hold the
+    // rendezvous and copy the payload out of this process at any moment, so
+    // the memory stays as it is until UCX hands the send back (or the
+    // transport is destroyed). Cancelling one let the slot be reused while
+    // the peer still read it: the peer's receive completed with garbage.
+    if (s->is_send) continue;
+    for (void* h : s->ucx) {
+      if (h && worker_) ucp_request_cancel(worker_, h);
     }
   }
+  for (Slot* s : mine) maybe_release(s);
+}
 
-  void flush_close() {
-    if (!worker_) return;
-    std::vector<void*> closing;
-    for (auto& pr : peers_) {
-      if (!pr.ep || !pr.error.ok()) continue;
-      ucp_request_param_t prm{};  // no flags: flush, then close
+// Progresses the worker until every endpoint-close request in `closing` is
+// done (and frees it) or `bound` passes; what is left stays in `closing`.
+void UcxTransport::settle_closes(std::vector<void*>* closing, Deadline bound) {
+  while (!closing->empty() && !bound.expired()) {
+    ucp_worker_progress(worker_);
+    std::erase_if(*closing, [](void* r) {
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+      ucp_request_free(r);
+      return true;
+    });
+  }
+}
+
+void UcxTransport::flush_close() {
+  if (!worker_) return;
+  std::vector<void*> closing;
+  for (auto& pr : peers_) {
+    if (!pr.ep || !pr.error.ok()) continue;
+    ucp_request_param_t prm{};  // no flags: flush, then close
+    ucs_status_ptr_t r = ucp_ep_close_nbx(pr.ep, &prm);
+    pr.ep = nullptr;
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+  }
+  settle_closes(&closing, Deadline::after(kFlushBound));
+  if (!closing.empty()) {
+    RCOLL_LOG(kInfo,
+              "ucx epoch %u: %zu endpoint(s) did not flush within %lld ms on close; closing anyway",
+              epoch_, closing.size(), static_cast<long long>(kFlushBound.count()));
+    for (void* r : closing) ucp_request_free(r);
+  }
+}
+
+// Closes the endpoints and destroys the worker. Peer mode force-closes the
+// endpoints (which completes every send UCX holds with UCS_ERR_CANCELED);
+// without peer error handling UCX cannot force-close, so destroying the
+// worker is what releases them.
+void UcxTransport::teardown() {
+  if (!worker_) return;
+  std::vector<void*> closing;
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    Peer& pr = peers_[p];
+    if (!pr.ep) continue;
+    if (mode_ == UcxErrorMode::kPeer) {
+      ucp_request_param_t prm{};
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t r = ucp_ep_close_nbx(pr.ep, &prm);
-      pr.ep = nullptr;
       if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
     }
-    settle_closes(&closing, Deadline::after(kFlushBound));
-    if (!closing.empty()) {
-      RCOLL_LOG(kInfo, "ucx epoch %u: %zu endpoint(s) did not flush within %lld ms on close; closing anyway", epoch_,
-                closing.size(), static_cast<long long>(kFlushBound.count()));
-      for (void* r : closing) ucp_request_free(r);
-    }
+    pr.ep = nullptr;
   }
-
-  // Closes the endpoints and destroys the worker. Peer mode force-closes the
-  // endpoints (which completes every send UCX holds with UCS_ERR_CANCELED);
-  // without peer error handling UCX cannot force-close, so destroying the
-  // worker is what releases them.
-  void teardown() {
-    if (!worker_) return;
-    std::vector<void*> closing;
-    for (size_t p = 0; p < peers_.size(); ++p) {
-      Peer& pr = peers_[p];
-      if (!pr.ep) continue;
-      if (mode_ == UcxErrorMode::kPeer) {
-        ucp_request_param_t prm{};
-        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        ucs_status_ptr_t r = ucp_ep_close_nbx(pr.ep, &prm);
-        if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
-      }
-      pr.ep = nullptr;
-    }
-    settle_closes(&closing, Deadline::after(std::chrono::milliseconds(500)));
-    for (int i = 0; i < 64; ++i) {
-      if (ucp_worker_progress(worker_) == 0) break;
-    }
-    // Operations UCX still holds (sends to a peer that stopped reading): hand
-    // them back, so the worker's destruction releases them without a callback.
-    size_t abandoned = 0;
-    for (auto& slot : live_) {
-      for (void*& h : slot->ucx) {
-        if (h) {
-          ucp_request_free(h);
-          ++abandoned;
-        }
-        h = nullptr;
-      }
-      slot->parts = 0;
-    }
-    if (abandoned > 0) {
-      // UCX warns about each such request when the worker goes; they are
-      // abandoned on purpose, so say it once here instead.
-      RCOLL_LOG(kDebug, "ucx epoch %u: releasing %zu transfer(s) abandoned by the abort", epoch_, abandoned);
-      char level[32] = "";
-      const bool saved = ucs_global_opts_get_value("LOG_LEVEL", level, sizeof(level)) == UCS_OK;
-      (void)ucs_global_opts_set_value("LOG_LEVEL", "error");
-      ucp_worker_destroy(worker_);
-      if (saved) (void)ucs_global_opts_set_value("LOG_LEVEL", level);
-    } else {
-      ucp_worker_destroy(worker_);
-    }
-    worker_ = nullptr;
-    // A peer that has not aborted yet may still copy a payload out of a send
-    // slot (shared-memory rendezvous reads this process's memory directly):
-    // keep their memory until the transport is destroyed, which the runtime
-    // does only once every rank has aborted this epoch (after the ledgers).
-    for (auto& slot : live_) retired_.push_back(std::move(slot));
-    live_.clear();
+  settle_closes(&closing, Deadline::after(std::chrono::milliseconds(500)));
+  for (int i = 0; i < 64; ++i) {
+    if (ucp_worker_progress(worker_) == 0) break;
   }
-
-  int rank_;
-  int size_;
-  uint32_t epoch_;
-  UcxErrorMode mode_;
-  std::shared_ptr<UcxContext> context_;
-  ucp_worker_h worker_ = nullptr;
-  int efd_ = -1;
-  std::vector<Peer> peers_;
-  std::vector<std::unique_ptr<Slot>> live_;
-  std::vector<std::unique_ptr<Slot>> free_;
-  std::vector<std::unique_ptr<Slot>> retired_;  // slots live at abort (see teardown)
-  uint64_t completions_ = 0;
-  uint64_t bytes_sent_ = 0;
-  uint64_t bytes_received_ = 0;
-  bool aborted_ = false;
-  std::chrono::microseconds spin_;
-  size_t buffered_capacity_;  // per peer
-};
+  // Operations UCX still holds (sends to a peer that stopped reading): hand
+  // them back, so the worker's destruction releases them without a callback.
+  size_t abandoned = 0;
+  for (auto& slot : live_) {
+    for (void*& h : slot->ucx) {
+      if (h) {
+        ucp_request_free(h);
+        ++abandoned;
+      }
+      h = nullptr;
+    }
+    slot->parts = 0;
+  }
+  if (abandoned > 0) {
+    // UCX warns about each such request when the worker goes; they are
+    // abandoned on purpose, so say it once here instead.
+    RCOLL_LOG(kDebug, "ucx epoch %u: releasing %zu transfer(s) abandoned by the abort", epoch_,
+              abandoned);
+    char level[32] = "";
+    const bool saved = ucs_global_opts_get_value("LOG_LEVEL", level, sizeof(level)) == UCS_OK;
+    (void)ucs_global_opts_set_value("LOG_LEVEL", "error");
+    ucp_worker_destroy(worker_);
+    if (saved) (void)ucs_global_opts_set_value("LOG_LEVEL", level);
+  } else {
+    ucp_worker_destroy(worker_);
+  }
+  worker_ = nullptr;
+  // A peer that has not aborted yet may still copy a payload out of a send
+  // slot (shared-memory rendezvous reads this process's memory directly):
+  // keep their memory until the transport is destroyed, which the runtime
+  // does only once every rank has aborted this epoch (after the ledgers).
+  for (auto& slot : live_) retired_.push_back(std::move(slot));
+  live_.clear();
+}
 
 Status UcxTransport::start(const UcxConnectParams& p, const std::string& tls) {
   auto ctx = UcxContext::get(tls);
@@ -608,192 +543,9 @@ Status UcxTransport::start(const UcxConnectParams& p, const std::string& tls) {
   return Status();
 }
 
-// Publishes this worker's address, creates an endpoint to every peer and
-// exchanges hellos with each, so that every pair is wired up and of one job.
-Status UcxTransport::wire_up(const UcxConnectParams& p) {
-  ucp_address_t* addr = nullptr;
-  size_t addr_len = 0;
-  if (ucs_status_t s = ucp_worker_get_address(worker_, &addr, &addr_len); s != UCS_OK) {
-    return Status(ErrorCode::kTransport, context(-1), "ucp_worker_get_address failed: " + ucs_error(s));
-  }
-  const std::string prefix = p.key_prefix.empty() ? "ucx/" + std::to_string(epoch_) + "/" : p.key_prefix;
-  Bytes mine(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addr_len);
-  ucp_worker_release_address(worker_, addr);
-  if (Status s = p.store->set(prefix + std::to_string(rank_), mine); !s.ok()) {
-    return Status(s.code(), context(-1), "publishing the UCX address of epoch " + std::to_string(epoch_) + ": " + s.message());
-  }
-  const ucp_err_handling_mode_t err_mode =
-      mode_ == UcxErrorMode::kPeer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
-    Result<Bytes> theirs = Status(ErrorCode::kTimeout, "");
-    for (;;) {
-      const auto slice = std::min<Millis>(p.deadline.remaining_ms(), Millis(100));
-      theirs = p.store->get(prefix + std::to_string(q), slice);
-      if (theirs.ok() || theirs.status().code() != ErrorCode::kTimeout) break;
-      if (p.deadline.expired() || (p.cancelled && p.cancelled())) break;
-    }
-    if (!theirs.ok()) {
-      const bool timed_out = theirs.status().code() == ErrorCode::kTimeout;
-      return Status(timed_out ? ErrorCode::kPeerUnreachable : theirs.status().code(), context(q),
-                    "rank " + std::to_string(q) + " did not publish its UCX address for epoch " + std::to_string(epoch_) +
-                        (timed_out ? " in time" : ": " + theirs.status().message()));
-    }
-    Peer& pr = peers_[static_cast<size_t>(q)];
-    pr.index = q;
-    pr.transport = this;
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t*>(theirs.value().data());
-    ep.err_mode = err_mode;
-    if (err_mode == UCP_ERR_HANDLING_MODE_PEER) {
-      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.err_handler.cb = &UcxTransport::on_ep_error;
-      ep.err_handler.arg = &pr;
-    }
-    if (ucs_status_t s = ucp_ep_create(worker_, &ep, &pr.ep); s != UCS_OK) {
-      pr.ep = nullptr;
-      return Status(ErrorCode::kPeerUnreachable, context(q),
-                    "UCX cannot reach rank " + std::to_string(q) + " (ucp_ep_create: " + ucs_error(s) +
-                        "; error mode " + to_string(mode_) + ", UCX_TLS=" +
-                        (std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "<rcoll default>") + ")");
-    }
-  }
+}  // namespace ucx
 
-  // Hellos: one each way per pair, carrying rank, world size, epoch and the job token's hash.
-  FrameHeader hello;
-  hello.type = FrameType::kHello;
-  hello.epoch = epoch_;
-  hello.root = rank_;
-  hello.count = static_cast<uint64_t>(size_);
-  hello.op_seq = job_token_hash(p.job_token);
-  const FrameBytes out = encode(hello);
-  struct Pending {
-    void* handle = nullptr;
-    bool done = false;
-    ucs_status_t status = UCS_OK;
-    FrameBytes in{};
-    size_t length = 0;
-  };
-  std::vector<Pending> sends(static_cast<size_t>(size_)), recvs(static_cast<size_t>(size_));
-  auto on_send_done = [](void* req, ucs_status_t st, void* user) {
-    auto* pd = static_cast<Pending*>(user);
-    pd->done = true;
-    pd->status = st;
-    ucp_request_free(req);
-    pd->handle = nullptr;
-  };
-  auto on_recv_done = [](void* req, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
-    auto* pd = static_cast<Pending*>(user);
-    pd->done = true;
-    pd->status = st;
-    pd->length = st == UCS_OK ? info->length : 0;
-    ucp_request_free(req);
-    pd->handle = nullptr;
-  };
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
-    const size_t i = static_cast<size_t>(q);
-    ucp_request_param_t rp{};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    rp.cb.recv = on_recv_done;
-    rp.user_data = &recvs[i];
-    rp.datatype = ucp_dt_make_contig(1);
-    rp.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, recvs[i].in.data(), recvs[i].in.size(), make_tag(q, TagKind::kHello, 0),
-                                          ~uint64_t{0}, &rp);
-    if (UCS_PTR_IS_ERR(r)) {
-      recvs[i].done = true;
-      recvs[i].status = UCS_PTR_STATUS(r);
-    } else {
-      recvs[i].handle = r;
-    }
-    ucp_request_param_t sp{};
-    sp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    sp.cb.send = on_send_done;
-    sp.user_data = &sends[i];
-    sp.datatype = ucp_dt_make_contig(1);
-    ucs_status_ptr_t s = ucp_tag_send_nbx(peers_[i].ep, out.data(), out.size(), make_tag(rank_, TagKind::kHello, 0), &sp);
-    if (s == nullptr || UCS_PTR_IS_ERR(s)) {
-      sends[i].done = true;
-      sends[i].status = s == nullptr ? UCS_OK : UCS_PTR_STATUS(s);
-    } else {
-      sends[i].handle = s;
-    }
-  }
-  auto all_done = [&] {
-    for (int q = 0; q < size_; ++q) {
-      if (q != rank_ && (!sends[static_cast<size_t>(q)].done || !recvs[static_cast<size_t>(q)].done)) return false;
-    }
-    return true;
-  };
-  auto next_check = Clock::now();
-  Status outcome;
-  while (!all_done()) {
-    if (ucp_worker_progress(worker_) != 0) continue;
-    if (p.deadline.expired()) {
-      outcome = Status(ErrorCode::kPeerUnreachable, context(-1), "");
-      break;
-    }
-    if (Clock::now() >= next_check) {
-      next_check = Clock::now() + std::chrono::milliseconds(50);
-      if (p.cancelled && p.cancelled()) {
-        outcome = Status(ErrorCode::kAborted, context(-1), "connect of epoch " + std::to_string(epoch_) + " cancelled: another rank gave up on it");
-        break;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  // What failed, by peer; then release anything still outstanding.
-  std::string missing;
-  for (int q = 0; q < size_ && outcome.ok(); ++q) {
-    if (q == rank_) continue;
-    const Pending& s = sends[static_cast<size_t>(q)];
-    const Pending& r = recvs[static_cast<size_t>(q)];
-    if (s.status != UCS_OK || r.status != UCS_OK) {
-      outcome = Status(ErrorCode::kPeerUnreachable, context(q),
-                       "UCX hello with rank " + std::to_string(q) + " failed: " + ucs_error(s.status != UCS_OK ? s.status : r.status));
-      break;
-    }
-    auto h = decode_frame_header(r.in.data(), r.length);
-    if (!h.ok() || h.value().type != FrameType::kHello || h.value().root != q || h.value().epoch != epoch_ ||
-        h.value().count != static_cast<uint64_t>(size_) || h.value().op_seq != hello.op_seq) {
-      RCOLL_LOG(kWarn, "ucx epoch %u: refused the hello that came as rank %d: %s", epoch_, q,
-                !h.ok() ? h.status().message().c_str() : "wrong rank, world size, epoch or job token (a process of another job?)");
-      outcome = Status(ErrorCode::kPeerUnreachable, context(q),
-                       "the UCX hello from rank " + std::to_string(q) + " was refused (wrong job token, epoch or world size)");
-    }
-  }
-  if (!outcome.ok() && outcome.message().empty()) {
-    for (int q = 0; q < size_; ++q) {
-      if (q != rank_ && !recvs[static_cast<size_t>(q)].done) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-    }
-    outcome = Status(ErrorCode::kPeerUnreachable, context(-1),
-                     "UCX wire-up of epoch " + std::to_string(epoch_) + " timed out: no hello from rank(s) " + missing);
-  }
-  for (auto* list : {&sends, &recvs}) {
-    for (Pending& pd : *list) {
-      if (pd.handle) ucp_request_cancel(worker_, pd.handle);
-    }
-  }
-  const Deadline bound = Deadline::after(std::chrono::milliseconds(200));
-  auto any_pending = [&] {
-    for (auto* list : {&sends, &recvs}) {
-      for (Pending& pd : *list) {
-        if (pd.handle) return true;
-      }
-    }
-    return false;
-  };
-  while (any_pending() && !bound.expired()) ucp_worker_progress(worker_);
-  if (any_pending()) {
-    // Sends UCX cannot cancel: the worker's destruction releases them, and the
-    // callbacks must not find the Pending gone. Destroy the worker now.
-    abort(outcome.ok() ? Status(ErrorCode::kInternal, "hello not finished") : outcome);
-    if (outcome.ok()) outcome = Status(ErrorCode::kPeerUnreachable, context(-1), "UCX hellos did not complete");
-  }
-  return outcome;
-}
+namespace {
 
 // rcoll's defaults when the user set no UCX_TLS: shared memory on one host
 // (peer error handling needs a wire with peer-failure support, so tcp joins
@@ -810,7 +562,8 @@ Result<std::unique_ptr<Transport>> connect_ucx_transport(const UcxConnectParams&
   UcxErrorMode mode = p.error_mode;
   if (mode == UcxErrorMode::kAuto) mode = p.one_host ? UcxErrorMode::kNone : UcxErrorMode::kPeer;
   const int spin = static_cast<int>(p.spin.count());
-  auto t = std::make_unique<UcxTransport>(p.rank, p.size, p.epoch, mode, p.spin, p.buffered_send_bytes);
+  auto t = std::make_unique<ucx::UcxTransport>(p.rank, p.size, p.epoch, mode, p.spin,
+                                               p.buffered_send_bytes);
   const std::string tls = default_tls(p.one_host, mode);
   if (Status s = t->start(p, tls); !s.ok()) return s;
   if (p.size > 1) {
