@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -61,15 +62,21 @@ class CommunicatorImpl : public ProgressGuard {
 
  private:
   CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain);
+  // Polled while a connect waits for the other ranks: true ends the wait at
+  // once (a recovery's peer died or gave up). May be empty.
+  using Abandon = std::function<bool()>;
   // Connects the data plane of `epoch` on the chain's current transport,
   // falling back down the chain (by agreement of every rank) when a connect fails.
-  Status connect_epoch(uint32_t epoch, Deadline deadline);
+  Status connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon = {});
   // One transport's connect for one epoch (fault injection included).
-  Result<std::unique_ptr<Transport>> open_transport(const std::string& name, uint32_t epoch, Deadline deadline,
-                                                    const std::string& failed_key);
+  Result<std::unique_ptr<Transport>> open_transport(const std::string& name, uint32_t epoch,
+                                                    Deadline deadline,
+                                                    const std::string& failed_key,
+                                                    const Abandon& abandon);
   // Publishes this rank's connect outcome and learns whether every rank
   // connected: OK, or the first failure some rank reported.
-  Status agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline);
+  Status agree_connect(const std::string& name, uint32_t epoch, const Status& mine,
+                       Deadline deadline, const Abandon& abandon);
   // At creation, before any transport: every rank publishes the settings all
   // ranks must share (settings_every_rank_shares) and compares them with rank
   // 0's. A difference is kInvalidArgument on every rank, naming the setting,
@@ -204,6 +211,7 @@ class CommunicatorImpl : public ProgressGuard {
   Result<ResumePlan> recover(const Status& cause);
   struct RecoveryRound;
   Status announce_and_publish(const RecoveryRound& round, const Status& cause);
+  Status recovery_interrupted(const RecoveryRound& round, const std::vector<int>& awaited);
   Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round);
   Status adopt_ballots(const RecoveryRound& round);
   // recover() then replay_completed(), again while the replays themselves fail.
@@ -217,6 +225,9 @@ class CommunicatorImpl : public ProgressGuard {
   bool epoch_failed_elsewhere();
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
   void inject_before(const Op& op, AlgoContext& ctx, size_t slices);
+  // Kills this rank at `step` ("ledgers", "connect") of a recovery during op `op_seq`, if a fault
+  // says so.
+  void inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch, const char* step);
   static bool recoverable(const Status& s);
   // A failure no recovery can fix (a desync, mismatched sizes): tell the peers,
   // so their recoveries end at once with the same diagnosis.

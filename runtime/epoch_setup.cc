@@ -19,7 +19,7 @@
 
 namespace rcoll {
 
-Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
+Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon) {
   if (!store_) {
     // Every rank takes the next instance number of this communicator name,
     // so a store shared by several communicators (or by successive ones with
@@ -42,7 +42,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   for (;;) {
     const std::string name = chain_.current();
     const std::string failed_key = keys::connect_failed(epoch, name);
-    auto t = open_transport(name, epoch, deadline, failed_key);
+    auto t = open_transport(name, epoch, deadline, failed_key, abandon);
     for (const Fault& f : faults_) {
       if (t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch && (f.rank == -1 || f.rank == rank_)) {
         RCOLL_LOG(kWarn, "fault injection: every frame this rank receives over %s in epoch %u arrives %lld us late (link-latency)",
@@ -53,7 +53,8 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
     // With nowhere to fall back to, a failed connect is the answer; otherwise
     // every rank learns whether all connected, and all fall back together.
     Status outcome = t.ok() ? Status() : t.status();
-    if (chain_.has_next() && size_ > 1) outcome = agree_connect(name, epoch, outcome, deadline);
+    if (chain_.has_next() && size_ > 1)
+      outcome = agree_connect(name, epoch, outcome, deadline, abandon);
     if (outcome.ok()) {
       retire_transport();
       transport_ = std::move(t).value();
@@ -81,8 +82,11 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline) {
   return Status();
 }
 
-Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::string& name, uint32_t epoch,
-                                                                    Deadline deadline, const std::string& failed_key) {
+Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::string& name,
+                                                                    uint32_t epoch,
+                                                                    Deadline deadline,
+                                                                    const std::string& failed_key,
+                                                                    const Abandon& abandon) {
   for (Fault& f : faults_) {
     if (f.kind == FaultKind::kFailConnect && f.transport == name && f.count > 0 && epoch >= f.epoch &&
         (f.rank == -1 || f.rank == rank_)) {
@@ -113,7 +117,8 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
   p.spin = spin();
   std::shared_ptr<Store> store = store_;
   const bool can_fall_back = chain_.has_next();
-  p.cancelled = [store, failed_key, can_fall_back] {
+  p.cancelled = [store, failed_key, can_fall_back, &abandon] {
+    if (abandon && abandon()) return true;
     if (!can_fall_back) return false;
     auto failed = store->check(failed_key);
     return failed.ok() && failed.value();
@@ -121,7 +126,8 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
   return connect_host_transport(name, p);
 }
 
-Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine, Deadline deadline) {
+Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine,
+                                       Deadline deadline, const Abandon& abandon) {
   const std::string failed_key = keys::connect_failed(epoch, name);
   const StoreExchange exchange(*store_, keys::connect(epoch, name), size_);
   if (!mine.ok()) {
@@ -135,6 +141,11 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
   if (Status s = exchange.publish(rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
   // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
   auto failure = [&](const std::vector<int>&) -> Status {
+    if (abandon && abandon()) {
+      return Status(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch, name},
+                    "the connect of epoch " + std::to_string(epoch) +
+                        " was abandoned (a rank died or gave up)");
+    }
     auto failed = store_->check(failed_key);
     if (!failed.ok() || !failed.value()) return Status();
     auto text = store_->get(failed_key, Millis(1000));

@@ -41,7 +41,7 @@ const std::map<std::string, KindInfo>& kinds() {
   static const std::map<std::string, KindInfo> k = {
       {"close-link", {FaultKind::kCloseLink, {"rank", "op"}, {"peer"}}},
       {"stall", {FaultKind::kStall, {"rank", "op", "ms"}, {}}},
-      {"kill", {FaultKind::kKill, {"rank", "op"}, {}}},
+      {"kill", {FaultKind::kKill, {"rank", "op"}, {"at"}}},
       {"delay-chunk", {FaultKind::kDelayChunk, {"rank", "op", "ms"}, {}}},
       {"drop-chunk", {FaultKind::kDropChunk, {"rank", "op"}, {}}},
       {"fail-connect", {FaultKind::kFailConnect, {"transport", "count"}, {"rank", "epoch"}}},
@@ -138,6 +138,12 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
         auto v = parse_int(item, key, value, 1, 1000000);
         if (!v.ok()) return v.status();
         f.count = static_cast<int>(v.value());
+      } else if (key == "at") {
+        if (value != "ledgers" && value != "connect") {
+          return bad(item, "at='" + value +
+                               "' is not ledgers or connect (a step of a recovery during the op)");
+        }
+        f.at = value;
       } else if (key == "seed") {
         auto v = parse_int(item, key, value, 0, INT64_MAX);
         if (!v.ok()) return v.status();

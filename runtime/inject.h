@@ -59,6 +59,10 @@ struct Fault {
   double rate = 0;
   uint64_t seed = 0;
   std::vector<FaultKind> random_kinds;
+  // kill: "" = at the op; "ledgers" or "connect" = in a recovery during the
+  // op, after publishing this rank's ledger or before connecting the next
+  // epoch (a death in the middle of the protocol).
+  std::string at;
 };
 
 // The faults that throw (bad-alloc: std::bad_alloc; throw: std::runtime_error),

@@ -51,7 +51,10 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
       f.op = op.seq;
       f.ms = 50;
     }
-    if (f.kind == FaultKind::kFailConnect || f.kind == FaultKind::kLinkLatency || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    if (f.kind == FaultKind::kFailConnect || f.kind == FaultKind::kLinkLatency || !f.at.empty() ||
+        (f.rank != -1 && f.rank != rank_) || f.op != op.seq) {
+      continue;
+    }
     const int peer = f.peer >= 0 ? f.peer : first_peer(op, rank_, size_, ctx.tuning());
     switch (f.kind) {
       case FaultKind::kStall:  // a planned stall is applied in run_op, before the op is announced
@@ -105,6 +108,25 @@ void CommunicatorImpl::inject_late_start(const Op& op) {
       RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
       std::this_thread::sleep_for(Millis(f.ms));
     }
+  }
+}
+
+// A kill at a step of a recovery (kill:...,at=ledgers|connect): the rank
+// dies in the middle of the protocol, once it got to `step` in a recovery of
+// the op the fault names.
+void CommunicatorImpl::inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch,
+                                          const char* step) {
+  for (const Fault& f : faults_) {
+    if (f.kind != FaultKind::kKill || f.at != step || f.op != op_seq ||
+        (f.rank != -1 && f.rank != rank_))
+      continue;
+    RCOLL_LOG(kWarn,
+              "fault injection: killing this process (SIGKILL) in the recovery of epoch %u "
+              "(op seq %llu), %s",
+              failed_epoch, static_cast<unsigned long long>(op_seq),
+              std::string(step) == "ledgers" ? "after publishing its ledger"
+                                             : "before connecting the next epoch");
+    std::raise(SIGKILL);
   }
 }
 

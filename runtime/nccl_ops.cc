@@ -139,7 +139,7 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
   injected_through_seq_ = op.seq;
   bool abort_after_first = false;
   for (const Fault& f : faults_) {
-    if ((f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    if ((f.rank != -1 && f.rank != rank_) || f.op != op.seq || !f.at.empty()) continue;
     switch (f.kind) {
       case FaultKind::kKill:
         RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s on nccl", op.describe().c_str());

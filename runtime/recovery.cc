@@ -74,6 +74,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   const ScopedStoreDeadline store_bound(Deadline::after(options_.recovery_timeout + Millis(1000)));
 
   if (Status s = announce_and_publish(round, cause); !s.ok()) return s;
+  inject_in_recovery(round.seq, round.failed, "ledgers");
   auto ledgers = gather_ledgers(round);
   if (!ledgers.ok()) return ledgers.status();
   auto plan = agree_resume(rank_, size_, log_, current_, ledgers.value());
@@ -84,7 +85,24 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // longer arrive anywhere.
   tune_from_seq_ = plan.value().collectives_started + 1;
   credits_.restart_from(tune_from_seq_);
-  if (Status s = connect_epoch(round.failed + 1, round.deadline); !s.ok()) {
+  inject_in_recovery(round.seq, round.failed, "connect");
+  // Connecting waits for every rank: a death or a give-up meanwhile ends it
+  // at once (polled at most every 20 ms), and is the error, not the connect's.
+  std::vector<int> others;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_) others.push_back(q);
+  }
+  Clock::time_point last_poll{};
+  bool interrupted = false;
+  const auto abandon = [&] {
+    if (interrupted) return true;
+    if (Clock::now() - last_poll < std::chrono::milliseconds(20)) return false;
+    last_poll = Clock::now();
+    interrupted = !recovery_interrupted(round, others).ok();
+    return interrupted;
+  };
+  if (Status s = connect_epoch(round.failed + 1, round.deadline, abandon); !s.ok()) {
+    if (Status why = recovery_interrupted(round, others); !why.ok()) return why;
     return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " +
                                              std::to_string(round.failed + 1) + ": " + s.message());
   }
@@ -154,35 +172,48 @@ Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* curr
 // Every rank's ledger. Silent ranks are waited for up to the recovery
 // timeout; the error names whoever never joined. A rank that can never join
 // (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
+// What ends any wait of a recovery at once, at every step (ledgers, votes,
+// the connect of the next epoch, its link timing): a rank gave up and
+// published its diagnosis (the fatal notice of the failed epoch), or a rank
+// among `awaited` died or closed its communicator. OK while none of these.
+Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
+                                              const std::vector<int>& awaited) {
+  const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};
+  if (auto fatal = store_->check(keys::epoch_fatal(round.failed)); fatal.ok() && fatal.value()) {
+    auto text = store_->get(keys::epoch_fatal(round.failed), Millis(1000));
+    const auto notice =
+        text.ok() ? store::decode_fatal(std::string(text.value().begin(), text.value().end()))
+                  : std::nullopt;
+    if (notice) {
+      // The peer named is the other party of the failure: the reporter when the peer was this rank.
+      ErrorContext c = at;
+      c.peer = notice->peer == rank_ ? notice->reporter : notice->peer;
+      return Status(notice->code, c, notice->message);
+    }
+  }
+  for (int q : awaited) {
+    ErrorContext c = at;
+    c.peer = q;
+    if (liveness_ && liveness_->peer(q).left) {
+      return Status(ErrorCode::kClosed, c,
+                    "recovery of epoch " + std::to_string(round.failed) + " cannot finish: rank " +
+                        std::to_string(q) +
+                        " has closed its communicator (it said goodbye), so it will not rejoin");
+    }
+    if (dead_ && dead_[static_cast<size_t>(q)]) {
+      return Status(ErrorCode::kPeerDead, c,
+                    "recovery of epoch " + std::to_string(round.failed) + " cannot finish: rank " +
+                        std::to_string(q) +
+                        " is dead (its process is gone); a dead rank cannot be recovered in place");
+    }
+  }
+  return Status();
+}
+
 Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round) {
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
-    const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};
-    if (auto fatal = store_->check(keys::epoch_fatal(round.failed)); fatal.ok() && fatal.value()) {
-      auto text = store_->get(keys::epoch_fatal(round.failed), Millis(1000));
-      const auto notice = text.ok() ? store::decode_fatal(std::string(text.value().begin(), text.value().end()))
-                                    : std::nullopt;
-      if (notice) {
-        // The peer named is the other party of the failure: the reporter when the peer was this rank.
-        ErrorContext c = at;
-        c.peer = notice->peer == rank_ ? notice->reporter : notice->peer;
-        return Status(notice->code, c, notice->message);
-      }
-    }
-    for (int q : not_yet) {
-      ErrorContext c = at;
-      c.peer = q;
-      if (liveness_ && liveness_->peer(q).left) {
-        return Status(ErrorCode::kClosed, c,
-                      "recovery of epoch " + std::to_string(round.failed) + " cannot finish: rank " + std::to_string(q) +
-                          " has closed its communicator (it said goodbye), so it will not rejoin");
-      }
-      if (dead_ && dead_[static_cast<size_t>(q)]) {
-        return Status(ErrorCode::kPeerDead, c,
-                      "recovery of epoch " + std::to_string(round.failed) + " cannot finish: rank " + std::to_string(q) +
-                          " is dead (its process is gone); a dead rank cannot be recovered in place");
-      }
-    }
+    if (Status s = recovery_interrupted(round, not_yet); !s.ok()) return s;
     if (Clock::now() - last_note > std::chrono::seconds(2)) {
       last_note = Clock::now();
       RCOLL_LOG(kWarn, "recovery of epoch %u: still waiting for rank(s) %s (%lld ms left)", round.failed, rank_list(not_yet).c_str(),

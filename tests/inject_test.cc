@@ -48,6 +48,22 @@ TEST(InjectSpec, ParsesEveryKind) {
   EXPECT_EQ(r.value()[6].op, 2u);
 }
 
+// A kill in the middle of a recovery: after the ledgers, or before the connect.
+TEST(InjectSpec, KillAtARecoveryStep) {
+  auto r = parse_fault_spec("kill:rank=2,op=3,at=connect;kill:rank=1,op=4");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r.value().size(), 2u);
+  EXPECT_EQ(r.value()[0].at, "connect");
+  EXPECT_EQ(r.value()[1].at, "") << "no step: at the op itself";
+  auto bad = parse_fault_spec("kill:rank=2,op=3,at=vote");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("at='vote' is not ledgers or connect"), std::string::npos)
+      << bad.status().to_string();
+  EXPECT_FALSE(parse_fault_spec("stall:rank=2,op=3,ms=5,at=connect").ok())
+      << "only kill takes a step";
+}
+
 TEST(InjectSpec, EmptySpecIsNoFaults) {
   auto r = parse_fault_spec("");
   ASSERT_TRUE(r.ok());

@@ -21,6 +21,7 @@ Result<std::unique_ptr<Transport>> connect_tcp(const HostConnectParams& h) {
   p.congestion = h.tcp_congestion;
   p.deadline = h.deadline;
   p.spin = h.spin;
+  p.cancelled = h.cancelled;
   return connect_tcp_transport(p);
 }
 

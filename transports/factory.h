@@ -59,7 +59,7 @@ struct HostConnectParams {
   Deadline deadline = Deadline::never();
   std::chrono::microseconds spin{50};
   // Polled while waiting for peers: true ends the connect at once (another
-  // rank already gave up on this epoch). May be empty; tcp does not poll it.
+  // rank already gave up on this epoch). May be empty.
   std::function<bool()> cancelled;
 };
 

@@ -97,7 +97,12 @@ class MeshBuilder {
     FrameBytes out;
   };
 
+  static constexpr Millis kCancelPoll{20};
+
   Status listen_and_publish();
+  Result<Bytes> await_address(const std::string& key);
+  bool is_cancelled();
+  Status cancelled_status() const;
   Status dial_lower_ranks();
   Status add_dial(int peer, const std::string& addr);
   void attempt(Dial* d);
@@ -133,16 +138,21 @@ class MeshBuilder {
   std::vector<std::unique_ptr<Dial>> dials_;
   std::vector<std::unique_ptr<Incoming>> incoming_;
   int to_accept_;
+  bool cancelled_ = false;
 };
 
 Result<MeshSockets> MeshBuilder::build() {
   if (p_.size <= 1) return std::move(socks_);
   if (Status s = listen_and_publish(); !s.ok()) return s;
-  if (Status s = dial_lower_ranks(); !s.ok()) return s;
+  if (Status s = dial_lower_ranks(); !s.ok()) {
+    tear_down();  // the dials already started
+    return s;
+  }
   accept_next();
   run();
   tear_down();
   if (pending_ == 0) return report_connected();
+  if (cancelled_) return cancelled_status();
   return report_missing();
 }
 
@@ -170,9 +180,34 @@ Status MeshBuilder::listen_and_publish() {
   return Status();
 }
 
+// Waits for `key` in the store until the deadline, asking p_.cancelled
+// between slices of at most 20 ms when there is one.
+Result<Bytes> MeshBuilder::await_address(const std::string& key) {
+  if (!p_.cancelled) return p_.store->get(key, p_.deadline.remaining_ms());
+  for (;;) {
+    if (is_cancelled()) return cancelled_status();
+    const Millis left = p_.deadline.remaining_ms();
+    auto value = p_.store->get(key, std::min<Millis>(left, kCancelPoll));
+    if (value.ok() || value.status().code() != ErrorCode::kTimeout || left <= kCancelPoll)
+      return value;
+  }
+}
+
+bool MeshBuilder::is_cancelled() {
+  if (!cancelled_ && p_.cancelled && p_.cancelled()) cancelled_ = true;
+  return cancelled_;
+}
+
+Status MeshBuilder::cancelled_status() const {
+  return Status(
+      ErrorCode::kAborted, context(-1),
+      p_.purpose + ": connect cancelled: the runtime gave up on it (a rank died or gave up)");
+}
+
 Status MeshBuilder::dial_lower_ranks() {
   for (int peer = 0; peer < p_.rank; ++peer) {
-    auto value = p_.store->get(p_.key_prefix + std::to_string(peer), p_.deadline.remaining_ms());
+    auto value = await_address(p_.key_prefix + std::to_string(peer));
+    if (!value.ok() && cancelled_) return value.status();
     if (!value.ok()) {
       return Status(ErrorCode::kPeerUnreachable, context(peer),
                     "rank " + std::to_string(peer) + " never published its address for " +
@@ -343,10 +378,12 @@ void MeshBuilder::connected(int peer, std::unique_ptr<tcp::socket> sock) {
 }
 
 void MeshBuilder::run() {
-  while (pending_ > 0 && !p_.deadline.expired()) {
+  while (pending_ > 0 && !p_.deadline.expired() && !is_cancelled()) {
     if (io_.stopped()) io_.restart();
-    io_.run_one_until(p_.deadline.is_never() ? Clock::now() + std::chrono::hours(24)
-                                             : p_.deadline.time());
+    Clock::time_point until =
+        p_.deadline.is_never() ? Clock::now() + std::chrono::hours(24) : p_.deadline.time();
+    if (p_.cancelled) until = std::min(until, Clock::now() + kCancelPoll);
+    io_.run_one_until(until);
   }
 }
 

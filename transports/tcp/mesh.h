@@ -14,13 +14,14 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/deadline.h"
 #include "rcoll/status.h"
 #include "rcoll/store.h"
-#include "base/deadline.h"
 #include "transports/frame.h"
 #include "transports/tcp/interfaces.h"
 
@@ -43,6 +44,10 @@ struct MeshParams {
   // the side channel ("epoch 3: listening on ...", "address for epoch 3").
   std::string purpose;
   std::string transport = "tcp";  // ErrorContext::transport of the errors returned
+  // Polled (every 20 ms at most) while waiting for peers: true ends the
+  // build at once with kAborted (the runtime gave up on this epoch: a rank
+  // died or gave up during a recovery). May be empty.
+  std::function<bool()> cancelled;
 };
 
 using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
@@ -51,7 +56,8 @@ using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
 // `io`. Runs `io` itself until the mesh is complete or the deadline passes and
 // leaves no handler pending on it that refers to the call. Fails with
 // kPeerUnreachable naming every peer not reached and the address dialled or
-// listened on, kStore when the store fails, kTransport when it cannot listen.
+// listened on, kStore when the store fails, kTransport when it cannot listen,
+// kAborted when p.cancelled said so.
 Result<MeshSockets> build_tcp_mesh(boost::asio::io_context& io, const MeshParams& p,
                                    const NetInterface& iface);
 // The same, selecting the interface from p.ifname_spec and p.prefer_loopback.

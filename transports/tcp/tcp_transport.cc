@@ -478,6 +478,7 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
     m.congestion = p.congestion;
   }
   m.deadline = p.deadline;
+  m.cancelled = p.cancelled;
   m.purpose = "epoch " + std::to_string(p.epoch);
   auto socks = build_tcp_mesh(io_, m, iface);
   if (!socks.ok()) return socks.status();

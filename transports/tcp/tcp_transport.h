@@ -5,6 +5,7 @@
 // the algorithm without a thread hop.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,9 @@ struct TcpConnectParams {
   // How long a wait polls the sockets (yielding between polls) before it
   // sleeps in ppoll.
   std::chrono::microseconds spin{50};
+  // Polled while waiting for peers: true ends the connect at once with
+  // kAborted (MeshParams::cancelled). May be empty.
+  std::function<bool()> cancelled;
 };
 
 // Listens, publishes the address, connects to every peer (lower ranks are
