@@ -143,7 +143,8 @@ class CommunicatorImpl : public ProgressGuard {
   Status run_op(const Op& op);
   OpRecord new_record(const Op& op);
   void inject_late_start(const Op& op);
-  Status end_failed_op(const Op& op, Status s);
+  Status end_failed_op(const OpRecord& rec, Status s);
+  std::string give_input_back(const OpRecord& rec);
   void end_completed_op(OpRecord&& rec);
   // An op on device buffers: staged through pinned host memory around run_op
   // (runtime/device_staging.h).
@@ -341,6 +342,9 @@ class CommunicatorImpl : public ProgressGuard {
   // Ops whose inputs the algorithm overwrites (in-place allreduce): they back
   // up each window before touching it.
   bool overwrites_input(const Op& op) const { return op.kind == OpKind::kAllreduce && op.in_place() && size_ > 1; }
+  // Whether such ops back their inputs up: for a recovery to resume them, or
+  // in shrink mode to give them back after a death.
+  bool keeps_inputs() const { return options_.recovery || options_.shrink_on_death; }
   // Large collectives end with a confirmation round (one empty frame to and
   // from every peer) instead of copying their last window of inputs aside for
   // peers that might still need it re-run. Measured side by side (allreduce,

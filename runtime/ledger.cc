@@ -128,6 +128,18 @@ void OpRecord::release_before(size_t keep_from) {
                 backups.end());
 }
 
+void OpRecord::restore_inputs() const {
+  const size_t es = size_of(op.in.dtype);
+  for (const auto& b : backups) {
+    size_t at = 0;
+    for (const auto& r : b.ranges) {
+      const size_t n = (r.end - r.begin) * es;
+      if (n > 0) std::memcpy(static_cast<char*>(op.in.data) + r.begin * es, b.data.data() + at, n);
+      at += n;
+    }
+  }
+}
+
 void OpRecord::map_inputs(RangeMap* in) const {
   const size_t es = size_of(op.in.dtype);
   for (const auto& b : backups) {

@@ -103,6 +103,9 @@ struct OpRecord {
   bool covers(size_t first, size_t end) const;
   // Redirects the op's inputs of slices [first, end) to the backups.
   void map_inputs(RangeMap* in) const;
+  // Copies every backup back into the op's input buffer: an in-place op
+  // that failed for good gives the caller its input again.
+  void restore_inputs() const;
 };
 
 // The last few ops of this rank, newest last. The list nodes of records that

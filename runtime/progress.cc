@@ -375,10 +375,41 @@ Status CommunicatorImpl::run_op(const Op& op) {
       s = recover_and_replay(s, &rec, &first);
       if (s.ok()) continue;
     }
-    return end_failed_op(op, std::move(s));
+    return end_failed_op(rec, std::move(s));
   }
   end_completed_op(std::move(rec));
   return Status();
+}
+
+// Shrink mode: an in-place op that a death failed gives the caller its input
+// back (every window it touched was backed up: run_slices), so the caller
+// can run it again in the shrunk group. Returns what to add to the error.
+std::string CommunicatorImpl::give_input_back(const OpRecord& rec) {
+  const Op& op = rec.op;
+  const std::string partial =
+      "; its buffer holds partial results: the op was larger than the backup budget "
+      "(Options::backup_bytes), so its input was not kept";
+  if (rec.nccl) {
+    const bool backed = nccl_backup_seq_ == op.seq && nccl_backed_up_ >= op.in.bytes();
+    if (op.in_place() && !backed) return partial;
+    if (Status s = restore_nccl_inputs(op); !s.ok()) {
+      RCOLL_LOG(
+          kError,
+          "%s: could not put its input back after the death (%s); its buffer holds partial results",
+          op.describe().c_str(), s.to_string().c_str());
+      return "; its buffer holds partial results (the input could not be put back: " + s.message() +
+             ")";
+    }
+    return op.in_place() ? "; the buffer holds the op's input again" : "";
+  }
+  if (!op.in_place() || op.kind != OpKind::kAllreduce) return "";
+  if (!rec.covers(0, std::min(rec.total, rec.last_window_first + 1))) return partial;
+  rec.restore_inputs();
+  RCOLL_LOG(
+      kInfo,
+      "%s failed by a rank's death: its input is back in its buffer (shrink mode), to be run again",
+      op.describe().c_str());
+  return "; the buffer holds the op's input again";
 }
 
 OpRecord CommunicatorImpl::new_record(const Op& op) {
@@ -403,17 +434,22 @@ OpRecord CommunicatorImpl::new_record(const Op& op) {
 
 // The op failed for good (no recovery helps, or none is allowed): shrink
 // around a dead peer if asked, else the communicator gives up.
-Status CommunicatorImpl::end_failed_op(const Op& op, Status s) {
+Status CommunicatorImpl::end_failed_op(const OpRecord& rec, Status s) {
+  const Op& op = rec.op;
   current_ = nullptr;
   if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
     recorder_.finished(op.seq, false);
     const int was = rank_, of = size_;
+    // The shrink aborts the data plane first: nothing writes into the op's
+    // buffers after it, so its input can go back in.
     shrink(s);
+    const std::string restored = give_input_back(rec);
     if (fatal_.ok()) {
       return Status(ErrorCode::kPeerDead, s.context(),
-                    s.message() + "; shrink mode: the communicator went on without it, rank " + std::to_string(was) +
-                        " of " + std::to_string(of) + " is now rank " + std::to_string(rank_.load()) + " of " +
-                        std::to_string(size_.load()));
+                    s.message() + "; shrink mode: the communicator went on without it, rank " +
+                        std::to_string(was) + " of " + std::to_string(of) + " is now rank " +
+                        std::to_string(rank_.load()) + " of " + std::to_string(size_.load()) +
+                        restored);
     }
     return fatal_;
   }
@@ -550,14 +586,17 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     // Slices before `first` may already hold results: their inputs come from
     // the backups. Each window's first slice is recorded (the completed op's
     // tail), and an in-place op backs the window up before touching it.
-    if (overwrites_input(op) && options_.recovery) rec.map_inputs(&ctx.in_map());
+    if (overwrites_input(op) && keeps_inputs()) rec.map_inputs(&ctx.in_map());
     // Two pointers captured: std::function keeps them inline (no allocation per op).
     ctx.set_window_hook([&rec, this](size_t begin, size_t end) {
       rec.last_window_first = begin;
-      if (!overwrites_input(rec.op) || !options_.recovery) return;
+      if (!overwrites_input(rec.op) || !keeps_inputs()) return;
       rec.back_up(rank_, size_, begin, end);
+      // A recovery resumes at most a window back; a death in shrink mode
+      // gives the caller the whole input back (restore_inputs), so there
+      // every window's backup stays until the op ends.
       const size_t window = static_cast<size_t>(std::max(1, rec.tuning.window));
-      if (begin >= window) rec.release_before(begin - window);
+      if (begin >= window && !options_.shrink_on_death) rec.release_before(begin - window);
     });
     // Before the faults: a link broken here must fail the op, not the wait
     // for an earlier op's credits (which would skip counting the fault).
