@@ -87,6 +87,11 @@ class CommunicatorImpl : public ProgressGuard {
   // What detection (runtime/stall_judge.h) knows when `op`, waiting on
   // `awaited`, stalls: this rank's liveness view of its peers.
   StallView stall_view(const Op& op, int awaited) const;
+  // How long `op` waits for a live rank that is late (OpOptions, else Options).
+  Clock::duration straggler_timeout(const Op& op) const {
+    return op.options.straggler_timeout.count() > 0 ? op.options.straggler_timeout
+                                                    : options_.straggler_timeout;
+  }
   void retire_transport();
   // Times the new data plane's ring and agrees, through the store, on the
   // tuning of the ops to come (link_model.h). A probe that fails aborts the

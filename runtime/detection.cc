@@ -53,7 +53,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
   }
   StallRules rules;
   rules.late = Clock::now() - op_started_;
-  rules.straggler_timeout = options_.straggler_timeout;
+  rules.straggler_timeout = straggler_timeout(op);
   const StallVerdict verdict = judge_stall(stall_view(op, peer), rules);
   ctx.peer = verdict.peer;
   const std::string who = "rank " + std::to_string(verdict.peer);
@@ -104,16 +104,23 @@ Status CommunicatorImpl::interrupted() {
       straggler_rank_ = q;
       const PeerView v = liveness_->peer(q);
       const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
-      const auto timeout_s = static_cast<long long>(options_.straggler_timeout.count() / 1000);
+      const double timeout_s = std::chrono::duration<double>(straggler_timeout(op)).count();
       if (p2p) {
-        RCOLL_LOG(kWarn, "%s waits on rank %d%s, which is in compute (at collective seq %llu) %.1f s after this rank "
-                  "arrived; waiting (straggler timeout %lld s), no recovery",
+        RCOLL_LOG(kWarn,
+                  "%s waits on rank %d%s, which is in compute (at collective seq %llu) %.1f s "
+                  "after this rank "
+                  "arrived; waiting (straggler timeout %g s), no recovery",
                   op.describe().c_str(), q,
-                  q == op.peer ? "" : (" (through rank " + std::to_string(op.peer) + "'s chain of sends and receives)").c_str(),
+                  q == op.peer ? ""
+                               : (" (through rank " + std::to_string(op.peer) +
+                                  "'s chain of sends and receives)")
+                                     .c_str(),
                   static_cast<unsigned long long>(v.state.op_seq), secs, timeout_s);
       } else {
-        RCOLL_LOG(kWarn, "rank %d is late to %s: it is at collective seq %llu (%s) %.1f s after this rank arrived; waiting "
-                  "(straggler timeout %lld s), no recovery",
+        RCOLL_LOG(kWarn,
+                  "rank %d is late to %s: it is at collective seq %llu (%s) %.1f s after this rank "
+                  "arrived; waiting "
+                  "(straggler timeout %g s), no recovery",
                   q, op.describe().c_str(), static_cast<unsigned long long>(v.state.op_seq),
                   v.state.in_comm ? "in comm" : "in compute", secs, timeout_s);
       }

@@ -1242,12 +1242,32 @@ TEST(CommunicatorTest, DesyncIsReportedNotHung) {
                         << "\nrank 2: " << results[2].to_string();
 }
 
-TEST(CommunicatorTest, PerOpTimeoutNamesTheAwaitedPeer) {
+// The op's timeout guards progress only: a live rank 1.5 s late to an op
+// with a 300 ms timeout is waited for, and the result is right (#34).
+TEST(CommunicatorTest, PerOpTimeoutWaitsForALiveStraggler) {
+  run_ranks(2, [&](Communicator& c) {
+    if (c.rank() == 1) std::this_thread::sleep_for(1500ms);
+    OpOptions short_timeout;
+    short_timeout.timeout = 300ms;
+    std::vector<float> v(1000, static_cast<float>(c.rank() + 1));
+    Status s = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum, short_timeout)
+                   .wait(20000ms);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_TRUE(matches(
+        v, [](size_t) { return 3.0f; }, "allreduce after a straggler"));
+    EXPECT_EQ(c.counters().recoveries, 0u);
+  });
+}
+
+// A per-op straggler timeout bounds the whole op, lateness included: with a
+// short progress deadline it ends the wait for a live rank that never comes.
+TEST(CommunicatorTest, PerOpStragglerTimeoutNamesTheAwaitedPeer) {
   std::latch rank0_done(1);
   run_ranks(2, [&](Communicator& c) {
     if (c.rank() == 0) {
       OpOptions half_s;
       half_s.timeout = 500ms;
+      half_s.straggler_timeout = 500ms;
       std::vector<float> v(10, 1.0f);
       const auto t0 = Clock::now();
       Status s = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum, half_s).wait(10000ms);

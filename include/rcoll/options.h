@@ -149,8 +149,16 @@ struct Options {
 
 // Per-op knobs.
 struct OpOptions {
-  // Override of the op's progress deadline; 0 = the communicator's.
+  // Override of the op's progress deadline (how long it may move no bytes
+  // before it is judged); 0 = the communicator's. It never ends the wait for
+  // a live rank that is merely late: straggler_timeout does.
   std::chrono::milliseconds timeout{0};
+  // Override of how long this op waits for a live rank that has not reached
+  // it (Options::straggler_timeout); 0 = the communicator's. Past it the op
+  // fails with kTimeout naming the late rank, and the communicator with it
+  // (the ranks no longer agree on which op is which). With `timeout`, this
+  // bounds the whole op, lateness included.
+  std::chrono::milliseconds straggler_timeout{0};
   // For device buffers (MemoryKind::kCuda): the CUDA stream (a cudaStream_t)
   // the caller orders them on; nullptr = the legacy default stream. The op
   // starts after the work queued on it when the op is issued, and once the op
