@@ -282,10 +282,10 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
   op.stream_ready = std::shared_ptr<void>(op.work, w.ready_event);
   if (Status s = cuda::event_record(w.ready_event, op.options.cuda_stream); !s.ok()) return failed(s);
   device_ = op.device;
-  if (op.gated && !gate_tried_) {
+  if (op.gated && !nccl_.gate_tried) {
     // The gate and the stream the verdicts queue on, once per communicator.
     // Without stream memory operations Work::stream_wait waits on the host.
-    gate_tried_ = true;
+    nccl_.gate_tried = true;
     const std::string refusal = gate_refusal();
     Result<std::unique_ptr<cuda::StreamGate>> gate =
         !nccl::revocable()
@@ -294,16 +294,16 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
                   "held at the gate"))
         : !refusal.empty() ? Result<std::unique_ptr<cuda::StreamGate>>(Status(ErrorCode::kUnsupported, refusal))
                            : cuda::StreamGate::create(static_cast<uint32_t>(op.seq - 1));
-    Status s = gate.ok() ? verdict_stream_.create() : gate.status();
+    Status s = gate.ok() ? nccl_.verdict_stream.create() : gate.status();
     if (s.ok()) {
-      gate_owner_ = std::move(gate).value();
-      gate_.store(gate_owner_.get());
+      nccl_.gate_owner = std::move(gate).value();
+      nccl_.gate.store(nccl_.gate_owner.get());
     } else {
       RCOLL_LOG(kInfo, "no stream gate on CUDA device %d (%s): Work::stream_wait on device ops waits on the host",
                 op.device, s.message().c_str());
     }
   }
-  if (!gate_.load()) op.gated = false;
+  if (!nccl_.gate.load()) op.gated = false;
   return Status();
 }
 
@@ -322,7 +322,7 @@ void CommunicatorImpl::close() {
   {
     // No stream may wait for an op that will never run.
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto* g = gate_.load()) g->open_through(next_seq_);
+    if (auto* g = nccl_.gate.load()) g->open_through(next_seq_);
   }
   release_device_resources();
   std::lock_guard<std::mutex> lock(mu_);
@@ -341,30 +341,30 @@ void CommunicatorImpl::release_device_resources() {
   if (device < 0) return;
   kernels::cuda::ScopedDevice on;
   (void)on.enter(device);  // if this fails CUDA is gone anyway: free what can be freed
-  for (nccl::Comm* c : {nccl_.get(), nccl_retired_.get()}) {
-    if (c && device_stream_.get()) (void)c->order_after_me(device_stream_.get());
+  for (nccl::Comm* c : {nccl_.comm.get(), nccl_.retired.get()}) {
+    if (c && nccl_.device_stream.get()) (void)c->order_after_me(nccl_.device_stream.get());
   }
   // While a gate of another communicator holds a stream, NCCL's frees are
   // put off (nccl::release); the stream those communicators were made on
   // must then outlive them, and is left to the process.
   bool freed = true;
-  for (auto& c : nccl_graveyard_) freed = nccl::release(std::move(c), device) && freed;
-  nccl_graveyard_.clear();
-  freed = nccl::release(std::move(nccl_), device) && freed;
-  freed = nccl::release(std::move(nccl_retired_), device) && freed;
+  for (auto& c : nccl_.graveyard) freed = nccl::release(std::move(c), device) && freed;
+  nccl_.graveyard.clear();
+  freed = nccl::release(std::move(nccl_.comm), device) && freed;
+  freed = nccl::release(std::move(nccl_.retired), device) && freed;
   if (!freed) {
     RCOLL_LOG(kInfo, "closing: a stream gate of another communicator holds a stream, so this one's NCCL communicators "
               "are destroyed once it opens");
-    nccl_stream_.leak();
+    nccl_.stream.leak();
   }
-  nccl_backup_.reset();
+  nccl_.backup.reset();
   staging_.reset();
-  nccl_confirm_host_.release();
-  device_event_.reset();
-  device_stream_.reset();
+  nccl_.confirm_host.release();
+  nccl_.device_event.reset();
+  nccl_.device_stream.reset();
   // Destroying a stream with work queued returns at once; the work still runs.
-  verdict_stream_.reset();
-  nccl_stream_.reset();
+  nccl_.verdict_stream.reset();
+  nccl_.stream.reset();
 }
 
 std::string CommunicatorImpl::diagnostics() const {
@@ -392,9 +392,9 @@ Counters CommunicatorImpl::counters() const {
   c.faults_injected = injected_;
   c.delays_injected = delays_injected_;
   c.transport = transport_name_.load();
-  c.fallbacks = fallbacks_ + nccl_fallbacks_;
-  c.device_transport = !chain_.nccl() || nccl_dropped_ ? "staged" : "nccl";
-  c.nccl_ops = nccl_ops_;
+  c.fallbacks = fallbacks_ + nccl_.fallbacks;
+  c.device_transport = !chain_.nccl() || nccl_.dropped ? "staged" : "nccl";
+  c.nccl_ops = nccl_.ops;
   c.probes = probes_;
   c.chunk_bytes = tuned_piece_;
   c.pipeline_depth = tuned_window_;

@@ -27,6 +27,7 @@
 #include "runtime/ledger.h"
 #include "runtime/link_model.h"
 #include "runtime/liveness.h"
+#include "runtime/nccl_plane.h"
 #include "runtime/op.h"
 #include "runtime/stall_judge.h"
 #include "runtime/store/exchange.h"
@@ -105,7 +106,7 @@ class CommunicatorImpl : public ProgressGuard {
   // else kInternal naming the exception. Returns the op's status.
   Status give_up_on_exception(const Op* op);
   Status give_up_after_exception(const Op* op, ErrorCode code, const std::string& what);
-  // Aborts nccl_ (if any) with the communicator's device current, from any
+  // Aborts nccl_.comm (if any) with the communicator's device current, from any
   // thread (else CUDA would make a context on GPU 0 for it).
   void abort_nccl_on_device(const Status& why);
   // A setup phase that follows one which may have used up `d` (the link timing
@@ -166,7 +167,7 @@ class CommunicatorImpl : public ProgressGuard {
   static constexpr size_t kNcclSliceBytes = 64u << 20;
   // The current epoch's NCCL communicator, made with every rank's agreement;
   // when a rank cannot (or, after repeated failures, will not) join, every
-  // rank stops using NCCL and sets nccl_restart_staged_.
+  // rank stops using NCCL and sets nccl_.restart_staged.
   Status ensure_nccl(const Op& op);
   // Its steps (runtime/nccl_epoch.cc): why this rank will not join (or "");
   // arrive (rank 0 brings the unique id); init; agree on every rank's outcome.
@@ -273,48 +274,11 @@ class CommunicatorImpl : public ProgressGuard {
   std::string link_note_ = "one rank, no links";  // for the log
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
-  // Device collectives on NCCL; owned by the thread that holds running_.
-  kernels::cuda::PinnedBuffer nccl_confirm_host_;  // every epoch's confirmations (declared first: outlives them)
-  std::unique_ptr<nccl::Comm> nccl_;
-  std::unique_ptr<nccl::Comm> nccl_retired_;  // the last epoch's, until a new one follows it
-  // Stopped communicators whose memory is not freed yet: freeing waits for
-  // the whole GPU, so it waits until no stream is held at the stream gate
-  // (the end of an op, bury_nccl()); see nccl::Comm::abort.
-  std::vector<std::unique_ptr<nccl::Comm>> nccl_graveyard_;
+  // Device collectives on NCCL (runtime/nccl_plane.h); owned by the thread
+  // that holds running_, except what NcclPlane says.
+  NcclPlane nccl_;
+  // Frees the stopped NCCL communicators, with the communicator's device current.
   void bury_nccl();
-  // nccl_ (stopped) becomes the retired one; a retired one before it goes to the graveyard.
-  void retire_nccl();
-  uint32_t nccl_epoch_ = 0;
-  std::string nccl_off_;  // why device collectives no longer run on NCCL ("" = they do)
-  bool nccl_restart_staged_ = false;
-  std::deque<Clock::time_point> nccl_failures_;  // recoveries of ops on NCCL
-  std::string nccl_cannot_join_;                 // this rank could not (or would not) join an epoch's communicator
-  size_t nccl_init_failures_ = 0;                // inits in a row that did not complete
-  std::string nccl_last_init_failure_;
-  std::atomic<uint64_t> nccl_ops_{0};            // ops completed on NCCL
-  std::atomic<uint64_t> nccl_fallbacks_{0};
-  std::atomic<bool> nccl_dropped_{false};  // for counters(), from any thread
-  // Device ops issued asynchronously: the stream gate Work::stream_wait waits
-  // at (kernels/stream_gate.h), opened by execute() as each op ends, and the
-  // stream the verdicts queue on (made with the gate, at the first such op,
-  // under mu_). The gate's owner is set once and never reset; gate_ is read
-  // from any thread.
-  std::unique_ptr<kernels::cuda::StreamGate> gate_owner_;
-  std::atomic<kernels::cuda::StreamGate*> gate_{nullptr};
-  bool gate_tried_ = false;
-  kernels::cuda::Stream verdict_stream_;
-  // The stream of every epoch's NCCL communicator: one for all of them, made
-  // once, so a recovery queues its work on a stream (and a hardware queue)
-  // that was there before any verdict waited (see run_nccl_slices).
-  kernels::cuda::Stream nccl_stream_;
-  // Inputs of the current in-place all-reduce on NCCL, bytes [0, nccl_backed_up_)
-  // of op nccl_backup_seq_'s buffer; allocated in order on device_stream_
-  // (declared first: it outlives the buffer).
-  kernels::cuda::Stream device_stream_;
-  kernels::cuda::Event device_event_;
-  kernels::cuda::DeviceBuffer nccl_backup_;
-  size_t nccl_backed_up_ = 0;
-  uint64_t nccl_backup_seq_ = 0;
   int device_ = -1;        // the CUDA device of this communicator's device ops (under mu_)
   // Completion credits of eager broadcasts (runtime/credits.h). Declared
   // before transport_: their requests outlive the transport.

@@ -22,22 +22,29 @@ constexpr Millis kStoreWaitSlice{50};
 }  // namespace
 
 std::string CommunicatorImpl::nccl_vote() {
-  if (!nccl_cannot_join_.empty()) return nccl_cannot_join_;
+  if (!nccl_.cannot_join.empty()) return nccl_.cannot_join;
   // Inits that time out cost at least kNcclInitFloor each, so they would
   // never pile up within the failure window: two in a row are enough.
-  if (nccl_init_failures_ >= kNcclInitFailuresToDrop) {
-    return "rank " + std::to_string(rank_) + ": " + std::to_string(nccl_init_failures_) +
-           " NCCL inits in a row did not complete (" + nccl_last_init_failure_ + ")";
+  if (nccl_.init_failures >= kNcclInitFailuresToDrop) {
+    return "rank " + std::to_string(rank_) + ": " + std::to_string(nccl_.init_failures) +
+           " NCCL inits in a row did not complete (" + nccl_.last_init_failure + ")";
   }
   const auto now = Clock::now();
-  while (!nccl_failures_.empty() && now - nccl_failures_.front() > options_.transport_failure_window) nccl_failures_.pop_front();
-  if (static_cast<int>(nccl_failures_.size()) < std::max(1, options_.transport_failures_to_drop)) return "";
-  return "rank " + std::to_string(rank_) + ": NCCL failed " + std::to_string(nccl_failures_.size()) + " times within " +
-         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()) + " s";
+  while (!nccl_.failures.empty() &&
+         now - nccl_.failures.front() > options_.transport_failure_window)
+    nccl_.failures.pop_front();
+  if (static_cast<int>(nccl_.failures.size()) < std::max(1, options_.transport_failures_to_drop))
+    return "";
+  return "rank " + std::to_string(rank_) + ": NCCL failed " +
+         std::to_string(nccl_.failures.size()) + " times within " +
+         std::to_string(
+             std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window)
+                 .count()) +
+         " s";
 }
 
 void CommunicatorImpl::abort_nccl_on_device(const Status& why) {
-  if (!nccl_) return;
+  if (!nccl_.comm) return;
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -45,16 +52,11 @@ void CommunicatorImpl::abort_nccl_on_device(const Status& why) {
   }
   kernels::cuda::ScopedDevice on;
   if (device >= 0) (void)on.enter(device);
-  nccl_->abort(why);
-}
-
-void CommunicatorImpl::retire_nccl() {
-  if (nccl_retired_) nccl_graveyard_.push_back(std::move(nccl_retired_));
-  nccl_retired_ = std::move(nccl_);
+  nccl_.comm->abort(why);
 }
 
 void CommunicatorImpl::bury_nccl() {
-  if (nccl_graveyard_.empty()) return;
+  if (nccl_.graveyard.empty()) return;
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -62,20 +64,22 @@ void CommunicatorImpl::bury_nccl() {
   }
   // Freeing waits for the whole GPU: put off while a gate of another
   // communicator of this process holds a stream (nccl::release).
-  for (auto& c : nccl_graveyard_) (void)nccl::release(std::move(c), device);
-  nccl_graveyard_.clear();
+  nccl_.bury(device);
 }
 
 void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
-  if (!nccl_off_.empty()) return;
-  nccl_off_ = why;
-  nccl_dropped_ = true;
-  ++nccl_fallbacks_;
-  if (nccl_) nccl_->abort(Status(ErrorCode::kAborted, "NCCL dropped: " + why));
-  if (nccl_) retire_nccl();
-  RCOLL_LOG(kWarn, "every rank stops using NCCL for device collectives from epoch %u on (%s); they are staged through "
+  if (!nccl_.off.empty()) return;
+  nccl_.off = why;
+  nccl_.dropped = true;
+  ++nccl_.fallbacks;
+  if (nccl_.comm) nccl_.comm->abort(Status(ErrorCode::kAborted, "NCCL dropped: " + why));
+  if (nccl_.comm) nccl_.retire();
+  RCOLL_LOG(kWarn,
+            "every rank stops using NCCL for device collectives from epoch %u on (%s); they are "
+            "staged through "
             "pinned host memory over %s instead (fallback #%llu)",
-            epoch, why.c_str(), transport_name_.load(), static_cast<unsigned long long>(fallbacks_ + nccl_fallbacks_));
+            epoch, why.c_str(), transport_name_.load(),
+            static_cast<unsigned long long>(fallbacks_ + nccl_.fallbacks));
 }
 
 StoreExchange::Gathered CommunicatorImpl::wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until,
@@ -104,13 +108,14 @@ StoreExchange::Gathered CommunicatorImpl::wait_for_ranks(const StoreExchange& ex
 
 Status CommunicatorImpl::ensure_nccl(const Op& op) {
   const uint32_t epoch = epoch_.load();
-  if (nccl_ && nccl_epoch_ == epoch && !nccl_->aborted()) return Status();
+  if (nccl_.comm && nccl_.epoch == epoch && !nccl_.comm->aborted()) return Status();
   // The old one is aborted (finalising could wait on peers that moved on) and
   // kept until a new one follows it: its stream may still hold copies and
   // draining kernels.
-  if (nccl_) {
-    nccl_->abort(Status(ErrorCode::kAborted, "replaced by epoch " + std::to_string(epoch) + "'s communicator"));
-    retire_nccl();
+  if (nccl_.comm) {
+    nccl_.comm->abort(Status(ErrorCode::kAborted,
+                             "replaced by epoch " + std::to_string(epoch) + "'s communicator"));
+    nccl_.retire();
   }
   const auto started = Clock::now();
   const ErrorContext ctx{rank_, -1, op.seq, epoch, "nccl"};
@@ -134,16 +139,16 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   const ErrorCode code = made.ok() ? ErrorCode::kOk : made.status().code();
   const bool cannot_join = code == ErrorCode::kUnsupported || code == ErrorCode::kInvalidArgument || code == ErrorCode::kDevice;
   const std::string mine = made.ok() ? "ok" : "rank " + std::to_string(rank_) + ": " + made.status().message();
-  if (cannot_join) nccl_cannot_join_ = mine;
+  if (cannot_join) nccl_.cannot_join = mine;
   if (!made.ok()) {
-    ++nccl_init_failures_;
-    nccl_last_init_failure_ = mine;
+    ++nccl_.init_failures;
+    nccl_.last_init_failure = mine;
   }
   if (size_ == 1 && !made.ok()) {
     // Nobody to agree with.
     if (cannot_join) {
       drop_nccl(mine, epoch);
-      nccl_restart_staged_ = true;
+      nccl_.restart_staged = true;
     }
     return Status(code, ctx, "NCCL communicator of epoch " + std::to_string(epoch) + ": " + mine);
   }
@@ -155,20 +160,20 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
     }
   }
   // 4. In use from here.
-  nccl_ = std::move(made).value();
-  nccl_cannot_join_.clear();
-  nccl_init_failures_ = 0;
-  if (nccl_retired_) {
+  nccl_.comm = std::move(made).value();
+  nccl_.cannot_join.clear();
+  nccl_.init_failures = 0;
+  if (nccl_.retired) {
     // Restoring an input on the new stream must come after what the old one
     // still holds (backup copies behind aborted kernels).
-    if (Status s = nccl_->follow(*nccl_retired_); !s.ok()) {
-      nccl_->abort(s);
-      nccl_graveyard_.push_back(std::move(nccl_));
+    if (Status s = nccl_.comm->follow(*nccl_.retired); !s.ok()) {
+      nccl_.comm->abort(s);
+      nccl_.graveyard.push_back(std::move(nccl_.comm));
       return Status(s.code(), ctx, "ordering epoch " + std::to_string(epoch) + "'s NCCL stream after the last: " + s.message());
     }
-    nccl_graveyard_.push_back(std::move(nccl_retired_));
+    nccl_.graveyard.push_back(std::move(nccl_.retired));
   }
-  nccl_epoch_ = epoch;
+  nccl_.epoch = epoch;
   RCOLL_LOG(kInfo, "NCCL %s communicator of epoch %u up in %.1f ms (%d ranks, CUDA device %d)", nccl::version().c_str(), epoch,
             std::chrono::duration<double, std::milli>(Clock::now() - started).count(), size_.load(), op.device);
   return Status();
@@ -232,11 +237,11 @@ Result<std::unique_ptr<nccl::Comm>> CommunicatorImpl::nccl_init(const Op& op, ui
   cfg.blocking = options_.nccl_blocking == 1;
   // One stream for every epoch (made on the first): the new communicator's
   // calls queue behind whatever the aborted one left on it.
-  if (Status s = nccl_stream_.create(); s.ok()) cfg.stream = nccl_stream_.get();
-  if (Status s = nccl_confirm_host_.reserve(32); s.ok()) {
+  if (Status s = nccl_.stream.create(); s.ok()) cfg.stream = nccl_.stream.get();
+  if (Status s = nccl_.confirm_host.reserve(32); s.ok()) {
     // Two halves, by epoch: a retired stream may still copy the last
     // epoch's confirmation back into its half.
-    cfg.confirm_host = static_cast<char*>(nccl_confirm_host_.data()) + 16 * (epoch % 2);
+    cfg.confirm_host = static_cast<char*>(nccl_.confirm_host.data()) + 16 * (epoch % 2);
   }
   if (size_ > 1) {
     // A rank that gives up, fails the epoch or sees a peer die says so at
@@ -269,7 +274,7 @@ Status CommunicatorImpl::nccl_agree(const Op& op, uint32_t epoch, Result<std::un
     (void)store_->set(gave_up, Bytes(mine.begin(), mine.end()));
     if (made.ok()) {
       made.value()->abort(Status(ErrorCode::kAborted, "this rank left NCCL's init of epoch " + std::to_string(epoch)));
-      nccl_graveyard_.push_back(std::move(made).value());
+      nccl_.graveyard.push_back(std::move(made).value());
     }
   }};
   const StoreExchange outcomes(*store_, keys::nccl_outcomes(epoch), size_);

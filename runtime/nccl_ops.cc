@@ -124,7 +124,7 @@ uint64_t fingerprint(const Op& op) {
 }  // namespace
 
 bool CommunicatorImpl::runs_on_nccl(const Op& op) const {
-  if (!nccl::built() || !chain_.nccl() || !nccl_off_.empty() || op.device < 0) return false;
+  if (!nccl::built() || !chain_.nccl() || !nccl_.off.empty() || op.device < 0) return false;
   return op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather || op.kind == OpKind::kReduceScatter ||
          op.kind == OpKind::kBroadcast || op.kind == OpKind::kAlltoall || op.kind == OpKind::kSendRecv;
 }
@@ -223,34 +223,35 @@ struct CommunicatorImpl::NcclWatch {
 // only when the GPU failed.
 Result<bool> CommunicatorImpl::prepare_nccl_backup(const Op& op, nccl::Comm& comm) {
   if (op.in.bytes() > options_.backup_bytes) return false;
-  if (nccl_backup_seq_ == op.seq) return true;
-  nccl_backup_seq_ = op.seq;
-  nccl_backed_up_ = 0;
-  if (nccl_backup_.capacity() >= op.in.bytes()) return true;
+  if (nccl_.backup_seq == op.seq) return true;
+  nccl_.backup_seq = op.seq;
+  nccl_.backed_up = 0;
+  if (nccl_.backup.capacity() >= op.in.bytes()) return true;
   // Allocated in order on rcoll's device stream: behind every use of the
   // old block, before any use of the new one.
-  Status s = device_stream_.create();
-  if (s.ok()) s = device_event_.create();
-  if (s.ok()) s = comm.order_after_me(device_stream_.get());
-  if (s.ok()) s = nccl_backup_.reserve(op.in.bytes(), device_stream_.get());
-  if (s.ok()) s = kernels::cuda::event_record(device_event_.get(), device_stream_.get());
-  if (s.ok()) s = comm.order_after_event(device_event_.get());
+  Status s = nccl_.device_stream.create();
+  if (s.ok()) s = nccl_.device_event.create();
+  if (s.ok()) s = comm.order_after_me(nccl_.device_stream.get());
+  if (s.ok()) s = nccl_.backup.reserve(op.in.bytes(), nccl_.device_stream.get());
+  if (s.ok()) s = kernels::cuda::event_record(nccl_.device_event.get(), nccl_.device_stream.get());
+  if (s.ok()) s = comm.order_after_event(nccl_.device_event.get());
   if (s.ok()) return true;
   if (s.code() == ErrorCode::kDevice) return s;
   // The backup is a safety net, not the op: run without it (a failure in
   // the middle then cannot be recovered, as beyond the budget).
   RCOLL_LOG(kWarn, "%s on nccl: no device memory for the backup of its input (%s); running it without one",
             op.describe().c_str(), s.message().c_str());
-  nccl_backup_seq_ = 0;
+  nccl_.backup_seq = 0;
   return false;
 }
 
 Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   const Op& op = rec.op;
-  if (!nccl_off_.empty()) {
+  if (!nccl_.off.empty()) {
     // Every rank agreed (in the recovery just done) to stop using NCCL.
-    nccl_restart_staged_ = true;
-    return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"}, "NCCL dropped: " + nccl_off_);
+    nccl_.restart_staged = true;
+    return Status(ErrorCode::kUnsupported, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+                  "NCCL dropped: " + nccl_.off);
   }
   if (op.kind == OpKind::kSendRecv && op.out.count == 0) {
     // Moves nothing, so NCCL is not asked (both sides skip it alike).
@@ -258,7 +259,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     return Status();
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
-  nccl::Comm& comm = *nccl_;
+  nccl::Comm& comm = *nccl_.comm;
   const uint32_t epoch = epoch_.load();
   const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
   NcclWatch watch(*this, op);
@@ -321,7 +322,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     }
     rec.confirmed = true;
   }
-  ++nccl_ops_;
+  ++nccl_.ops;
   // The host saw every call of the op finish: work the caller queues from
   // here on sees the result without waiting on the GPU for it.
   return Status();
@@ -354,12 +355,12 @@ Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nc
     if (backup) {
       const ElementRange r = slice_range(op, k, rec.total);
       char* user = static_cast<char*>(op.in.data) + r.begin * es;
-      char* kept = static_cast<char*>(nccl_backup_.data()) + r.begin * es;
+      char* kept = static_cast<char*>(nccl_.backup.data()) + r.begin * es;
       const size_t bytes = (r.end - r.begin) * es;
-      const bool have = r.end * es <= nccl_backed_up_;
+      const bool have = r.end * es <= nccl_.backed_up;
       auto copied = have ? comm.issue_copy(user, kept, bytes) : comm.issue_copy(kept, user, bytes);
       if (!copied.ok()) return copied.status();
-      if (!have) nccl_backed_up_ = r.end * es;
+      if (!have) nccl_.backed_up = r.end * es;
     }
     auto t = comm.issue(slice_calls(op, size_, k, rec.total), watch.waiter());
     if (!t.ok()) return t.status();
@@ -392,17 +393,17 @@ Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Co
 // when execute() has the op's final outcome, after whatever recoveries it
 // takes: the stream never goes on with an attempt an abort cut short. It
 // only ever waits on work already queued (the runtime sees it done and
-// opens the gate); a recovery queues its new attempt on nccl_stream_, made
+// opens the gate); a recovery queues its new attempt on nccl_.stream, made
 // before any verdict waited, and on the verdict stream nothing else runs.
 Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm) {
-  kernels::cuda::StreamGate* gate = gate_.load();
+  kernels::cuda::StreamGate* gate = nccl_.gate.load();
   // From here until execute() opens the gate for this op (through any
   // recoveries), a stream waits on the GPU for it: no abort or free may
   // wait for the whole GPU (StreamGate::hold).
   gate->hold(op.seq);
-  Status s = comm.order_after_me(verdict_stream_.get());
-  if (s.ok()) s = gate->enqueue_wait(verdict_stream_.get(), op.seq);
-  if (s.ok()) s = kernels::cuda::event_record(w.verdict_event, verdict_stream_.get());
+  Status s = comm.order_after_me(nccl_.verdict_stream.get());
+  if (s.ok()) s = gate->enqueue_wait(nccl_.verdict_stream.get(), op.seq);
+  if (s.ok()) s = kernels::cuda::event_record(w.verdict_event, nccl_.verdict_stream.get());
   if (!s.ok()) return Status(s.code(), "queueing the op's verdict for the caller's stream: " + s.message());
   w.mark_issued();
   return Status();
@@ -412,18 +413,21 @@ Status CommunicatorImpl::restore_nccl_inputs(const Op& op) {
   // Everything the dropped communicator's stream still holds (draining
   // kernels, backup copies) finishes first, whatever the op: the staged run
   // writes the same buffers. Then an in-place op's input goes back.
-  Status s = device_stream_.create();
-  if (s.ok()) s = device_event_.create();
-  if (nccl::Comm* last = nccl_ ? nccl_.get() : nccl_retired_.get(); s.ok() && last) s = last->order_after_me(device_stream_.get());
-  if (s.ok() && backs_up(op) && nccl_backup_seq_ == op.seq && nccl_backed_up_ > 0) {
-    s = cuda::copy_async(op.in.data, nccl_backup_.data(), nccl_backed_up_, device_stream_.get());
+  Status s = nccl_.device_stream.create();
+  if (s.ok()) s = nccl_.device_event.create();
+  if (nccl::Comm* last = nccl_.comm ? nccl_.comm.get() : nccl_.retired.get(); s.ok() && last)
+    s = last->order_after_me(nccl_.device_stream.get());
+  if (s.ok() && backs_up(op) && nccl_.backup_seq == op.seq && nccl_.backed_up > 0) {
+    s = cuda::copy_async(op.in.data, nccl_.backup.data(), nccl_.backed_up,
+                         nccl_.device_stream.get());
   }
-  if (s.ok()) s = cuda::event_record(device_event_.get(), device_stream_.get());
+  if (s.ok()) s = cuda::event_record(nccl_.device_event.get(), nccl_.device_stream.get());
   if (s.ok()) {
-    s = cuda::wait_event(device_event_.get(), Deadline::after(options_.deadline_floor), "putting back the input of " + op.describe());
+    s = cuda::wait_event(nccl_.device_event.get(), Deadline::after(options_.deadline_floor),
+                         "putting back the input of " + op.describe());
   }
-  nccl_backed_up_ = 0;
-  nccl_backup_seq_ = 0;
+  nccl_.backed_up = 0;
+  nccl_.backup_seq = 0;
   return s;
 }
 

@@ -110,7 +110,7 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   }
   // The op's verdict: streams waiting for it (Work::stream_wait) go on. Its
   // GPU work, if any, was seen done (or, after a failure for good, is let go).
-  if (auto* gate = gate_.load()) gate->open_through(op.seq);
+  if (auto* gate = nccl_.gate.load()) gate->open_through(op.seq);
   // Only now, with no stream held at the gate, may a stopped NCCL
   // communicator's memory be freed (that waits for the whole GPU): after the
   // caller has its result, and put off while another gate of the process
@@ -314,14 +314,16 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   }
   if (runs_on_nccl(op)) {
     Status s = run_op(op);
-    if (!nccl_restart_staged_) return s;
+    if (!nccl_.restart_staged) return s;
     // NCCL was dropped before or while the op ran, on every rank alike. Ops on
     // NCCL never lose their inputs (in-place ones are backed up), so every
     // rank can run it again from the start, staged.
-    nccl_restart_staged_ = false;
+    nccl_.restart_staged = false;
     if (Status r = restore_nccl_inputs(op); !r.ok()) return local_failure(r, "putting back its input to run it again");
-    RCOLL_LOG(kWarn, "%s runs again from the start, staged through pinned host memory over %s (NCCL dropped: %s)",
-              op.describe().c_str(), transport_name_.load(), nccl_off_.c_str());
+    RCOLL_LOG(kWarn,
+              "%s runs again from the start, staged through pinned host memory over %s (NCCL "
+              "dropped: %s)",
+              op.describe().c_str(), transport_name_.load(), nccl_.off.c_str());
   }
   DeviceStaging::Limits limits;
   limits.caller_stream = options_.straggler_timeout;
@@ -360,12 +362,12 @@ Status CommunicatorImpl::run_op(const Op& op) {
     // slice done); only a failed or recovered one has a position to show.
     if (!s.ok() || recoveries_this_op_ > 0) recorder_.progressed(op.seq, rec.done, epoch_.load());
     if (s.ok()) break;
-    if (nccl_restart_staged_) {
+    if (nccl_.restart_staged) {
       // Every rank stopped using NCCL: run_device_op runs the op again, staged.
       current_ = nullptr;
       return s;
     }
-    if (rec.nccl) nccl_failures_.push_back(Clock::now());
+    if (rec.nccl) nccl_.failures.push_back(Clock::now());
     if (last_stall_was_straggler_) {
       // A live rank that is merely late: rebuilding the data plane cannot help.
     } else if (recoveries_this_op_ >= options_.max_recoveries_per_op) {
@@ -390,7 +392,7 @@ std::string CommunicatorImpl::give_input_back(const OpRecord& rec) {
       "; its buffer holds partial results: the op was larger than the backup budget "
       "(Options::backup_bytes), so its input was not kept";
   if (rec.nccl) {
-    const bool backed = nccl_backup_seq_ == op.seq && nccl_backed_up_ >= op.in.bytes();
+    const bool backed = nccl_.backup_seq == op.seq && nccl_.backed_up >= op.in.bytes();
     if (op.in_place() && !backed) return partial;
     if (Status s = restore_nccl_inputs(op); !s.ok()) {
       RCOLL_LOG(

@@ -63,7 +63,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   round.deadline = Deadline::after(options_.recovery_timeout);
   round.seq = current_ ? current_->op.seq : 0;
   round.chain = chain_.order().size() > 1;
-  round.nccl_votes = chain_.nccl() && nccl_off_.empty();
+  round.nccl_votes = chain_.nccl() && nccl_.off.empty();
   const std::string what = current_ ? current_->op.describe() : std::string("no op in flight");
   RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
             round.failed, what.c_str(), cause.to_string().c_str());

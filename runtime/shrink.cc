@@ -67,11 +67,11 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   liveness_.reset();
   // The old group's NCCL communicator (dead rank included) is aborted and
   // retired: the next one follows its stream.
-  if (nccl_) {
+  if (nccl_.comm) {
     abort_nccl_on_device(why);
-    retire_nccl();
+    nccl_.retire();
   }
-  nccl_init_failures_ = 0;
+  nccl_.init_failures = 0;
   RingQueue<Op> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);
