@@ -29,6 +29,7 @@
 #include "runtime/liveness.h"
 #include "runtime/nccl_plane.h"
 #include "runtime/op.h"
+#include "runtime/shrink_rule.h"
 #include "runtime/stall_judge.h"
 #include "runtime/store/exchange.h"
 #include "runtime/transport_chain.h"
@@ -121,8 +122,24 @@ class CommunicatorImpl : public ProgressGuard {
   // Shrink mode: agree with the other survivors on the new group, renumber,
   // rebuild the data plane and the heartbeat mesh. Ops queued for the old
   // group fail with `why`; returns how many. A failure sets fatal_.
-  size_t shrink(const Status& why);
-  Status shrink_group(const Status& why, size_t* stale_count);
+  //
+  // Every survivor reports the same collective as failed: in shrink mode
+  // each collective ends with a confirmation round (confirms_completion),
+  // so a survivor that completed it had every survivor's word that it held
+  // the whole result. A survivor whose collective failed but which held the
+  // whole result learns, in the shrink, whether every survivor did too (or
+  // completed it): then it completes the op as well (`*failed_op_complete`),
+  // and the shrink reaches the caller with the next op, as on every other
+  // survivor.
+  size_t shrink(const Status& why, const OpRecord* failed = nullptr,
+                bool* failed_op_complete = nullptr);
+  Status shrink_group(const Status& why, const OpRecord* failed, size_t* stale_count,
+                      bool* failed_op_complete);
+  // Where this rank's collectives stood when the shrink began (runtime/shrink_rule.h).
+  ShrinkStand shrink_stand(const OpRecord* failed) const;
+  // Reads where every other survivor stood and applies the rule.
+  bool failed_op_complete_everywhere(const ShrinkStand& mine, const std::string& outcomes,
+                                     const std::vector<int>& survivors, Deadline deadline);
   void shrink_idle(const Status& why);
   // Every rank on this host (the store is local): use loopback by default.
   bool prefer_loopback() const {
@@ -321,7 +338,10 @@ class CommunicatorImpl : public ProgressGuard {
   // on 2 cores the round costs more (-16% at 1 MiB, +5..26% at 2-16 MiB), so
   // it starts at 2 MiB there. Decided from the op and the group alone, so
   // every rank decides the same.
+  // In shrink mode every collective confirms, whatever its size: what lets
+  // the survivors of a death agree on which collective failed (shrink()).
   bool confirms_completion(const Op& op) const {
+    if (options_.shrink_on_death && op.kind != OpKind::kSendRecv && size_ > 1) return true;
     const bool kind = op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather ||
                       op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAlltoall;
     const size_t from = size_ > 2 ? (2u << 20) : (1u << 20);

@@ -112,14 +112,17 @@ void CommunicatorImpl::inject_late_start(const Op& op) {
 }
 
 // A kill at a step of a recovery (kill:...,at=ledgers|connect): the rank
-// dies in the middle of the protocol, once it got to `step` in a recovery of
-// the op the fault names.
+// dies in the middle of the protocol, once it got to `step` in the first
+// recovery during or after the op the fault names (this rank may be idle,
+// op_seq 0, when a peer's failure starts it).
 void CommunicatorImpl::inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch,
                                           const char* step) {
+  const uint64_t reached = op_seq != 0 ? op_seq : injected_through_seq_;
   for (const Fault& f : faults_) {
-    if (f.kind != FaultKind::kKill || f.at != step || f.op != op_seq ||
-        (f.rank != -1 && f.rank != rank_))
+    if (f.kind != FaultKind::kKill || f.at != step || f.op > reached ||
+        (f.rank != -1 && f.rank != rank_)) {
       continue;
+    }
     RCOLL_LOG(kWarn,
               "fault injection: killing this process (SIGKILL) in the recovery of epoch %u "
               "(op seq %llu), %s",

@@ -440,11 +440,22 @@ Status CommunicatorImpl::end_failed_op(const OpRecord& rec, Status s) {
   const Op& op = rec.op;
   current_ = nullptr;
   if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
-    recorder_.finished(op.seq, false);
     const int was = rank_, of = size_;
     // The shrink aborts the data plane first: nothing writes into the op's
     // buffers after it, so its input can go back in.
-    shrink(s);
+    bool complete = false;
+    const size_t stale = shrink(s, &rec, &complete);
+    recorder_.finished(op.seq, complete && fatal_.ok());
+    if (complete && fatal_.ok()) {
+      // Every survivor held the whole result (shrink()): the op is done here
+      // as on the survivors that completed it; the caller learns of the
+      // shrink from its next op, as they do.
+      if (stale == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        shrink_unreported_ = s;
+      }
+      return Status();
+    }
     const std::string restored = give_input_back(rec);
     if (fatal_.ok()) {
       return Status(ErrorCode::kPeerDead, s.context(),

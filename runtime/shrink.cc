@@ -17,9 +17,12 @@
 
 namespace rcoll {
 
-size_t CommunicatorImpl::shrink(const Status& why) {
+size_t CommunicatorImpl::shrink(const Status& why, const OpRecord* failed,
+                                bool* failed_op_complete) {
   size_t stale_count = 0;
-  Status s = shrink_group(why, &stale_count);
+  bool complete = false;
+  Status s = shrink_group(why, failed, &stale_count, &complete);
+  if (failed_op_complete != nullptr) *failed_op_complete = s.ok() && complete;
   if (!s.ok()) {
     fatal_ = s;
     RCOLL_LOG(kError, "shrink mode: %s; the communicator is unusable from here on", s.to_string().c_str());
@@ -27,12 +30,52 @@ size_t CommunicatorImpl::shrink(const Status& why) {
   return stale_count;
 }
 
-Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
+ShrinkStand CommunicatorImpl::shrink_stand(const OpRecord* failed) const {
+  ShrinkStand mine;
+  mine.through = log_.collective_through;
+  if (failed != nullptr && failed->op.kind != OpKind::kSendRecv && !failed->nccl) {
+    mine.failed = failed->op.match_seq;
+    mine.whole = failed->done >= failed->total;
+  }
+  return mine;
+}
+
+bool CommunicatorImpl::failed_op_complete_everywhere(const ShrinkStand& mine,
+                                                     const std::string& outcomes,
+                                                     const std::vector<int>& survivors,
+                                                     Deadline deadline) {
+  if (mine.failed == 0 || !mine.whole) return false;
+  std::vector<ShrinkStand> others;
+  for (int q : survivors) {
+    if (q == rank_) continue;
+    // Published before q registered as alive: there.
+    auto text = instance_store_->get(outcomes + std::to_string(q),
+                                     std::max<Millis>(Millis(1), deadline.remaining_ms()));
+    if (!text.ok()) return false;
+    auto theirs = decode_shrink_stand(std::string(text.value().begin(), text.value().end()));
+    if (!theirs) return false;
+    others.push_back(*theirs);
+  }
+  return failed_collective_completes(mine, others);
+}
+
+Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
+                                      size_t* stale_count, bool* failed_op_complete) {
   const int old_rank = rank_, old_size = size_;
   const Deadline deadline = Deadline::after(options_.recovery_timeout);
   const std::string gen = keys::shrink_alive(shrink_generation_);
+  const std::string outcomes = keys::shrink_outcome(shrink_generation_);
   RCOLL_LOG(kWarn, "shrink mode: %s; agreeing with the survivors on a group without the dead rank(s)", why.to_string().c_str());
   if (transport_) transport_->abort(why);
+  // Where this rank's collectives stood, then that it is alive: a survivor
+  // seen alive has said where it stood.
+  const ShrinkStand mine = shrink_stand(failed);
+  const std::string stand = encode(mine);
+  if (Status s = instance_store_->set(outcomes + std::to_string(old_rank),
+                                      Bytes(stand.begin(), stand.end()));
+      !s.ok()) {
+    return s;
+  }
   if (Status s = instance_store_->set(gen + std::to_string(old_rank), Bytes{'1'}); !s.ok()) return s;
 
   std::vector<int> survivors;
@@ -58,6 +101,13 @@ Status CommunicatorImpl::shrink_group(const Status& why, size_t* stale_count) {
   for (size_t i = 0; i < survivors.size(); ++i)
     if (survivors[i] == old_rank) new_rank = static_cast<int>(i);
   const int new_size = static_cast<int>(survivors.size());
+  *failed_op_complete = failed_op_complete_everywhere(mine, outcomes, survivors, deadline);
+  if (*failed_op_complete) {
+    RCOLL_LOG(kWarn,
+              "shrink mode: %s completes here too: every survivor held its whole result (or "
+              "completed it) when the rank died",
+              failed->op.describe().c_str());
+  }
   std::string members;
   for (int q : survivors) members += (members.empty() ? "" : ",") + std::to_string(q);
 

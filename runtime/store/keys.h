@@ -16,6 +16,8 @@
 //   nccl/<epoch>/id, arrived/<rank>, outcome/<rank>, gave-up
 //                                            the epoch's NCCL communicator (runtime/nccl_ops.cc)
 //   shrink/<generation>/alive/<rank>         a survivor of a shrink
+//   shrink/<generation>/outcome/<rank>       where its collectives stood
+//   (CommunicatorImpl::ShrinkStand)
 #pragma once
 
 #include <cstdint>
@@ -50,5 +52,8 @@ inline std::string nccl_outcomes(uint32_t epoch) { return nccl(epoch) + "outcome
 inline std::string nccl_gave_up(uint32_t epoch) { return nccl(epoch) + "gave-up"; }
 
 inline std::string shrink_alive(int generation) { return "shrink/" + std::to_string(generation) + "/alive/"; }
+inline std::string shrink_outcome(int generation) {
+  return "shrink/" + std::to_string(generation) + "/outcome/";
+}
 
 }  // namespace rcoll::keys
