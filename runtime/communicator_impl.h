@@ -323,7 +323,6 @@ class CommunicatorImpl : public ProgressGuard {
   FlightRecorder recorder_;
   // Measured speed of the data plane, for the progress deadline (EWMA, bytes/s).
   std::atomic<double> bandwidth_{0};
-  int recoveries_this_op_ = 0;
   std::mutex close_mu_;
   // Ops whose inputs the algorithm overwrites (in-place allreduce): they back
   // up each window before touching it.
@@ -373,11 +372,16 @@ class CommunicatorImpl : public ProgressGuard {
   Clock::time_point last_op_end_ = Clock::now();
   bool idle_trimmed_ = false;
   std::atomic<uint64_t> held_bytes_{0};  // for counters()
-  Clock::time_point op_started_{};
-  bool straggler_logged_ = false;
-  int straggler_rank_ = -1;
-  bool last_stall_was_straggler_ = false;
-  OpRecord* current_ = nullptr;
+  // The op this rank runs now, as detection and recovery see it: one record
+  // per op, reset when the op starts (run_op).
+  struct OpInFlight {
+    OpRecord* record = nullptr;  // null while no op runs
+    Clock::time_point started{};
+    int straggler = -1;              // the late rank logged for this op (-1: none)
+    bool straggler_expired = false;  // the last stall was a straggler past its timeout
+    int recoveries = 0;              // recoveries of this op so far
+  };
+  OpInFlight in_flight_;
   Status fatal_;
   bool epoch_failed_seen_ = false;
   // Polls the store for "this epoch failed" off the progress thread.

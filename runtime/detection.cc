@@ -52,7 +52,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
                                                 " ms (the op's progress deadline)");
   }
   StallRules rules;
-  rules.late = Clock::now() - op_started_;
+  rules.late = Clock::now() - in_flight_.started;
   rules.straggler_timeout = straggler_timeout(op);
   const StallVerdict verdict = judge_stall(stall_view(op, peer), rules);
   ctx.peer = verdict.peer;
@@ -68,7 +68,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
     case Stall::kWait:
       return Status();  // a live straggler: wait on (interrupted() logs it)
     case Stall::kStragglerExpired: {
-      last_stall_was_straggler_ = true;
+      in_flight_.straggler_expired = true;
       const PeerView late_view = liveness_->peer(verdict.peer);
       return Status(ErrorCode::kTimeout, ctx,
                     op.describe() + ": " + who + " is alive but has not reached this op after " +
@@ -88,22 +88,25 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
 Status CommunicatorImpl::interrupted() {
   if (size_ == 1) return Status();
   if (int dead = first_dead_peer(); dead >= 0) {
-    return Status(ErrorCode::kPeerDead, ErrorContext{rank_, dead, current_ ? current_->op.seq : 0, epoch_.load(), transport_->name()},
-                  "rank " + std::to_string(dead) + " died (its process is gone: liveness connection closed without a goodbye); "
-                  "a dead rank cannot be recovered in place");
+    return Status(ErrorCode::kPeerDead,
+                  ErrorContext{rank_, dead, in_flight_.record ? in_flight_.record->op.seq : 0,
+                               epoch_.load(), transport_->name()},
+                  "rank " + std::to_string(dead) +
+                      " died (its process is gone: liveness connection closed without a goodbye); "
+                      "a dead rank cannot be recovered in place");
   }
   // Log a straggler once per op, as soon as it is clearly late: for a
   // collective any live rank not at the op yet, for a send or receive the
   // rank at the end of the chain of waits (runtime/stall_judge.h).
-  if (liveness_ && current_ && !straggler_logged_ && Clock::now() - op_started_ > options_.liveness_budget) {
-    const Op& op = current_->op;
+  if (liveness_ && in_flight_.record && in_flight_.straggler < 0 &&
+      Clock::now() - in_flight_.started > options_.liveness_budget) {
+    const Op& op = in_flight_.record->op;
     const bool p2p = op.kind == OpKind::kSendRecv;
     const StallView view = stall_view(op, p2p ? op.peer : -1);
     if (const int q = p2p ? holds_up(view, op.peer) : first_behind(view); q >= 0) {
-      straggler_logged_ = true;
-      straggler_rank_ = q;
+      in_flight_.straggler = q;
       const PeerView v = liveness_->peer(q);
-      const double secs = std::chrono::duration<double>(Clock::now() - op_started_).count();
+      const double secs = std::chrono::duration<double>(Clock::now() - in_flight_.started).count();
       const double timeout_s = std::chrono::duration<double>(straggler_timeout(op)).count();
       if (p2p) {
         RCOLL_LOG(kWarn,

@@ -144,7 +144,7 @@ Status CommunicatorImpl::give_up_on_exception(const Op* op) {
 
 Status CommunicatorImpl::give_up_after_exception(const Op* op, ErrorCode code,
                                                  const std::string& what) {
-  current_ = nullptr;
+  in_flight_.record = nullptr;
   Status s;
   try {
     s = Status(
@@ -220,7 +220,7 @@ void CommunicatorImpl::recover_if_peer_failed() {
                  "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
     transport_->abort(cause);
     size_t unused = 0;
-    recoveries_this_op_ = 0;
+    in_flight_.recoveries = 0;
     Status s = recover_and_replay(cause, nullptr, &unused);
     if (!s.ok() && options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
       shrink_idle(s);
@@ -348,31 +348,32 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   OpRecord rec = new_record(op);
   inject_late_start(op);
-  current_ = &rec;
-  op_started_ = Clock::now();
-  recorder_.started(op.seq, epoch_.load(), rec.total, op_started_);
-  straggler_logged_ = false;
-  last_stall_was_straggler_ = false;
+  in_flight_.record = &rec;
+  in_flight_.started = Clock::now();
+  recorder_.started(op.seq, epoch_.load(), rec.total, in_flight_.started);
+  in_flight_.straggler = -1;
+  in_flight_.straggler_expired = false;
   publish_state(true);
   size_t first = 0;
-  recoveries_this_op_ = 0;
+  in_flight_.recoveries = 0;
   for (;;) {
     Status s = first < rec.total ? run_slices(rec, first, false) : Status();
     // A clean op's trace goes from started to finished (which marks every
     // slice done); only a failed or recovered one has a position to show.
-    if (!s.ok() || recoveries_this_op_ > 0) recorder_.progressed(op.seq, rec.done, epoch_.load());
+    if (!s.ok() || in_flight_.recoveries > 0) recorder_.progressed(op.seq, rec.done, epoch_.load());
     if (s.ok()) break;
     if (nccl_.restart_staged) {
       // Every rank stopped using NCCL: run_device_op runs the op again, staged.
-      current_ = nullptr;
+      in_flight_.record = nullptr;
       return s;
     }
     if (rec.nccl) nccl_.failures.push_back(Clock::now());
-    if (last_stall_was_straggler_) {
+    if (in_flight_.straggler_expired) {
       // A live rank that is merely late: rebuilding the data plane cannot help.
-    } else if (recoveries_this_op_ >= options_.max_recoveries_per_op) {
+    } else if (in_flight_.recoveries >= options_.max_recoveries_per_op) {
       s = Status(s.code(), s.context(),
-                 s.message() + " (gave up after " + std::to_string(recoveries_this_op_) + " recoveries of this op)");
+                 s.message() + " (gave up after " + std::to_string(in_flight_.recoveries) +
+                     " recoveries of this op)");
     } else if (recoverable(s) && options_.recovery && size_ > 1) {
       s = recover_and_replay(s, &rec, &first);
       if (s.ok()) continue;
@@ -438,7 +439,7 @@ OpRecord CommunicatorImpl::new_record(const Op& op) {
 // around a dead peer if asked, else the communicator gives up.
 Status CommunicatorImpl::end_failed_op(const OpRecord& rec, Status s) {
   const Op& op = rec.op;
-  current_ = nullptr;
+  in_flight_.record = nullptr;
   if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
     const int was = rank_, of = size_;
     // The shrink aborts the data plane first: nothing writes into the op's
@@ -469,9 +470,11 @@ Status CommunicatorImpl::end_failed_op(const OpRecord& rec, Status s) {
   fatal_ = s;
   publish_fatal(s);
   RCOLL_LOG(kError, "%s; %s", s.to_string().c_str(),
-            last_stall_was_straggler_ ? "a rank was too late for this op: later ops on this communicator will fail"
-            : recoverable(s) && options_.recovery ? "recovery failed: later ops on this communicator will fail"
-                                                  : "not recoverable: later ops on this communicator will fail");
+            in_flight_.straggler_expired
+                ? "a rank was too late for this op: later ops on this communicator will fail"
+            : recoverable(s) && options_.recovery
+                ? "recovery failed: later ops on this communicator will fail"
+                : "not recoverable: later ops on this communicator will fail");
   publish_state(false);
   recorder_.finished(op.seq, false);
   report_positions(s);
@@ -481,17 +484,18 @@ Status CommunicatorImpl::end_failed_op(const OpRecord& rec, Status s) {
 // The op completed on this rank: credits, the bandwidth estimate, the log.
 void CommunicatorImpl::end_completed_op(OpRecord&& rec) {
   const Op& op = rec.op;
-  if (straggler_logged_) {
-    RCOLL_LOG(kWarn, "%s completed; rank %d arrived %.1f s late (straggler, no recovery needed)", op.describe().c_str(),
-              straggler_rank_, std::chrono::duration<double>(Clock::now() - op_started_).count());
+  if (in_flight_.straggler >= 0) {
+    RCOLL_LOG(kWarn, "%s completed; rank %d arrived %.1f s late (straggler, no recovery needed)",
+              op.describe().c_str(), in_flight_.straggler,
+              std::chrono::duration<double>(Clock::now() - in_flight_.started).count());
   }
-  current_ = nullptr;
+  in_flight_.record = nullptr;
   const Clock::time_point ended = Clock::now();
   recorder_.finished(op.seq, true, ended);
   if (credits_.carries(rec, options_.recovery)) credits_.completed(rec, *transport_);
   // Measure the data plane for the progress deadline (ops of 1 MiB or more).
   const size_t bytes = std::max(op.in.bytes(), op.out.bytes());
-  const double secs = std::chrono::duration<double>(ended - op_started_).count();
+  const double secs = std::chrono::duration<double>(ended - in_flight_.started).count();
   if (bytes >= (1u << 20) && secs > 0) {
     const double bw = static_cast<double>(bytes) / secs;
     const double old = bandwidth_.load();
@@ -504,11 +508,15 @@ void CommunicatorImpl::end_completed_op(OpRecord&& rec) {
 void CommunicatorImpl::publish_state(bool in_comm) {
   if (!liveness_) return;
   RankState st;
-  st.op_seq = current_ && current_->op.kind != OpKind::kSendRecv ? current_->op.match_seq : log_.collective_through;
+  st.op_seq = in_flight_.record && in_flight_.record->op.kind != OpKind::kSendRecv
+                  ? in_flight_.record->op.match_seq
+                  : log_.collective_through;
   st.in_comm = in_comm;
   // Whom a send or receive waits on: peers follow the chain of waits to the
   // rank that holds it up (on_stall).
-  st.waiting_on = in_comm && current_ && current_->op.kind == OpKind::kSendRecv ? current_->op.peer : -1;
+  st.waiting_on = in_comm && in_flight_.record && in_flight_.record->op.kind == OpKind::kSendRecv
+                      ? in_flight_.record->op.peer
+                      : -1;
   st.epoch = epoch_.load();
   liveness_->set_local(st);
 }
@@ -577,7 +585,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     return run_nccl_slices(rec, first);
   }
   const Op& op = rec.op;
-  last_stall_was_straggler_ = false;
+  in_flight_.straggler_expired = false;
   AlgoContext ctx(*transport_, op, rec.tuning, scratch_);
   ctx.set_guard(this, progress_budget(op, rec.tuning.piece_bytes, rec.tuning.window));
   ctx.set_slice_range(first, rec.total);

@@ -61,10 +61,11 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   RecoveryRound round;
   round.failed = epoch_.load();
   round.deadline = Deadline::after(options_.recovery_timeout);
-  round.seq = current_ ? current_->op.seq : 0;
+  round.seq = in_flight_.record ? in_flight_.record->op.seq : 0;
   round.chain = chain_.order().size() > 1;
   round.nccl_votes = chain_.nccl() && nccl_.off.empty();
-  const std::string what = current_ ? current_->op.describe() : std::string("no op in flight");
+  const std::string what =
+      in_flight_.record ? in_flight_.record->op.describe() : std::string("no op in flight");
   RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
             round.failed, what.c_str(), cause.to_string().c_str());
   transport_->abort(cause);
@@ -77,7 +78,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   inject_in_recovery(round.seq, round.failed, "ledgers");
   auto ledgers = gather_ledgers(round);
   if (!ledgers.ok()) return ledgers.status();
-  auto plan = agree_resume(rank_, size_, log_, current_, ledgers.value());
+  auto plan = agree_resume(rank_, size_, log_, in_flight_.record, ledgers.value());
   if (!plan.ok()) return plan.status();
   if (Status s = adopt_ballots(round); !s.ok()) return s;
 
@@ -134,8 +135,9 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
   // its communicator, or saw it fail too often. A failure on NCCL does not
   // count against the host transport.
   if (round.chain || round.nccl_votes) {
-    const bool nccl_failed = (current_ != nullptr && current_->nccl) ||
-                             (current_ == nullptr && waiting_device_op_ != nullptr && runs_on_nccl(*waiting_device_op_));
+    const bool nccl_failed = (in_flight_.record != nullptr && in_flight_.record->nccl) ||
+                             (in_flight_.record == nullptr && waiting_device_op_ != nullptr &&
+                              runs_on_nccl(*waiting_device_op_));
     const size_t vote = round.chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
     const std::string drop = round.nccl_votes ? nccl_vote() : std::string();
     const store::Ballot ballot{static_cast<uint8_t>(vote), !drop.empty(), drop};
@@ -144,7 +146,7 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
       return round.gave_up(*this, s, "could not publish this rank's transport vote in the store");
     }
   }
-  const std::string ledger = serialize_ledger(log_, current_, size_);
+  const std::string ledger = serialize_ledger(log_, in_flight_.record, size_);
   const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
   if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
     return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
@@ -289,8 +291,8 @@ Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round) {
 
 Status CommunicatorImpl::recover_and_replay(Status cause, OpRecord* current, size_t* resume) {
   // A failure while re-running completed ops is just another failed epoch.
-  while (recoveries_this_op_ < options_.max_recoveries_per_op) {
-    ++recoveries_this_op_;
+  while (in_flight_.recoveries < options_.max_recoveries_per_op) {
+    ++in_flight_.recoveries;
     auto plan = recover(cause);
     if (!plan.ok()) return plan.status();
     Status s = replay_completed(plan.value(), current, resume);
@@ -330,7 +332,8 @@ void CommunicatorImpl::report_positions(const Status& s) {
     }
     summary += "\n  rank " + std::to_string(q) + ": " + where;
   }
-  RCOLL_LOG(kError, "where every rank was when %s failed for good (%s):%s", current_ ? current_->op.describe().c_str() : "the communicator",
+  RCOLL_LOG(kError, "where every rank was when %s failed for good (%s):%s",
+            in_flight_.record ? in_flight_.record->op.describe().c_str() : "the communicator",
             to_string(s.code()), summary.c_str());
 }
 
