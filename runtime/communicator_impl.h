@@ -140,6 +140,8 @@ class CommunicatorImpl : public ProgressGuard {
   // Reads where every other survivor stood and applies the rule.
   bool failed_op_complete_everywhere(const ShrinkStand& mine, const std::string& outcomes,
                                      const std::vector<int>& survivors, Deadline deadline);
+  Result<std::vector<int>> settle_survivors(const std::string& alive_keys, Deadline deadline);
+  size_t leave_old_group(const Status& why, int new_rank, int new_size);
   void shrink_idle(const Status& why);
   // Every rank on this host (the store is local): use loopback by default.
   bool prefer_loopback() const {

@@ -171,9 +171,6 @@ Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* curr
   return Status();
 }
 
-// Every rank's ledger. Silent ranks are waited for up to the recovery
-// timeout; the error names whoever never joined. A rank that can never join
-// (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
 // What ends any wait of a recovery at once, at every step (ledgers, votes,
 // the connect of the next epoch, its link timing): a rank gave up and
 // published its diagnosis (the fatal notice of the failed epoch), or a rank
@@ -212,6 +209,9 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
   return Status();
 }
 
+// Every rank's ledger. Silent ranks are waited for up to the recovery
+// timeout; the error names whoever never joined. A rank that can never join
+// (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
 Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round) {
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {

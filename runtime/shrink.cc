@@ -77,26 +77,9 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
     return s;
   }
   if (Status s = instance_store_->set(gen + std::to_string(old_rank), Bytes{'1'}); !s.ok()) return s;
-
-  std::vector<int> survivors;
-  for (;;) {
-    survivors.clear();
-    bool settled = true;
-    for (int q = 0; q < old_size; ++q) {
-      auto alive = instance_store_->check(gen + std::to_string(q));
-      if (alive.ok() && alive.value()) {
-        survivors.push_back(q);
-      } else if (!(dead_ && dead_[static_cast<size_t>(q)])) {
-        settled = false;  // neither registered nor known dead yet
-      }
-    }
-    if (settled) break;
-    if (deadline.expired()) {
-      return Status(ErrorCode::kPeerUnreachable, ErrorContext{old_rank, -1, 0, epoch_.load(), transport_name_.load()},
-                    "shrink could not settle the surviving group within the recovery timeout");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  auto settled = settle_survivors(gen, deadline);
+  if (!settled.ok()) return settled.status();
+  const std::vector<int>& survivors = settled.value();
   int new_rank = -1;
   for (size_t i = 0; i < survivors.size(); ++i)
     if (survivors[i] == old_rank) new_rank = static_cast<int>(i);
@@ -110,8 +93,44 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
   }
   std::string members;
   for (int q : survivors) members += (members.empty() ? "" : ",") + std::to_string(q);
+  *stale_count = leave_old_group(why, new_rank, new_size);
+  if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
+  if (Status s = start_liveness(own_budget(deadline)); !s.ok()) return s;  // as in create()
+  RCOLL_LOG(kWarn,
+            "shrink mode: the group is now old ranks {%s}: this rank was %d of %d and is %d of %d",
+            members.c_str(), old_rank, old_size, new_rank, new_size);
+  return Status();
+}
 
-  // The old group's machinery goes; ops queued for it fail.
+// Every old rank either registered as a survivor or is known dead here.
+Result<std::vector<int>> CommunicatorImpl::settle_survivors(const std::string& alive_keys,
+                                                            Deadline deadline) {
+  std::vector<int> survivors;
+  for (;;) {
+    survivors.clear();
+    bool settled = true;
+    for (int q = 0; q < size_; ++q) {
+      auto alive = instance_store_->check(alive_keys + std::to_string(q));
+      if (alive.ok() && alive.value()) {
+        survivors.push_back(q);
+      } else if (!(dead_ && dead_[static_cast<size_t>(q)])) {
+        settled = false;  // neither registered nor known dead yet
+      }
+    }
+    if (settled) return survivors;
+    if (deadline.expired()) {
+      return Status(ErrorCode::kPeerUnreachable,
+                    ErrorContext{rank_, -1, 0, epoch_.load(), transport_name_.load()},
+                    "shrink could not settle the surviving group within the recovery timeout");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// The old group's machinery goes, this rank takes its new number, and ops
+// queued for the old group fail (returns how many).
+size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int new_size) {
+  const int old_rank = rank_, old_size = size_;
   retire_transport();
   transport_.reset();
   liveness_.reset();
@@ -132,7 +151,6 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
     send_seq_.assign(static_cast<size_t>(new_size), 0);
     recv_seq_.assign(static_cast<size_t>(new_size), 0);
   }
-  *stale_count = stale.size();
   for (size_t i = 0; i < stale.size(); ++i) {
     Op& op = stale[i];
     recorder_.finished(op.seq, false);
@@ -150,11 +168,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
   store_ = make_prefix_store(instance_store_, "g" + std::to_string(shrink_generation_));
   log::set_identity("rank " + std::to_string(new_rank) + "/" + std::to_string(new_size));
   log::set_thread_rank(new_rank, new_size);
-  if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
-  if (Status s = start_liveness(own_budget(deadline)); !s.ok()) return s;  // as in create()
-  RCOLL_LOG(kWarn, "shrink mode: the group is now old ranks {%s}: this rank was %d of %d and is %d of %d", members.c_str(),
-            old_rank, old_size, new_rank, new_size);
-  return Status();
+  return stale.size();
 }
 
 }  // namespace rcoll
