@@ -180,72 +180,6 @@ Status CommunicatorImpl::give_up_after_exception(const Op* op, ErrorCode code,
   return s;
 }
 
-// While no op runs: a dead peer (shrink mode), or a peer that failed the epoch
-// and needs this rank in the recovery.
-void CommunicatorImpl::idle_checks() {
-  // Staging and backup memory grows to the working set while ops run; after a
-  // quiet spell it goes back to the system (the next op grows it again).
-  if (!idle_trimmed_ && Clock::now() - last_op_end_ > kIdleTrimAfter) {
-    idle_trimmed_ = true;
-    // Device and pinned memory stay until close: freeing either can wait for
-    // the whole GPU (other communicators' kernels included).
-    const size_t freed = scratch_.release() + log_.trim();
-    held_bytes_ = log_.bytes();
-    if (freed > 0) {
-      RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
-                static_cast<long long>(std::chrono::duration_cast<Millis>(kIdleTrimAfter).count()), freed);
-    }
-  }
-  // Frees put off while some stream gate held a stream, once none does
-  // (no CUDA call when there are none).
-  kernels::cuda::StreamGate::free_deferred();
-  if (shrink_if_peer_died()) return;
-  recover_if_peer_failed();
-}
-
-bool CommunicatorImpl::shrink_if_peer_died() {
-  if (!fatal_.ok() || !options_.shrink_on_death || size_ <= 1 || first_dead_peer() < 0) return false;
-  const int dead = first_dead_peer();
-  Status why(ErrorCode::kPeerDead, ErrorContext{rank_, dead, 0, epoch_.load(), transport_name_.load()},
-             "rank " + std::to_string(dead) + " died (its process is gone)");
-  shrink_idle(why);
-  return true;
-}
-
-// A peer failed the epoch while this rank runs no op: take part in the
-// recovery (it needs every rank's ledger), then go back to waiting.
-void CommunicatorImpl::recover_if_peer_failed() {
-  if (fatal_.ok() && options_.recovery && size_ > 1 && epoch_failed_elsewhere()) {
-    Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
-                 "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
-    transport_->abort(cause);
-    size_t unused = 0;
-    in_flight_.recoveries = 0;
-    Status s = recover_and_replay(cause, nullptr, &unused);
-    if (!s.ok() && options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
-      shrink_idle(s);
-      return;
-    }
-    if (!s.ok()) {
-      fatal_ = s;
-      publish_fatal(s);
-      report_positions(s);
-      RCOLL_LOG(kError, "%s; the communicator is unusable from here on", s.to_string().c_str());
-    }
-  }
-}
-
-// A shrink while no op was running: the caller learns it from its next op
-// (unless ops already queued for the old group failed and told it).
-void CommunicatorImpl::shrink_idle(const Status& why) {
-  const size_t stale = shrink(why);
-  if (!fatal_.ok()) return;
-  if (stale == 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    shrink_unreported_ = why;
-  }
-}
-
 bool CommunicatorImpl::recoverable(const Status& s) {
   switch (s.code()) {
     case ErrorCode::kTimeout:
@@ -382,37 +316,6 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   end_completed_op(std::move(rec));
   return Status();
-}
-
-// Shrink mode: an in-place op that a death failed gives the caller its input
-// back (every window it touched was backed up: run_slices), so the caller
-// can run it again in the shrunk group. Returns what to add to the error.
-std::string CommunicatorImpl::give_input_back(const OpRecord& rec) {
-  const Op& op = rec.op;
-  const std::string partial =
-      "; its buffer holds partial results: the op was larger than the backup budget "
-      "(Options::backup_bytes), so its input was not kept";
-  if (rec.nccl) {
-    const bool backed = nccl_.backup_seq == op.seq && nccl_.backed_up >= op.in.bytes();
-    if (op.in_place() && !backed) return partial;
-    if (Status s = restore_nccl_inputs(op); !s.ok()) {
-      RCOLL_LOG(
-          kError,
-          "%s: could not put its input back after the death (%s); its buffer holds partial results",
-          op.describe().c_str(), s.to_string().c_str());
-      return "; its buffer holds partial results (the input could not be put back: " + s.message() +
-             ")";
-    }
-    return op.in_place() ? "; the buffer holds the op's input again" : "";
-  }
-  if (!op.in_place() || op.kind != OpKind::kAllreduce) return "";
-  if (!rec.covers(0, std::min(rec.total, rec.last_window_first + 1))) return partial;
-  rec.restore_inputs();
-  RCOLL_LOG(
-      kInfo,
-      "%s failed by a rank's death: its input is back in its buffer (shrink mode), to be run again",
-      op.describe().c_str());
-  return "; the buffer holds the op's input again";
 }
 
 OpRecord CommunicatorImpl::new_record(const Op& op) {

@@ -171,4 +171,35 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
   return stale.size();
 }
 
+// Shrink mode: an in-place op that a death failed gives the caller its input
+// back (every window it touched was backed up: run_slices), so the caller
+// can run it again in the shrunk group. Returns what to add to the error.
+std::string CommunicatorImpl::give_input_back(const OpRecord& rec) {
+  const Op& op = rec.op;
+  const std::string partial =
+      "; its buffer holds partial results: the op was larger than the backup budget "
+      "(Options::backup_bytes), so its input was not kept";
+  if (rec.nccl) {
+    const bool backed = nccl_.backup_seq == op.seq && nccl_.backed_up >= op.in.bytes();
+    if (op.in_place() && !backed) return partial;
+    if (Status s = restore_nccl_inputs(op); !s.ok()) {
+      RCOLL_LOG(
+          kError,
+          "%s: could not put its input back after the death (%s); its buffer holds partial results",
+          op.describe().c_str(), s.to_string().c_str());
+      return "; its buffer holds partial results (the input could not be put back: " + s.message() +
+             ")";
+    }
+    return op.in_place() ? "; the buffer holds the op's input again" : "";
+  }
+  if (!op.in_place() || op.kind != OpKind::kAllreduce) return "";
+  if (!rec.covers(0, std::min(rec.total, rec.last_window_first + 1))) return partial;
+  rec.restore_inputs();
+  RCOLL_LOG(
+      kInfo,
+      "%s failed by a rank's death: its input is back in its buffer (shrink mode), to be run again",
+      op.describe().c_str());
+  return "; the buffer holds the op's input again";
+}
+
 }  // namespace rcoll
