@@ -6,7 +6,11 @@
 // themselves by old rank order, and build a fresh data plane and heartbeat mesh
 // in a new store namespace. Nothing of the old group's ops is resumed: the dead
 // rank's contribution is gone, so those ops fail with kPeerDead and the caller,
-// seeing rank() and size() change, decides what to redo.
+// seeing rank() and size() change, decides what to redo. Two things make that
+// redo possible: an in-place op's buffer gets its input back
+// (give_input_back), and every survivor fails the same collective (a
+// survivor that held the whole result of one that completed elsewhere
+// completes it too: runtime/shrink_rule.h).
 #include <string>
 #include <thread>
 #include <vector>
