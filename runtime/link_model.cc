@@ -176,41 +176,60 @@ LinkSample worst_link(const std::vector<LinkSample>& samples) {
   return w;
 }
 
-Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
-  const int p = t.size(), r = t.rank();
-  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+namespace {
+
+// The ring probe's steps. Each advances `t0`, the clock reading at the last
+// boundary between rounds (bursts too), so that a stall between two rounds is
+// charged to one of them rather than to none.
+struct RingProbe {
+  RingProbe(Transport& transport, Deadline d, const FrameHeader& header)
+      : t(transport),
+        deadline(d),
+        prev((transport.rank() - 1 + transport.size()) % transport.size()),
+        next((transport.rank() + 1) % transport.size()),
+        h(header),
+        // The bursts' buffers first: no allocation inside a timed round.
+        src(kBurstFrameBytes, 1),
+        dst(kBurstFrameBytes * kBurstFrames),
+        burst(2 * kBurstFrames),
+        t0(Clock::now()) {}
+
+  Transport& t;
+  Deadline deadline;
+  int prev, next;
   FrameHeader h;
-  h.type = FrameType::kData;
-  h.op_kind = OpKind::kNone;
-  h.epoch = t.epoch();
-  h.root = -1;
-  // The bursts' buffers first: no allocation inside a timed round.
-  std::vector<char> src(kBurstFrameBytes, 1);
-  std::vector<char> dst(kBurstFrameBytes * kBurstFrames);
-  std::vector<Request> burst(2 * kBurstFrames);
-  // Latency: every rank sends an empty frame to the next and waits for the one
-  // from the previous; a round takes one hop once the ranks are in step. One
-  // clock reading per boundary between rounds (bursts too), so that a stall
-  // between two rounds is charged to one of them rather than to none.
-  std::vector<double> rounds;
-  auto t0 = Clock::now();
-  for (int i = 0; i < kLatencyRounds; ++i) {
+  std::vector<char> src;
+  std::vector<char> dst;
+  std::vector<Request> burst;
+  Clock::time_point t0;
+
+  // An empty frame to the next rank while one arrives from the previous.
+  Status empty_round(uint32_t chunk, uint16_t step) {
     Request reqs[2];
-    h.chunk = static_cast<uint32_t>(i);
-    h.step = kLatencyStep;
+    h.chunk = chunk;
+    h.step = step;
     h.payload_bytes = 0;
     t.post_recv(prev, h, nullptr, &reqs[0]);
     t.post_send(next, h, nullptr, &reqs[1]);
-    if (Status s = wait_all(t, reqs, 2, prev, next, deadline); !s.ok()) return s;
-    const auto t1 = Clock::now();
-    rounds.push_back(std::chrono::duration<double>(t1 - t0).count());
-    t0 = t1;
+    return wait_all(t, reqs, 2, prev, next, deadline);
   }
+
+  // Latency: every rank sends an empty frame to the next and waits for the
+  // one from the previous; a round takes one hop once the ranks are in step.
   // The fastest round after the first (which absorbs the ranks' skew): delays
   // from scheduling or queueing only add, so the minimum is the link's own
   // latency, and one descheduled round cannot inflate the tuning.
-  LinkSample out;
-  out.latency_s = *std::min_element(rounds.begin() + 1, rounds.end());
+  Result<double> latency() {
+    std::vector<double> rounds;
+    for (int i = 0; i < kLatencyRounds; ++i) {
+      if (Status s = empty_round(static_cast<uint32_t>(i), kLatencyStep); !s.ok()) return s;
+      const auto t1 = Clock::now();
+      rounds.push_back(std::chrono::duration<double>(t1 - t0).count());
+      t0 = t1;
+    }
+    return *std::min_element(rounds.begin() + 1, rounds.end());
+  }
+
   // Bandwidth: a burst to the next rank while one arrives from the previous,
   // kBurstRounds times, and the median burst counts. A stall (the rank
   // descheduled, a host's steal) slows one burst down; one taken while the
@@ -218,43 +237,57 @@ Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
   // median is neither. One burst alone measured 0.05-0.77 GB/s on one link
   // within an hour (3 ranks, 3 ms injected latency, a VM with steal), and the
   // epoch kept whichever it got: from 160 KiB x 4 to 1 MiB x 10 in flight.
-  h.step = kBurstStep;
-  h.payload_bytes = kBurstFrameBytes;
-  std::vector<double> rates;
-  for (int round = 0; round < kBurstRounds; ++round) {
-    const size_t first_chunk = static_cast<size_t>(round) * kBurstFrames;
-    for (size_t i = 0; i < kBurstFrames; ++i) {
-      h.chunk = static_cast<uint32_t>(first_chunk + i);
-      t.post_recv(prev, h, dst.data() + i * kBurstFrameBytes, &burst[i]);
+  Result<double> bandwidth(double latency_s) {
+    h.step = kBurstStep;
+    h.payload_bytes = kBurstFrameBytes;
+    std::vector<double> rates;
+    for (int round = 0; round < kBurstRounds; ++round) {
+      const size_t first_chunk = static_cast<size_t>(round) * kBurstFrames;
+      for (size_t i = 0; i < kBurstFrames; ++i) {
+        h.chunk = static_cast<uint32_t>(first_chunk + i);
+        t.post_recv(prev, h, dst.data() + i * kBurstFrameBytes, &burst[i]);
+      }
+      for (size_t i = 0; i < kBurstFrames; ++i) {
+        h.chunk = static_cast<uint32_t>(first_chunk + i);
+        t.post_send(next, h, src.data(), &burst[kBurstFrames + i]);
+      }
+      if (Status s = wait_all(t, burst.data(), burst.size(), prev, next, deadline); !s.ok())
+        return s;
+      const auto t1 = Clock::now();
+      const double took = std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+      // The burst's time less the one hop its first frame took (never below half).
+      const double moving = std::max(took - latency_s, took / 2);
+      rates.push_back(static_cast<double>(kBurstFrameBytes * kBurstFrames) /
+                      std::max(moving, 1e-9));
     }
-    for (size_t i = 0; i < kBurstFrames; ++i) {
-      h.chunk = static_cast<uint32_t>(first_chunk + i);
-      t.post_send(next, h, src.data(), &burst[kBurstFrames + i]);
-    }
-    if (Status s = wait_all(t, burst.data(), burst.size(), prev, next, deadline); !s.ok()) return s;
-    const auto t1 = Clock::now();
-    const double took = std::chrono::duration<double>(t1 - t0).count();
-    t0 = t1;
-    // The burst's time less the one hop its first frame took (never below half).
-    const double moving = std::max(took - out.latency_s, took / 2);
-    rates.push_back(static_cast<double>(kBurstFrameBytes * kBurstFrames) / std::max(moving, 1e-9));
+    std::nth_element(rates.begin(), rates.begin() + kBurstRounds / 2, rates.end());
+    return rates[kBurstRounds / 2];
   }
-  std::nth_element(rates.begin(), rates.begin() + kBurstRounds / 2, rates.end());
+};
+
+}  // namespace
+
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
+  FrameHeader h;
+  h.type = FrameType::kData;
+  h.op_kind = OpKind::kNone;
+  h.epoch = t.epoch();
+  h.root = -1;
+  RingProbe probe(t, deadline, h);
+  LinkSample out;
+  auto latency = probe.latency();
+  if (!latency.ok()) return latency.status();
+  out.latency_s = latency.value();
+  auto bandwidth = probe.bandwidth(out.latency_s);
+  if (!bandwidth.ok()) return bandwidth.status();
   // One more empty round, sent only once the burst is complete here. A large
   // send completes only when its receiver has answered (UCX rendezvous), and a
   // rank that stopped driving its transport after its own burst could leave
   // that answer unsent: waiting for the previous rank's "done" keeps every
   // rank driving its transport until its neighbours' bursts are complete too.
-  {
-    Request done[2];
-    h.chunk = 0;
-    h.step = kDoneStep;
-    h.payload_bytes = 0;
-    t.post_recv(prev, h, nullptr, &done[0]);
-    t.post_send(next, h, nullptr, &done[1]);
-    if (Status s = wait_all(t, done, 2, prev, next, deadline); !s.ok()) return s;
-  }
-  out.bandwidth = rates[kBurstRounds / 2];
+  if (Status s = probe.empty_round(0, kDoneStep); !s.ok()) return s;
+  out.bandwidth = bandwidth.value();
   out.valid = true;
   return out;
 }
