@@ -13,9 +13,6 @@
 #include "transports/factory.h"
 #include "transports/latency/latency_transport.h"
 #include "transports/tcp/interfaces.h"
-#if RCOLL_HAVE_UCX
-#include "transports/ucx/ucx_transport.h"
-#endif
 
 namespace rcoll {
 
