@@ -166,9 +166,9 @@ void BM_LedgerAgree8Ranks(benchmark::State& state) {
     log.collective_through = s;
   }
   for (auto _ : state) {
-    const std::string mine = serialize_ledger(log, nullptr, 8);
+    const std::string mine = serialize_ledger(log, {}, 8);
     std::vector<std::string> all(8, mine);
-    auto plan = agree_resume(0, 8, log, nullptr, all);
+    auto plan = agree_resume(0, 8, log, {}, all);
     benchmark::DoNotOptimize(plan);
   }
 }

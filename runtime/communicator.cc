@@ -171,7 +171,13 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   std::unique_lock<std::mutex> lock(mu_);
   std::shared_ptr<WorkState> work = reuse_work();
   op.work = work;
-  op.seq = ++next_seq_;
+  // A group numbers each of its members, in order; the carrier has the first's seq.
+  const uint64_t taken = op.group ? op.group->size() : 1;
+  op.seq = next_seq_ + 1;
+  next_seq_ += taken;
+  if (op.group) {
+    for (size_t i = 0; i < op.group->size(); ++i) (*op.group)[i].seq = op.seq + i;
+  }
   work->seq = op.seq;
   work->rank = rank_;
   if (!shrink_unreported_.ok()) {
@@ -179,7 +185,7 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
     // before it is numbered (it was meant for the old group).
     Status why = shrink_unreported_;
     shrink_unreported_ = Status();
-    --next_seq_;
+    next_seq_ -= taken;
     work->finish(Status(ErrorCode::kPeerDead, why.context(),
                         op.describe() + " not run: " + why.message() + "; shrink mode: the communicator went on without it as " +
                             std::to_string(size_.load()) + " ranks (this rank is now rank " + std::to_string(rank_.load()) + ")"));
@@ -190,23 +196,30 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
                         op.describe() + ": the communicator is closed"));
     return Work(work);
   }
-  Status valid = validate(op, rank_, size_);
+  Status valid = op.group ? validate_group(op, rank_, size_) : validate(op, rank_, size_);
   // An async device op may be waited for on a stream (Work::stream_wait); a
   // blocking one never is, and skips queueing a verdict for it.
   op.gated = how == Issue::kQueue && op.device >= 0;
   if (valid.ok()) valid = prepare_device_op(op);
   if (Status s = std::move(valid); !s.ok()) {
     // Bad input never consumes a sequence number peers would wait for.
-    --next_seq_;
+    next_seq_ -= taken;
     work->finish(std::move(s));
     return Work(work);
   }
-  if (op.kind == OpKind::kSendRecv) {
-    op.match_seq = op.is_send ? ++send_seq_[static_cast<size_t>(op.peer)] : ++recv_seq_[static_cast<size_t>(op.peer)];
+  auto number = [this](Op& p2p) {
+    p2p.match_seq = p2p.is_send ? ++send_seq_[static_cast<size_t>(p2p.peer)]
+                                : ++recv_seq_[static_cast<size_t>(p2p.peer)];
+    recorder_.issued(p2p);
+  };
+  if (op.group) {
+    for (Op& m : *op.group) number(m);
+  } else if (op.kind == OpKind::kSendRecv) {
+    number(op);
   } else {
     op.match_seq = ++collective_seq_;
+    recorder_.issued(op);
   }
-  recorder_.issued(op);
   if (how == Issue::kHereIfIdle && queue_.empty() && !running_) {
     running_ = true;
     lock.unlock();
@@ -467,6 +480,21 @@ constexpr auto kHere = CommunicatorImpl::Issue::kHereIfIdle;
 
 Work Communicator::send_async(Buffer data, int peer, OpOptions o) { return impl_->submit(send_op(data, peer, o)); }
 Work Communicator::recv_async(Buffer data, int peer, OpOptions o) { return impl_->submit(recv_op(data, peer, o)); }
+Work Communicator::group_async(std::span<const PeerOp> ops, OpOptions o) {
+  if (ops.empty()) {
+    auto done = std::make_shared<WorkState>();
+    done->rank = rank();
+    done->finish(Status());
+    return Work(done);
+  }
+  Op carrier = make_op(OpKind::kNone, Buffer{nullptr, 0, DataType::kUint8},
+                       Buffer{nullptr, 0, DataType::kUint8}, o);
+  carrier.group = std::make_shared<std::vector<Op>>();
+  carrier.group->reserve(ops.size());
+  for (const PeerOp& p : ops)
+    carrier.group->push_back(p.is_send ? send_op(p.data, p.peer, o) : recv_op(p.data, p.peer, o));
+  return impl_->submit(std::move(carrier));
+}
 Work Communicator::allreduce_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
   return impl_->submit(reducing_op(OpKind::kAllreduce, in, out, reduce, o));
 }
@@ -482,6 +510,9 @@ Work Communicator::barrier_async(OpOptions o) { return impl_->submit(barrier_op(
 // Blocking ops run on the calling thread when the communicator is idle.
 void Communicator::send(Buffer data, int peer, OpOptions o) { wait_or_throw(impl_->submit(send_op(data, peer, o), kHere)); }
 void Communicator::recv(Buffer data, int peer, OpOptions o) { wait_or_throw(impl_->submit(recv_op(data, peer, o), kHere)); }
+void Communicator::group(std::span<const PeerOp> ops, OpOptions o) {
+  wait_or_throw(group_async(ops, o));
+}
 void Communicator::allreduce(Buffer data, ReduceOp reduce, OpOptions o) { allreduce(data, data, reduce, o); }
 void Communicator::allreduce(Buffer in, Buffer out, ReduceOp reduce, OpOptions o) {
   wait_or_throw(impl_->submit(reducing_op(OpKind::kAllreduce, in, out, reduce, o), kHere));

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,9 @@ class CommunicatorImpl : public ProgressGuard {
 
   // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
+  Status judge_cycle(const Op& op, int peer);
+  Clock::duration next_look() const override;
+  void publish_awaited(const Op& op);
   Status interrupted() override;
 
  private:
@@ -230,6 +234,11 @@ class CommunicatorImpl : public ProgressGuard {
   // Runs slices [first, end) of a record: normally, or as a replay of an op the
   // caller already has back (inputs from backups, outputs to a sink).
   Status run_slices(OpRecord& rec, size_t first, bool replay);
+  // A group of sends and receives (runtime/group.cc): its members run
+  // together, each from its own first slice, and are logged as ungrouped ones.
+  Status run_group(const Op& carrier);
+  Status run_group_slices(std::span<OpRecord> recs, std::span<const size_t> first);
+  Status end_failed_group(std::span<OpRecord> recs, const Op& carrier, Status s);
   // The recovery protocol; on success the data plane is epoch + 1. Its
   // steps (runtime/recovery.cc): announce the failure and publish this
   // rank's ballot and ledger; gather every rank's ledger; agree on the resume
@@ -241,9 +250,10 @@ class CommunicatorImpl : public ProgressGuard {
   Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round);
   Status adopt_ballots(const RecoveryRound& round);
   // recover() then replay_completed(), again while the replays themselves fail.
-  Status recover_and_replay(Status cause, OpRecord* current, size_t* resume);
-  // Re-runs completed ops that a peer still needs; sets *resume for `current`.
-  Status replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume);
+  Status recover_and_replay(Status cause, std::span<OpRecord> current, std::span<size_t> resume);
+  // Re-runs completed ops that a peer still needs; sets resume[i] for current[i].
+  Status replay_completed(const ResumePlan& plan, std::span<OpRecord> current,
+                          std::span<size_t> resume);
   void record_completion(OpRecord&& rec);
   Clock::duration progress_budget(const Op& op, size_t piece_bytes, int window) const;
   // Has a peer announced that the current epoch failed? (liveness notice, or
@@ -377,11 +387,24 @@ class CommunicatorImpl : public ProgressGuard {
   // The op this rank runs now, as detection and recovery see it: one record
   // per op, reset when the op starts (run_op).
   struct OpInFlight {
-    OpRecord* record = nullptr;  // null while no op runs
+    OpRecord* record = nullptr;    // null while no op runs; a group's first member
+    std::span<OpRecord> group;     // a group's members (record is the first); empty otherwise
+    const Op* group_op = nullptr;  // the group's carrier (Op::group), while one runs
+    // The records of the op in flight: a group's members, the op's, or none.
+    std::span<OpRecord> current() const {
+      if (!group.empty()) return group;
+      return record ? std::span<OpRecord>(record, 1) : std::span<OpRecord>();
+    }
+    // "allreduce seq 7 (...)", "group of seq 7..9 (...)", or `none`.
+    std::string what(const char* none) const {
+      if (group_op) return group_op->describe();
+      return record ? record->op.describe() : std::string(none);
+    }
     Clock::time_point started{};
     int straggler = -1;              // the late rank logged for this op (-1: none)
     bool straggler_expired = false;  // the last stall was a straggler past its timeout
     int recoveries = 0;              // recoveries of this op so far
+    std::vector<WaitLink> cycle;     // a cycle of waits seen at the last stall (judge_cycle)
   };
   OpInFlight in_flight_;
   Status fatal_;

@@ -44,7 +44,61 @@ StallView CommunicatorImpl::stall_view(const Op& op, int awaited) const {
 // No bytes moved for the progress budget: judged by runtime/stall_judge.h.
 // A live straggler is waited for (OK); the rest become the op's error, which
 // run_op turns into a recovery where one can help.
+// A member of a group stalled: peers following the chain of waits see the
+// member it is stuck on, not the one published when the group began.
+void CommunicatorImpl::publish_awaited(const Op& op) {
+  if (!liveness_ || in_flight_.group.empty() || op.kind != OpKind::kSendRecv) return;
+  RankState st = liveness_->peer(rank_).state;
+  if (st.waiting_on == op.peer && st.waiting_send == op.is_send &&
+      st.p2p_seq == static_cast<uint32_t>(op.match_seq))
+    return;
+  st.waiting_on = op.peer;
+  st.waiting_send = op.is_send;
+  st.p2p_seq = static_cast<uint32_t>(op.match_seq);
+  liveness_->set_local(st);
+}
+
+// An ungrouped send or receive that stalled with no one to blame: is it in a
+// cycle of waits that can never end (stall_judge.h, wait_cycle)? Seen once,
+// it is noted and looked at again a few heartbeats later (next_look: the
+// peers' views come from heartbeats, a little behind); the same cycle seen
+// again is the
+// op's error, kDesync naming every rank and transfer in it. OK with
+// in_flight_.cycle empty: no cycle here, judge the stall as hung.
+Status CommunicatorImpl::judge_cycle(const Op& op, int peer) {
+  const std::vector<WaitLink> cycle = wait_cycle(stall_view(op, peer));
+  if (cycle.empty()) {
+    in_flight_.cycle.clear();
+    return Status();
+  }
+  if (cycle != in_flight_.cycle) {
+    in_flight_.cycle = cycle;
+    RCOLL_LOG(kWarn,
+              "%s: no bytes moved and the ranks wait on each other in a cycle: %s; looking again "
+              "in a few heartbeats",
+              op.describe().c_str(), describe_cycle(cycle).c_str());
+    return Status();
+  }
+  return Status(
+      ErrorCode::kDesync, ErrorContext{rank_, peer, op.seq, epoch_.load(), transport_->name()},
+      op.describe() + ": the ranks wait on each other in a cycle that can never complete: " +
+          describe_cycle(cycle) +
+          ". Ops run one at a time in issue order, and a large send completes only once its "
+          "receiver takes the bytes: issue such sends and receives together as a group "
+          "(Communicator::group_async, batch_isend_irecv) or order them so that each send "
+          "meets its receive");
+}
+
+// A cycle seen once is confirmed a few heartbeats later: long enough for
+// every view on it to have been refreshed, so a rank that had just moved on
+// shows it.
+Clock::duration CommunicatorImpl::next_look() const {
+  if (in_flight_.cycle.empty()) return Clock::duration::max();
+  return 4 * std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
+}
+
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
+  publish_awaited(op);
   const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
   ErrorContext ctx{rank_, peer, op.seq, epoch_.load(), transport_->name()};
   if (!liveness_ || peer < 0) {
@@ -78,6 +132,8 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
                         "; the straggler timeout expired");
     }
     case Stall::kHung:
+      if (Status cycle = judge_cycle(op, peer); !cycle.ok() || !in_flight_.cycle.empty())
+        return cycle;
       break;
   }
   ctx.peer = peer;
@@ -102,8 +158,11 @@ Status CommunicatorImpl::interrupted() {
       Clock::now() - in_flight_.started > options_.liveness_budget) {
     const Op& op = in_flight_.record->op;
     const bool p2p = op.kind == OpKind::kSendRecv;
-    const StallView view = stall_view(op, p2p ? op.peer : -1);
-    if (const int q = p2p ? holds_up(view, op.peer) : first_behind(view); q >= 0) {
+    // A group waits on the member published as awaited (publish_state, publish_awaited).
+    const int published = liveness_->peer(rank_).state.waiting_on;
+    const int awaited = !p2p ? -1 : published >= 0 ? published : op.peer;
+    const StallView view = stall_view(op, awaited);
+    if (const int q = p2p ? holds_up(view, awaited) : first_behind(view); q >= 0) {
       in_flight_.straggler = q;
       const PeerView v = liveness_->peer(q);
       const double secs = std::chrono::duration<double>(Clock::now() - in_flight_.started).count();
@@ -113,9 +172,9 @@ Status CommunicatorImpl::interrupted() {
                   "%s waits on rank %d%s, which is in compute (at collective seq %llu) %.1f s "
                   "after this rank "
                   "arrived; waiting (straggler timeout %g s), no recovery",
-                  op.describe().c_str(), q,
-                  q == op.peer ? ""
-                               : (" (through rank " + std::to_string(op.peer) +
+                  in_flight_.what("").c_str(), q,
+                  q == awaited ? ""
+                               : (" (through rank " + std::to_string(awaited) +
                                   "'s chain of sends and receives)")
                                      .c_str(),
                   static_cast<unsigned long long>(v.state.op_seq), secs, timeout_s);

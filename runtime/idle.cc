@@ -50,9 +50,8 @@ void CommunicatorImpl::recover_if_peer_failed() {
     Status cause(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch_.load(), transport_->name()},
                  "a peer announced that epoch " + std::to_string(epoch_.load()) + " failed");
     transport_->abort(cause);
-    size_t unused = 0;
     in_flight_.recoveries = 0;
-    Status s = recover_and_replay(cause, nullptr, &unused);
+    Status s = recover_and_replay(cause, {}, {});
     if (!s.ok() && options_.shrink_on_death && s.code() == ErrorCode::kPeerDead &&
         first_dead_peer() >= 0) {
       shrink_idle(s);

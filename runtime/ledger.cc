@@ -302,7 +302,7 @@ ParsedLedger parse(const std::string& text) {
 
 }  // namespace
 
-std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int size) {
+std::string serialize_ledger(const ReplayLog& log, std::span<const OpRecord> current, int size) {
   std::ostringstream out;
   out << "through C -1 " << log.collective_through << '\n';
   for (int peer = 0; peer < size; ++peer) {
@@ -312,7 +312,7 @@ std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int 
       out << "through R " << peer << ' ' << log.recv_through[peer] << '\n';
   }
   for (const auto& r : log.records()) write_record(out, r);
-  if (current != nullptr) write_record(out, *current);
+  for (const auto& r : current) write_record(out, r);
   out << "end\n";
   return out.str();
 }
@@ -371,11 +371,13 @@ struct Ledgers {
 
   // Does a peer still need an op this rank finished but no longer holds? Then
   // nobody can finish it: say so, rather than resend the wrong data or hang.
-  Status inputs_still_held(const ReplayLog& log, const OpRecord* current) const {
+  Status inputs_still_held(const ReplayLog& log, std::span<const OpRecord> current) const {
     auto holds = [&](const OpKey& key) {
       for (const auto& r : log.records())
         if (key_of(r.op) == key) return true;
-      return current != nullptr && key_of(current->op) == key;
+      for (const auto& r : current)
+        if (key_of(r.op) == key) return true;
+      return false;
     };
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
@@ -408,7 +410,8 @@ struct Ledgers {
 
 }  // namespace
 
-Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const OpRecord* current,
+Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
+                                std::span<const OpRecord> current,
                                 const std::vector<std::string>& ledgers) {
   Ledgers all{rank, size, {}};
   for (const auto& text : ledgers) {
@@ -438,8 +441,8 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const 
     if (Status s = consider(r); !s.ok()) return s;
   }
   if (Status s = all.inputs_still_held(log, current); !s.ok()) return s;
-  if (current != nullptr) {
-    if (Status s = consider(*current); !s.ok()) return s;
+  for (const auto& r : current) {
+    if (Status s = consider(r); !s.ok()) return s;
   }
   return plan;
 }

@@ -17,12 +17,13 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "base/ring_queue.h"
 #include "runtime/algorithms/context.h"
 #include "runtime/op.h"
-#include "base/ring_queue.h"
 
 namespace rcoll {
 
@@ -196,13 +197,20 @@ struct ResumePlan {
   uint64_t collectives_started = 0;
 };
 
-// One rank's ledger as published in the store during recovery.
-std::string serialize_ledger(const ReplayLog& log, const OpRecord* current, int size);
+// One rank's ledger as published in the store during recovery. `current`:
+// the records of the op in flight (several for a group, none when idle).
+std::string serialize_ledger(const ReplayLog& log, std::span<const OpRecord> current, int size);
 
 // Computes, for this rank's records (log and current), the resume slice agreed
 // from every rank's published ledger. Fails with kInternal naming the op if a
 // rank would have to re-run an op whose backups it has already released.
-Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log, const OpRecord* current,
+Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
+                                std::span<const OpRecord> current,
                                 const std::vector<std::string>& ledgers);
+
+// One op in flight, or none (nullptr).
+inline std::span<const OpRecord> one_record(const OpRecord* current) {
+  return current ? std::span<const OpRecord>(current, 1) : std::span<const OpRecord>();
+}
 
 }  // namespace rcoll

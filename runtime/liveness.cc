@@ -49,6 +49,8 @@ using boost::system::error_code;
 
 constexpr size_t kMaxAbortReason = 1024;
 constexpr uint16_t kFlagInComm = 1;
+constexpr uint16_t kFlagWaitingSend = 2;
+constexpr uint16_t kFlagGrouped = 4;
 // How long a clean shutdown waits for its goodbyes to go out and for the
 // peers to close their side.
 constexpr Millis kGoodbyeLinger{250};
@@ -198,8 +200,11 @@ class LivenessImpl final : public Liveness {
     std::lock_guard<std::mutex> lock(mu_);
     h.op_seq = local_.op_seq;
     h.epoch = local_.epoch;
-    h.flags = local_.in_comm ? kFlagInComm : 0;
+    h.flags = static_cast<uint16_t>((local_.in_comm ? kFlagInComm : 0) |
+                                    (local_.waiting_send ? kFlagWaitingSend : 0) |
+                                    (local_.grouped ? kFlagGrouped : 0));
     h.count = static_cast<uint64_t>(local_.waiting_on + 1);  // 0: waits on no one peer
+    h.chunk = local_.p2p_seq;
     return h;
   }
 
@@ -295,6 +300,9 @@ class LivenessImpl final : public Liveness {
       v.state.op_seq = h.op_seq;
       v.state.in_comm = (h.flags & kFlagInComm) != 0;
       v.state.waiting_on = h.count > 0 && h.count <= static_cast<uint64_t>(size_) ? static_cast<int>(h.count) - 1 : -1;
+      v.state.waiting_send = (h.flags & kFlagWaitingSend) != 0;
+      v.state.grouped = (h.flags & kFlagGrouped) != 0;
+      v.state.p2p_seq = h.chunk;
       v.state.epoch = h.epoch;
       v.last_heard = now;
     }

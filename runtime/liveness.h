@@ -32,6 +32,12 @@ struct RankState {
   bool in_comm = false;    // inside an op (true) or in compute between ops (false)
   uint32_t epoch = 0;      // its current data-plane epoch
   int waiting_on = -1;     // in a send or receive: the peer it waits on (else -1)
+  // What it waits on `waiting_on` for: a send (else a receive), its per-peer
+  // sequence number (low 32 bits), and whether it is one of a group's
+  // members (a group never waits in a cycle of its own making).
+  bool waiting_send = false;
+  bool grouped = false;
+  uint32_t p2p_seq = 0;
 };
 
 struct PeerView {

@@ -38,6 +38,18 @@ std::string OpBrief::describe() const {
   return s;
 }
 
+std::string Op::describe() const {
+  if (!group) return brief().describe();
+  size_t sends = 0;
+  for (const Op& m : *group) sends += m.is_send ? 1 : 0;
+  const size_t recvs = group->size() - sends;
+  std::string s = "group of seq " + std::to_string(seq);
+  if (group->size() > 1) s += ".." + std::to_string(group->back().seq);
+  s += " (" + std::to_string(sends) + (sends == 1 ? " send, " : " sends, ") +
+       std::to_string(recvs) + (recvs == 1 ? " recv)" : " recvs)");
+  return s;
+}
+
 namespace {
 
 Status invalid(const Op& op, int rank, const std::string& what) {
@@ -144,6 +156,34 @@ Status validate(Op& op, int rank, int size) {
     case OpKind::kBarrier:
     case OpKind::kNone:
       break;
+  }
+  return Status();
+}
+
+Status validate_group(Op& carrier, int rank, int size) {
+  std::vector<Op>& members = *carrier.group;
+  for (Op& m : members) {
+    if (Status s = validate(m, rank, size); !s.ok()) {
+      return Status(s.code(), s.context(), "in " + carrier.describe() + ": " + s.message());
+    }
+    if (m.on_device()) {
+      return Status(ErrorCode::kUnsupported, ErrorContext{rank, m.peer, m.seq, -1, ""},
+                    carrier.describe() + ": " + m.describe() +
+                        " is on a device; groups take host buffers (issue device sends and "
+                        "receives one by one); "
+                        "nothing was sent");
+    }
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    for (size_t j = 0; j < members.size(); ++j) {
+      const Op& a = members[i];
+      const Op& b = members[j];
+      if (i == j || a.is_send || (b.is_send ? false : j < i) || !overlap(a.out, b.out)) continue;
+      return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, a.peer, a.seq, -1, ""},
+                    carrier.describe() + ": the buffer of " + a.describe() + " overlaps that of " +
+                        b.describe() +
+                        "; a receive in a group needs a buffer of its own; nothing was sent");
+    }
   }
   return Status();
 }

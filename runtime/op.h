@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "rcoll/communicator.h"
 #include "rcoll/options.h"
@@ -94,14 +95,18 @@ struct Op {
   // Issued asynchronously on device buffers: the runtime queues a verdict
   // event for Work::stream_wait when it runs on NCCL.
   bool gated = false;
+  // A group (Communicator::group_async): its sends and receives, each a
+  // numbered send/recv op of its own (seq, match_seq), run together. The
+  // carrier itself has kind kNone, the first member's seq and the Work.
+  std::shared_ptr<std::vector<Op>> group;
 
   size_t element_size() const { return size_of(out.dtype); }
   bool in_place() const { return in.data == out.data; }
   bool on_device() const { return in.memory == MemoryKind::kCuda || out.memory == MemoryKind::kCuda; }
   // The header every frame of this op starts from (fingerprint filled in).
   FrameHeader frame_template(uint32_t epoch, int sender_rank) const;
-  // "allreduce seq 7 (float32 x 1048576, sum)"
-  std::string describe() const { return brief().describe(); }
+  // "allreduce seq 7 (float32 x 1048576, sum)"; "group of seq 7..9 (2 sends, 1 recv)"
+  std::string describe() const;
   OpBrief brief() const {
     return OpBrief{kind, is_send, out.dtype, reduce, seq, kind == OpKind::kAllgather ? in.count : out.count, root, peer};
   }
@@ -111,5 +116,9 @@ struct Op {
 // kInvalidArgument with a message that names the problem and the values, or
 // kUnsupported for device buffers where there is no CUDA. Sets op.device.
 Status validate(Op& op, int rank, int size);
+// Checks a group (Op::group) and each of its members: kInvalidArgument for a
+// bad member or a receive buffer that overlaps another member's buffer,
+// kUnsupported for device buffers.
+Status validate_group(Op& carrier, int rank, int size);
 
 }  // namespace rcoll

@@ -88,7 +88,7 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   closing_barrier_running_ = closing_barrier;
   Status s;
   try {
-    s = op.on_device() ? run_device_op(op) : run_op(op);
+    s = op.group ? run_group(op) : op.on_device() ? run_device_op(op) : run_op(op);
   } catch (abi::__forced_unwind&) {
     throw;  // the thread is being cancelled: let the unwinding go on
   } catch (...) {
@@ -287,6 +287,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
   recorder_.started(op.seq, epoch_.load(), rec.total, in_flight_.started);
   in_flight_.straggler = -1;
   in_flight_.straggler_expired = false;
+  in_flight_.cycle.clear();
   publish_state(true);
   size_t first = 0;
   in_flight_.recoveries = 0;
@@ -309,7 +310,7 @@ Status CommunicatorImpl::run_op(const Op& op) {
                  s.message() + " (gave up after " + std::to_string(in_flight_.recoveries) +
                      " recoveries of this op)");
     } else if (recoverable(s) && options_.recovery && size_ > 1) {
-      s = recover_and_replay(s, &rec, &first);
+      s = recover_and_replay(s, {&rec, 1}, {&first, 1});
       if (s.ok()) continue;
     }
     return end_failed_op(rec, std::move(s));
@@ -416,10 +417,25 @@ void CommunicatorImpl::publish_state(bool in_comm) {
                   : log_.collective_through;
   st.in_comm = in_comm;
   // Whom a send or receive waits on: peers follow the chain of waits to the
-  // rank that holds it up (on_stall).
-  st.waiting_on = in_comm && in_flight_.record && in_flight_.record->op.kind == OpKind::kSendRecv
-                      ? in_flight_.record->op.peer
-                      : -1;
+  // rank that holds it up (on_stall). A group waits on its first receive's
+  // peer, what a pipeline stage waits for upstream (a stall names the member
+  // it is stuck on: note_awaited).
+  const OpRecord* awaited = nullptr;
+  if (in_comm && in_flight_.record && in_flight_.record->op.kind == OpKind::kSendRecv) {
+    awaited = in_flight_.record;
+    for (const OpRecord& r : in_flight_.group) {
+      if (!r.op.is_send) {
+        awaited = &r;
+        break;
+      }
+    }
+  }
+  if (awaited != nullptr) {
+    st.waiting_on = awaited->op.peer;
+    st.waiting_send = awaited->op.is_send;
+    st.p2p_seq = static_cast<uint32_t>(awaited->op.match_seq);
+    st.grouped = !in_flight_.group.empty();
+  }
   st.epoch = epoch_.load();
   liveness_->set_local(st);
 }

@@ -64,8 +64,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   round.seq = in_flight_.record ? in_flight_.record->op.seq : 0;
   round.chain = chain_.order().size() > 1;
   round.nccl_votes = chain_.nccl() && nccl_.off.empty();
-  const std::string what =
-      in_flight_.record ? in_flight_.record->op.describe() : std::string("no op in flight");
+  const std::string what = in_flight_.what("no op in flight");
   RCOLL_LOG(kWarn, "epoch %u failed during %s: %s -- recovering: aborting the data plane, exchanging ledgers, reconnecting",
             round.failed, what.c_str(), cause.to_string().c_str());
   transport_->abort(cause);
@@ -78,7 +77,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   inject_in_recovery(round.seq, round.failed, "ledgers");
   auto ledgers = gather_ledgers(round);
   if (!ledgers.ok()) return ledgers.status();
-  auto plan = agree_resume(rank_, size_, log_, in_flight_.record, ledgers.value());
+  auto plan = agree_resume(rank_, size_, log_, in_flight_.current(), ledgers.value());
   if (!plan.ok()) return plan.status();
   if (Status s = adopt_ballots(round); !s.ok()) return s;
 
@@ -146,7 +145,7 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
       return round.gave_up(*this, s, "could not publish this rank's transport vote in the store");
     }
   }
-  const std::string ledger = serialize_ledger(log_, in_flight_.record, size_);
+  const std::string ledger = serialize_ledger(log_, in_flight_.current(), size_);
   const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
   if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
     return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
@@ -154,13 +153,17 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
   return Status();
 }
 
-Status CommunicatorImpl::replay_completed(const ResumePlan& plan, OpRecord* current, size_t* resume) {
-  *resume = current ? current->total : 0;
+Status CommunicatorImpl::replay_completed(const ResumePlan& plan, std::span<OpRecord> current,
+                                          std::span<size_t> resume) {
+  for (size_t i = 0; i < current.size(); ++i) resume[i] = current[i].total;
   for (const auto& e : plan.entries) {
-    if (current != nullptr && e.local_seq == current->op.seq) {
-      *resume = e.resume;
-      continue;
+    bool in_flight = false;
+    for (size_t i = 0; i < current.size(); ++i) {
+      if (e.local_seq != current[i].op.seq) continue;
+      resume[i] = e.resume;
+      in_flight = true;
     }
+    if (in_flight) continue;
     for (auto& rec : log_.records()) {
       if (rec.op.seq != e.local_seq) continue;
       RCOLL_LOG(kInfo, "re-running slices %zu..%zu of %s (completed here, needed by a peer)", e.resume, rec.total,
@@ -289,7 +292,8 @@ Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round) {
   return Status();
 }
 
-Status CommunicatorImpl::recover_and_replay(Status cause, OpRecord* current, size_t* resume) {
+Status CommunicatorImpl::recover_and_replay(Status cause, std::span<OpRecord> current,
+                                            std::span<size_t> resume) {
   // A failure while re-running completed ops is just another failed epoch.
   while (in_flight_.recoveries < options_.max_recoveries_per_op) {
     ++in_flight_.recoveries;
@@ -333,8 +337,7 @@ void CommunicatorImpl::report_positions(const Status& s) {
     summary += "\n  rank " + std::to_string(q) + ": " + where;
   }
   RCOLL_LOG(kError, "where every rank was when %s failed for good (%s):%s",
-            in_flight_.record ? in_flight_.record->op.describe().c_str() : "the communicator",
-            to_string(s.code()), summary.c_str());
+            in_flight_.what("the communicator").c_str(), to_string(s.code()), summary.c_str());
 }
 
 }  // namespace rcoll

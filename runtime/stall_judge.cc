@@ -40,6 +40,51 @@ int first_behind(const StallView& view) {
   return -1;
 }
 
+std::vector<WaitLink> wait_cycle(const StallView& view) {
+  if (!view.peer) return {};
+  auto link_of = [](int q, const RankState& st) {
+    return WaitLink{q, st.waiting_on, st.waiting_send, st.p2p_seq};
+  };
+  // b's wait is the counterpart of a's: the same transfer seen from its other end.
+  auto counterpart = [](const WaitLink& a, const WaitLink& b) {
+    return b.peer == a.rank && b.send != a.send && b.p2p_seq == a.p2p_seq;
+  };
+  const RankState me = view.peer(view.rank).state;
+  if (!me.in_comm || me.grouped || me.waiting_on < 0 || me.waiting_on >= view.size) return {};
+  std::vector<WaitLink> cycle{link_of(view.rank, me)};
+  for (int hops = 0; hops < view.size; ++hops) {
+    const int q = cycle.back().peer;
+    if (q == view.rank) {
+      // Back here: unless this rank's wait is the counterpart of the last one's.
+      if (counterpart(cycle.back(), cycle.front())) return {};
+      return cycle;
+    }
+    const PeerView w = view.peer(q);
+    const RankState& st = w.state;
+    if (w.health != PeerHealth::kAlive || !st.in_comm || st.grouped || st.epoch != me.epoch)
+      return {};
+    if (st.waiting_on < 0 || st.waiting_on >= view.size) return {};
+    const WaitLink l = link_of(q, st);
+    if (counterpart(cycle.back(), l)) return {};
+    for (const WaitLink& seen : cycle)
+      if (seen.rank == q) return {};  // a cycle that does not pass through this rank
+    cycle.push_back(l);
+  }
+  return {};
+}
+
+std::string describe_cycle(const std::vector<WaitLink>& cycle) {
+  std::string s;
+  for (const WaitLink& l : cycle) {
+    const int from = l.send ? l.rank : l.peer, to = l.send ? l.peer : l.rank;
+    if (!s.empty()) s += ", ";
+    s += "rank " + std::to_string(l.rank) + (l.send ? " sends to rank " : " receives from rank ") +
+         std::to_string(l.peer) + " (p2p #" + std::to_string(l.p2p_seq) + " " +
+         std::to_string(from) + "->" + std::to_string(to) + ")";
+  }
+  return s;
+}
+
 StallVerdict judge_stall(const StallView& view, const StallRules& rules) {
   const int awaited = view.awaited;
   if (awaited < 0 || awaited >= view.size || !view.peer) return {Stall::kHung, awaited};

@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "base/deadline.h"
 #include "runtime/liveness.h"
@@ -68,5 +70,26 @@ int holds_up(const StallView& view, int peer);
 
 // For a collective: the first live rank that has not reached `match_seq`, or -1.
 int first_behind(const StallView& view);
+
+// One rank's wait in a cycle: `rank` waits on `peer` to take its send (or to
+// send what it receives), the pair's `p2p_seq`-th send from sender to receiver.
+struct WaitLink {
+  int rank = -1;
+  int peer = -1;
+  bool send = false;
+  uint32_t p2p_seq = 0;
+  bool operator==(const WaitLink&) const = default;
+};
+// A cycle of ungrouped sends and receives that can never complete, starting
+// at this rank: every rank on it is in comm in the same epoch, waits on the
+// next, and the next is in some other op than the counterpart of that wait
+// (a send and its receive waiting on each other is a hung pair of the data
+// plane, which a recovery mends, not a cycle). Ops run one at a time in issue
+// order, so none of them can end. Empty when there is no such cycle through
+// this rank (a group on the way, a rank in compute or unheard, a wait that
+// leads into a cycle elsewhere).
+std::vector<WaitLink> wait_cycle(const StallView& view);
+// "rank 0 sends to rank 1 (p2p #4 0->1), rank 1 receives from rank 0 ..."
+std::string describe_cycle(const std::vector<WaitLink>& cycle);
 
 }  // namespace rcoll

@@ -88,10 +88,13 @@ std::vector<RankLedger> ledgers_for(const Scenario& s, std::vector<float>& in, s
 
 Result<std::vector<size_t>> plans_for(const std::vector<RankLedger>& ranks, size_t total) {
   std::vector<std::string> texts;
-  for (const auto& l : ranks) texts.push_back(serialize_ledger(*l.log, l.current.get(), static_cast<int>(ranks.size())));
+  for (const auto& l : ranks)
+    texts.push_back(
+        serialize_ledger(*l.log, one_record(l.current.get()), static_cast<int>(ranks.size())));
   std::vector<size_t> resume;
   for (size_t q = 0; q < ranks.size(); ++q) {
-    auto plan = agree_resume(static_cast<int>(q), static_cast<int>(ranks.size()), *ranks[q].log, ranks[q].current.get(), texts);
+    auto plan = agree_resume(static_cast<int>(q), static_cast<int>(ranks.size()), *ranks[q].log,
+                             one_record(ranks[q].current.get()), texts);
     if (!plan.ok()) return plan.status();
     resume.push_back(resume_of(plan.value(), total));
   }
@@ -207,9 +210,10 @@ TEST(Agreement, SendAndReceiveResumeAtTheReceiversCount) {
       } else {
         current0 = std::make_unique<OpRecord>(std::move(sender));
       }
-      const std::vector<std::string> texts = {serialize_ledger(log0, current0.get(), 2), serialize_ledger(log1, &receiver, 2)};
-      auto p0 = agree_resume(0, 2, log0, current0.get(), texts);
-      auto p1 = agree_resume(1, 2, log1, &receiver, texts);
+      const std::vector<std::string> texts = {serialize_ledger(log0, one_record(current0.get()), 2),
+                                              serialize_ledger(log1, one_record(&receiver), 2)};
+      auto p0 = agree_resume(0, 2, log0, one_record(current0.get()), texts);
+      auto p1 = agree_resume(1, 2, log1, one_record(&receiver), texts);
       ASSERT_TRUE(p0.ok()) << p0.status().to_string();
       ASSERT_TRUE(p1.ok()) << p1.status().to_string();
       EXPECT_EQ(resume_of(p0.value(), total), r) << "sender done " << s << ", receiver " << r;
@@ -218,10 +222,58 @@ TEST(Agreement, SendAndReceiveResumeAtTheReceiversCount) {
   }
 }
 
+// Two ranks in a group each (a send to the other and a receive from it, as
+// a 2-stage ring does): every member resumes on its own, at its receiver's
+// count, however far each got; the two ends of each transfer agree.
+TEST(Agreement, GroupMembersResumeEachAtItsOwnReceiversCount) {
+  std::vector<uint8_t> a(4096, 1), b(4096, 2), c(4096, 3), d(4096, 4);
+  Tuning tuning;
+  tuning.piece_bytes = 512;
+  auto member = [&](int peer, bool is_send, std::vector<uint8_t>& buf, uint64_t seq) {
+    OpRecord r;
+    r.op.kind = OpKind::kSendRecv;
+    r.op.is_send = is_send;
+    r.op.peer = peer;
+    r.op.in = r.op.out = Buffer::of(buf);
+    r.op.seq = seq;
+    r.op.match_seq = 1;
+    r.tuning = tuning;
+    r.total = plan_slices(r.op, 0, 2, tuning, 0, 0).slices;
+    return r;
+  };
+  ReplayLog log0(64u << 20, 16u << 20), log1(64u << 20, 16u << 20);
+  log0.reset(2);
+  log1.reset(2);
+  // Rank 0: op 1 sends to 1, op 2 receives from 1. Rank 1: op 1 receives from 0, op 2 sends to 0.
+  OpRecord g0[2] = {member(1, true, a, 1), member(1, false, b, 2)};
+  OpRecord g1[2] = {member(0, false, c, 1), member(0, true, d, 2)};
+  const size_t total = g0[0].total;
+  ASSERT_EQ(total, 8u);
+  g0[0].done = 6;  // ahead of its receiver (bytes in the socket)
+  g1[0].done = 3;
+  g0[1].done = 5;
+  g1[1].done = 7;
+  const std::vector<std::string> texts = {serialize_ledger(log0, g0, 2),
+                                          serialize_ledger(log1, g1, 2)};
+  auto p0 = agree_resume(0, 2, log0, g0, texts);
+  auto p1 = agree_resume(1, 2, log1, g1, texts);
+  ASSERT_TRUE(p0.ok()) << p0.status().to_string();
+  ASSERT_TRUE(p1.ok()) << p1.status().to_string();
+  auto at = [](const ResumePlan& p, uint64_t seq) {
+    for (const auto& e : p.entries)
+      if (e.local_seq == seq) return e.resume;
+    return size_t{999};
+  };
+  EXPECT_EQ(at(p0.value(), 1), 3u);  // 0 -> 1: rank 1 received 3 slices
+  EXPECT_EQ(at(p1.value(), 1), 3u);
+  EXPECT_EQ(at(p0.value(), 2), 5u);  // 1 -> 0: rank 0 received 5
+  EXPECT_EQ(at(p1.value(), 2), 5u);
+}
+
 TEST(Agreement, AMalformedLedgerIsAnErrorNamingTheRank) {
   ReplayLog log(1u << 20, 1u << 20);
   log.reset(2);
-  auto plan = agree_resume(0, 2, log, nullptr, {serialize_ledger(log, nullptr, 2), "through C -1 3\n"});
+  auto plan = agree_resume(0, 2, log, {}, {serialize_ledger(log, {}, 2), "through C -1 3\n"});
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("rank 1"), std::string::npos) << plan.status().message();
 }

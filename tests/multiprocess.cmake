@@ -8,6 +8,10 @@ if(RCOLL_HAVE_CUDA)
   target_link_libraries(rcoll-correctness-worker PRIVATE CUDA::cudart_static)
 endif()
 
+add_executable(rcoll-pipeline-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/pipeline_worker.cc)
+target_link_libraries(rcoll-pipeline-worker PRIVATE rcoll_static)
+target_compile_options(rcoll-pipeline-worker PRIVATE -O2)
+
 set(RCOLL_RUN $<TARGET_FILE:rcoll-run>)
 set(RCOLL_CORRECTNESS $<TARGET_FILE:rcoll-correctness-worker>)
 
@@ -577,6 +581,48 @@ if(RCOLL_HAVE_UCX)
                        PROPERTIES TIMEOUT 320 LABELS "faults;fallback")
 endif()
 
+# Pipelines as NCCL users write them (tests/worker/pipeline_worker.cc): 8
+# stages, each iteration one group of a send to the next stage and a receive
+# from the previous one, 1.4-7.2 MB by stage and iteration, 30 iterations,
+# every element checked.
+set(RCOLL_PIPELINE $<TARGET_FILE:rcoll-pipeline-worker>)
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  foreach(topology ring chain)
+    add_test(NAME pipeline_group_${topology}_np8_${t}
+             COMMAND ${RCOLL_RUN} -n 8 --timeout 120 -- ${RCOLL_PIPELINE} --topology ${topology} --max-recoveries 0)
+    rcoll_transport_props(pipeline_group_${topology}_np8 ${t} 200 "multiprocess;pipeline")
+  endforeach()
+  # Links closed in the middle of two groups: each member resumes at its
+  # receiver's count, completed ones are re-run for a peer, results exact.
+  add_test(NAME pipeline_group_close_link_np8_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "recovered: epoch 2 .*resuming op" 100 --
+                   ${RCOLL_RUN} -n 8 --timeout 120 --inject "close-link:rank=3,op=21;close-link:rank=6,op=40" --
+                   ${RCOLL_PIPELINE} --topology ring --min-recoveries 2 --max-recoveries 2)
+  rcoll_transport_props(pipeline_group_close_link_np8 ${t} 200 "faults;recovery;pipeline")
+  # A stage computing for 6 s with a 1 s progress deadline: every other stage
+  # waits (through the chain of waits), names stage 3, and nobody recovers.
+  add_test(NAME pipeline_straggler_np8_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "group of seq .* waits on rank 3 \\(through rank [0-9]'s chain && group of seq .* completed; rank 3 held it up" 60 --
+                   env RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 8 --timeout 120 --
+                   ${RCOLL_PIPELINE} --topology ring --straggler 3 --straggler-iter 5 --straggler-ms 6000 --max-recoveries 0)
+  rcoll_transport_props(pipeline_straggler_np8 ${t} 200 "faults;pipeline")
+  set_tests_properties(pipeline_straggler_np8_${t} PROPERTIES RUN_SERIAL TRUE)
+  # Stage 2 skips its send in iteration 10: kDesync on every stage, naming
+  # the transfer by the pair's numbering (the 11th send from 2 to 3).
+  add_test(NAME pipeline_skipped_send_np8_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "rank 3 receives p2p #11 2->3 as float32 x [0-9]+ but rank 2 sent it as float32 x [0-9]+ && failed with kDesync as expected" 30 --
+                   ${RCOLL_RUN} -n 8 --timeout 60 -- ${RCOLL_PIPELINE} --topology ring --skip-send 2 --skip-iter 10 --expect desync)
+  rcoll_transport_props(pipeline_skipped_send_np8 ${t} 100 "faults;pipeline")
+  # The obvious port without a group, every stage receiving before it sends
+  # around the ring: a typed error naming the cycle within two progress
+  # deadlines (1 s), not 8 recoveries.
+  add_test(NAME pipeline_ungrouped_cycle_np8_${t}
+           COMMAND ${RCOLL_EXPECT} 0 "cycle that can never complete: rank [0-9] receives from rank [0-9] \\(p2p #1 && failed with kDesync as expected" 30 --
+                   env RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 8 --timeout 60 --
+                   ${RCOLL_PIPELINE} --topology ring --mode ungrouped --expect desync)
+  rcoll_transport_props(pipeline_ungrouped_cycle_np8 ${t} 100 "faults;pipeline")
+endforeach()
+
 # The multi-process subset that scripts/test.sh runs in its sanitizer builds
 # (label "sanitize": AddressSanitizer + UBSan; "tsan": ThreadSanitizer): every
 # op and dtype at small sizes, a recovery after a closed link, a dead rank.
@@ -593,3 +639,9 @@ add_test(NAME san_sigkill_named
 set_tests_properties(san_correctness_np2 san_recovery_close_link san_sigkill_named
                      PROPERTIES TIMEOUT 320 LABELS sanitize)
 set_tests_properties(san_correctness_np3 PROPERTIES TIMEOUT 320 LABELS "sanitize;tsan")
+# Groups under the sanitizers: a 4-stage ring of small groups with a link
+# closed in the middle of one.
+add_test(NAME san_pipeline_group_close_link
+         COMMAND ${RCOLL_RUN} -n 4 --timeout 300 --inject close-link:rank=1,op=9 --
+                 ${RCOLL_PIPELINE} --topology ring --iters 12 --min-bytes 100K --max-bytes 900K --min-recoveries 1 --max-recoveries 1)
+set_tests_properties(san_pipeline_group_close_link PROPERTIES TIMEOUT 320 LABELS "sanitize;tsan")

@@ -191,6 +191,89 @@ TEST(StallJudge, NoLivenessViewIsHung) {
   EXPECT_EQ(judge_stall(v, patient()).kind, Stall::kHung);
 }
 
+// ---- Cycles of ungrouped sends and receives (wait_cycle) ----
+
+// q is inside an ungrouped send (or receive) of the pair's `seq`-th transfer, waiting on `on`.
+void transfer(Group& g, int q, int on, bool send, uint32_t seq, bool grouped = false) {
+  g.waits(q, on);
+  g.at(q).state.waiting_send = send;
+  g.at(q).state.p2p_seq = seq;
+  g.at(q).state.grouped = grouped;
+}
+
+TEST(WaitCycle, EveryStageReceivingFirstAroundARingIsACycle) {
+  Group g;  // 0 <- 3 <- 2 <- 1 <- 0: each receives from the one before, nobody sends
+  for (int q = 0; q < 4; ++q) transfer(g, q, (q + 3) % 4, false, 1);
+  const std::vector<WaitLink> c = wait_cycle(g.view(true, 3));
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(c[0], (WaitLink{0, 3, false, 1}));
+  EXPECT_EQ(c[1], (WaitLink{3, 2, false, 1}));
+  EXPECT_EQ(describe_cycle(c).substr(0, 62),
+            "rank 0 receives from rank 3 (p2p #1 3->0), rank 3 receives fro");
+}
+
+TEST(WaitCycle, TwoRanksSendingToEachOtherIsACycle) {
+  Group g;
+  g.size = 2;
+  transfer(g, 0, 1, true, 4);
+  transfer(g, 1, 0, true, 7);
+  const std::vector<WaitLink> c = wait_cycle(g.view(true, 1));
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(describe_cycle(c),
+            "rank 0 sends to rank 1 (p2p #4 0->1), rank 1 sends to rank 0 (p2p #7 1->0)");
+}
+
+TEST(WaitCycle, ASendAndItsReceiveWaitingOnEachOtherIsAHungPairNotACycle) {
+  Group g;
+  g.size = 2;
+  transfer(g, 0, 1, true, 4);
+  transfer(g, 1, 0, false, 4);  // the counterpart: the data plane hung, a recovery mends it
+  EXPECT_TRUE(wait_cycle(g.view(true, 1)).empty());
+  transfer(g, 1, 0, false, 5);  // a later receive: rank 1 skipped or reordered one
+  EXPECT_EQ(wait_cycle(g.view(true, 1)).size(), 2u);
+}
+
+TEST(WaitCycle, ThreeRanksInACircleAreACycleUnlessTwoOfThemAreAPair) {
+  Group g;  // 0 sends to 1; 1 receives from 2; 2 receives from 0 ... and 0's send is not 2's
+            // counterpart,
+  transfer(g, 0, 1, true, 1);
+  transfer(g, 1, 2, false, 1);
+  transfer(g, 2, 0, false, 1);
+  EXPECT_EQ(wait_cycle(g.view(true, 1)).size(), 3u);
+  // ... but if 0 were receiving from 2 what 2 sends it, 2 and 0 form a hung pair.
+  transfer(g, 2, 0, true, 3);
+  transfer(g, 0, 2, false, 3);
+  EXPECT_TRUE(wait_cycle(g.view(true, 2)).empty());
+}
+
+TEST(WaitCycle, AGroupOnTheWayOrARankInComputeBreaksIt) {
+  Group g;
+  for (int q = 0; q < 4; ++q) transfer(g, q, (q + 3) % 4, false, 1);
+  transfer(g, 2, 1, false, 1, /*grouped=*/true);  // groups never wait in a cycle of their own
+  EXPECT_TRUE(wait_cycle(g.view(true, 3)).empty());
+  transfer(g, 2, 1, false, 1);
+  g.at(1).state.in_comm = false;  // a straggler, not a cycle
+  EXPECT_TRUE(wait_cycle(g.view(true, 3)).empty());
+  g.at(1).state.in_comm = true;
+  g.at(1).state.epoch = 3;  // a view from another epoch
+  EXPECT_TRUE(wait_cycle(g.view(true, 3)).empty());
+  g.at(1).state.epoch = 0;
+  g.at(1).health = PeerHealth::kSilent;
+  EXPECT_TRUE(wait_cycle(g.view(true, 3)).empty());
+  g.at(1).health = PeerHealth::kAlive;
+  EXPECT_EQ(wait_cycle(g.view(true, 3)).size(), 4u);
+}
+
+TEST(WaitCycle, ACycleElsewhereIsNotThisRanks) {
+  Group g;  // 0 waits on 1; 1 and 2 send to each other
+  transfer(g, 0, 1, false, 1);
+  transfer(g, 1, 2, true, 1);
+  transfer(g, 2, 1, true, 1);
+  EXPECT_TRUE(wait_cycle(g.view(true, 1)).empty());
+  g.rank = 1;
+  EXPECT_EQ(wait_cycle(g.view(true, 2)).size(), 2u);
+}
+
 TEST(StallJudge, VerdictsHaveNames) {
   for (Stall s : {Stall::kDead, Stall::kSilent, Stall::kWait, Stall::kStragglerExpired, Stall::kHung}) {
     EXPECT_STRNE(to_string(s), "?");

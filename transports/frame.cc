@@ -141,12 +141,17 @@ Status match_frame(const FrameHeader& want, const FrameHeader& got, const ErrorC
   }
   if (!got.same_op(want)) {
     if (want.op_kind == OpKind::kSendRecv && got.op_kind == OpKind::kSendRecv && want.op_seq == got.op_seq) {
-      return Status(ErrorCode::kInvalidArgument, ctx,
-                    me + " posted recv of " + to_string(static_cast<DataType>(want.dtype)) + " x " +
-                        std::to_string(want.count) + " from " + them + ", which sent " +
-                        to_string(static_cast<DataType>(got.dtype)) + " x " + std::to_string(got.count) +
-                        " (p2p seq " + std::to_string(got.op_seq) +
-                        "); counts and dtypes of a send and its recv must match");
+      // Numbered as both ends number it: the pair's n-th send from the peer to this rank.
+      const std::string transfer = "p2p #" + std::to_string(got.op_seq) + " " +
+                                   std::to_string(ctx.peer) + "->" + std::to_string(ctx.rank);
+      return Status(
+          ErrorCode::kDesync, ctx,
+          me + " receives " + transfer + " as " + to_string(static_cast<DataType>(want.dtype)) +
+              " x " + std::to_string(want.count) + " but " + them + " sent it as " +
+              to_string(static_cast<DataType>(got.dtype)) + " x " + std::to_string(got.count) +
+              ": a send or receive skipped, added or mismatched on one of them (the n-th send "
+              "from one rank to another pairs with the n-th receive there, with the same count "
+              "and dtype)");
     }
     // Collective sequence numbers are equal on every rank, so a peer that is
     // already past this op sent its frames for it: they were lost. The same

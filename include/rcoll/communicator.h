@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "rcoll/options.h"
@@ -91,6 +92,15 @@ struct Counters {
   double link_bandwidth = 0;
 };
 
+// One send or receive of a group (Communicator::group_async).
+struct PeerOp {
+  bool is_send = false;
+  Buffer data;
+  int peer = -1;
+  static PeerOp send(Buffer data, int peer) { return PeerOp{true, data, peer}; }
+  static PeerOp recv(Buffer data, int peer) { return PeerOp{false, data, peer}; }
+};
+
 class Communicator {
  public:
   // Joins the group described by `options` and the environment. Blocks until
@@ -110,6 +120,22 @@ class Communicator {
   // Point to point. The receiver's count and dtype must equal the sender's.
   Work send_async(Buffer data, int peer, OpOptions op = {});
   Work recv_async(Buffer data, int peer, OpOptions op = {});
+  // A group of sends and receives that progress together, as NCCL's
+  // ncclGroupStart() ... ncclGroupEnd() around ncclSend/ncclRecv: any set of
+  // groups that NCCL completes (every send matched by a receive of the same
+  // count and dtype in its peer's group, the k-th send to a peer matching
+  // that peer's k-th receive from this rank) completes here, whatever the
+  // order of `ops`: a pipeline stage's send to the next stage and receive
+  // from the previous one, a ring exchange, a halo exchange. Ungrouped, a
+  // large send completes only once its receiver takes the bytes, so stages
+  // that each post a send before their receive (or a receive before their
+  // send, around a ring) wait on each other for ever. Each send and receive
+  // is numbered, kept in the ledger and resumed after a recovery as its
+  // ungrouped form would be. Host buffers only (kUnsupported for device
+  // buffers: issue those one by one). The Work completes when all of them
+  // have; an empty group completes at once. Buffers of a group's receives
+  // must not overlap each other or its sends (kInvalidArgument).
+  Work group_async(std::span<const PeerOp> ops, OpOptions op = {});
   // out = reduce(in of every rank). in.data == out.data: in place.
   Work allreduce_async(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
   // out (size * in.count elements) = concatenation of every rank's in, in rank order.
@@ -126,6 +152,7 @@ class Communicator {
   // Blocking forms: wait, and throw rcoll::Error on failure.
   void send(Buffer data, int peer, OpOptions op = {});
   void recv(Buffer data, int peer, OpOptions op = {});
+  void group(std::span<const PeerOp> ops, OpOptions op = {});
   void allreduce(Buffer data, ReduceOp reduce, OpOptions op = {});
   void allreduce(Buffer in, Buffer out, ReduceOp reduce, OpOptions op = {});
   void allgather(Buffer in, Buffer out, OpOptions op = {});

@@ -251,17 +251,26 @@ void RcollBackend::startCoalescing() {
   coalesced_.clear();
 }
 
-// rcoll runs ops one at a time in issue order, and a large send completes only
-// once its receiver takes the bytes, so a batch issued as written (every rank
-// sends first, say) could wait in a cycle. The batch's sends and receives are
-// issued sorted by the pair of ranks they connect, (min, max), the lower rank
-// sending first and the higher receiving first. Every rank sorts the same way,
-// so the smallest pair still pending is at the front of both its ranks'
-// queues: the batch always makes progress. Order per peer and direction is kept.
+// A batch of host tensors (batch_isend_irecv) is one core group
+// (Communicator::group_async): its sends and receives progress together, as
+// NCCL's group does.
+//
+// Device tensors are sent and received one by one (groups take host buffers),
+// and rcoll runs ops one at a time in issue order, where a large send
+// completes only once its receiver takes the bytes: a batch issued as written
+// (every rank sends first, say) could wait in a cycle. Those are issued sorted
+// by the pair of ranks they connect, (min, max), the lower rank sending first
+// and the higher receiving first. Every rank sorts the same way, so the
+// smallest pair still pending is at the front of both its ranks' queues: the
+// batch always makes progress, one pair at a time. Order per peer and
+// direction is kept.
 c10::intrusive_ptr<c10d::Work> RcollBackend::endCoalescing() {
   const OpName w = who("endCoalescing");
   TORCH_CHECK(coalescing_, w.str(), ": no coalescing group is open");
   coalescing_ = false;
+  const bool on_host = std::none_of(deferred_.begin(), deferred_.end(),
+                                    [](const Deferred& d) { return d.tensor.work.is_cuda(); });
+  if (on_host && !deferred_.empty()) return end_host_batch(w);
   const int me = getRank();
   std::stable_sort(deferred_.begin(), deferred_.end(), [me](const Deferred& a, const Deferred& b) {
     auto key = [me](const Deferred& d) {
@@ -295,6 +304,33 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::endCoalescing() {
   batch.work = make_work(c10d::OpType::COALESCED, w, outputs, device);
   // Everything is issued before anything is waited for (in the sorted
   // order, which cannot wait in a cycle).
+  for (auto& p : parts) launch(std::move(p));
+  return launch(std::move(batch));
+}
+
+c10::intrusive_ptr<c10d::Work> RcollBackend::end_host_batch(const OpName& w) {
+  std::vector<rcoll::PeerOp> members;
+  members.reserve(deferred_.size());
+  for (const Deferred& d : deferred_) {
+    const Buffer b = byte_buffer(d.tensor.work);
+    members.push_back(d.is_send ? rcoll::PeerOp::send(b, d.peer) : rcoll::PeerOp::recv(b, d.peer));
+  }
+  const rcoll::Work group = comm(w).group_async(members, op_options(deferred_.front().tensor.work));
+  Pending batch{{}, {}, nullptr, nullptr};
+  for (auto& c : coalesced_) batch.ops.insert(batch.ops.end(), c.ops.begin(), c.ops.end());
+  batch.ops.push_back(group);
+  std::vector<at::Tensor> outputs;
+  std::vector<Pending> parts;
+  for (auto& d : deferred_) {
+    Staged s = d.tensor;
+    Pending p{{group}, {s.user, s.work}, nullptr, d.work};
+    if (!d.is_send) p.finalize = [s] { s.copy_back(); };
+    outputs.push_back(s.user);
+    parts.push_back(std::move(p));
+  }
+  deferred_.clear();
+  coalesced_.clear();
+  batch.work = make_work(c10d::OpType::COALESCED, w, outputs, c10::Device(at::kCPU));
   for (auto& p : parts) launch(std::move(p));
   return launch(std::move(batch));
 }

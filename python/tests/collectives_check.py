@@ -371,6 +371,22 @@ def main():
             for q in reqs:
                 q.wait()
             check(f"batch_isend_irecv ring {dtype}", got, rand(x.shape, dtype, seed * 53 + frm), exact=True)
+        # A halo exchange: two tensors each way with both neighbours, every
+        # rank posting its sends first (as NCCL's group allows), 3 MB each.
+        seed += 1
+        to, frm = (r + 1) % p, (r - 1) % p
+        outs = [dev(rand((768 * 1024,), torch.float32, seed * 59 + 4 * r + k)) for k in range(4)]
+        ins = [torch.empty_like(outs[0]) for _ in range(4)]
+        ops = [dist.P2POp(dist.isend, outs[0], to), dist.P2POp(dist.isend, outs[1], to),
+               dist.P2POp(dist.isend, outs[2], frm), dist.P2POp(dist.isend, outs[3], frm),
+               dist.P2POp(dist.irecv, ins[0], frm), dist.P2POp(dist.irecv, ins[1], frm),
+               dist.P2POp(dist.irecv, ins[2], to), dist.P2POp(dist.irecv, ins[3], to)]
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+        for k, (src, kk) in enumerate([(frm, 0), (frm, 1), (to, 2), (to, 3)]):
+            if p == 2:  # both neighbours are the same rank: its sends pair up in order
+                src, kk = to, k
+            check(f"batch_isend_irecv halo {k}", ins[k], rand((768 * 1024,), torch.float32, seed * 59 + 4 * src + kk), exact=True)
         y = dev(torch.arange(10, dtype=torch.float64) * (r + 1))
         z = torch.empty(10, dtype=torch.float64, device=DEV)
         if r % 2 == 0:

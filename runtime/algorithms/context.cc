@@ -30,11 +30,17 @@ std::span<Request> Scratch::requests(size_t n) {
   return out;
 }
 
-AlgoContext::AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch)
-    : t_(transport), op_(op), tuning_(tuning), scratch_(scratch),
+AlgoContext::AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch,
+                         bool shares_scratch)
+    : t_(transport),
+      op_(op),
+      tuning_(tuning),
+      scratch_(scratch),
       header_(op.frame_template(transport.epoch(), transport.rank())),
-      in_(op.in.data, size_of(op.in.dtype)), out_(op.out.data, size_of(op.out.dtype)), pending_(scratch.pending()) {
-  scratch_.start_op();
+      in_(op.in.data, size_of(op.in.dtype)),
+      out_(op.out.data, size_of(op.out.dtype)),
+      pending_(scratch.pending()) {
+  if (!shares_scratch) scratch_.start_op();
 }
 
 size_t AlgoContext::piece_elements() const {
@@ -136,7 +142,9 @@ Status AlgoContext::wait_unfinished(Request& r) {
         }
         return fail(std::move(verdict));
       }
-      last_progress = now;  // a live straggler: keep waiting another budget
+      // A live straggler: keep waiting another budget (or less, if the guard
+      // wants to look again sooner).
+      last_progress = now - (budget_ - std::min(budget_, guard_->next_look()));
     }
     // Wake at least every 20 ms to look at the guard (peer abort notices).
     const Clock::time_point until = std::min(last_progress + budget_, now + std::chrono::milliseconds(20));

@@ -142,11 +142,18 @@ class ProgressGuard {
   virtual Status on_stall(const Op& op, int peer, Clock::duration stalled_for) = 0;
   // Non-OK when the op must stop now (a peer announced that this epoch failed).
   virtual Status interrupted() = 0;
+  // After on_stall said to keep waiting: how long until it is asked again
+  // (at most the progress budget; sooner to confirm what it saw).
+  virtual Clock::duration next_look() const { return Clock::duration::max(); }
 };
 
 class AlgoContext {
  public:
-  AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch);
+  // Starts the scratch over for a new op, unless `shares_scratch`: another
+  // context of the same group (runtime/group.cc) started it, and the
+  // requests it handed out stay in use.
+  AlgoContext(Transport& transport, const Op& op, const Tuning& tuning, Scratch& scratch,
+              bool shares_scratch = false);
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }

@@ -365,9 +365,8 @@ class TcpTransport final : public Transport {
 
   // Does the arriving frame belong where the receiver expects it?
   Status match(int peer, const FrameHeader& want, const FrameHeader& got) const {
-    ErrorContext ctx = context(peer);
-    ctx.op_seq = want.op_seq;
-    return match_frame(want, got, ctx);
+    // The op's number on this rank is the runtime's to fill in (AlgoContext::fail).
+    return match_frame(want, got, context(peer));
   }
 
   // `err` 0: the peer closed the connection (EOF).

@@ -350,8 +350,8 @@ void UcxTransport::on_head(Slot* slot, ucs_status_t status, size_t length) {
                      true);
   }
   const FrameHeader& got = decoded.value();
-  ErrorContext ctx = context(peer);
-  ctx.op_seq = slot->expected.op_seq;
+  // The op's number on this rank is the runtime's to fill in (AlgoContext::fail).
+  const ErrorContext ctx = context(peer);
   if (Status s = match_frame(slot->expected, got, ctx); !s.ok())
     return fail_peer(peer, std::move(s), true);
   if (got.payload_bytes <= kInlinePayload) {
