@@ -63,6 +63,7 @@ class CommunicatorImpl : public ProgressGuard {
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
   Status judge_cycle(const Op& op, int peer);
   Clock::duration next_look() const override;
+  void moved(uint64_t bytes) override;
   void publish_awaited(const Op& op);
   Status interrupted() override;
 
@@ -405,6 +406,16 @@ class CommunicatorImpl : public ProgressGuard {
     bool straggler_expired = false;  // the last stall was a straggler past its timeout
     int recoveries = 0;              // recoveries of this op so far
     std::vector<WaitLink> cycle;     // a cycle of waits seen at the last stall (judge_cycle)
+    // A send or receive judged hung once, at hung_seen: looked at again
+    // (look_again, next_look) before it counts.
+    Clock::time_point hung_seen{};
+    bool look_again = false;
+    std::vector<ChainMember> chain;  // the chain of waits as seen at hung_seen
+    // Is this stall, `stalled_for` long, the one judged hung before? (A
+    // stall that began after hung_seen is a new one.)
+    bool second_look(Clock::duration stalled_for) const {
+      return hung_seen != Clock::time_point{} && Clock::now() - hung_seen < stalled_for;
+    }
   };
   OpInFlight in_flight_;
   Status fatal_;

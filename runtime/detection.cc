@@ -89,16 +89,22 @@ Status CommunicatorImpl::judge_cycle(const Op& op, int peer) {
           "meets its receive");
 }
 
-// A cycle seen once is confirmed a few heartbeats later: long enough for
-// every view on it to have been refreshed, so a rank that had just moved on
-// shows it.
+// A cycle seen once, or a send or receive that seems hung, is looked at
+// again a few heartbeats later: long enough for every view on its chain of
+// waits to have been refreshed, so a rank that had just moved on, or just
+// begun to wait on someone, shows it.
 Clock::duration CommunicatorImpl::next_look() const {
-  if (in_flight_.cycle.empty()) return Clock::duration::max();
+  if (in_flight_.cycle.empty() && !in_flight_.look_again) return Clock::duration::max();
   return 4 * std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
+}
+
+void CommunicatorImpl::moved(uint64_t bytes) {
+  if (liveness_) liveness_->note_progress(bytes);
 }
 
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
   publish_awaited(op);
+  in_flight_.look_again = false;
   const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
   ErrorContext ctx{rank_, peer, op.seq, epoch_.load(), transport_->name()};
   if (!liveness_ || peer < 0) {
@@ -134,6 +140,31 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
     case Stall::kHung:
       if (Status cycle = judge_cycle(op, peer); !cycle.ok() || !in_flight_.cycle.empty())
         return cycle;
+      if (op.kind == OpKind::kSendRecv) {
+        // The chain of waits is read from heartbeats, each up to an interval
+        // old: a stage that just began waiting on the one holding it up may
+        // not say so yet. Look once more, a few heartbeats later, before
+        // calling the data plane hung; and if anyone on the chain moved bytes
+        // meanwhile (a receiver still working through what was queued for it
+        // before this send), it is busy, not hung: wait on.
+        const std::vector<ChainMember> chain = wait_chain(stall_view(op, peer), peer);
+        const bool busy =
+            in_flight_.second_look(stalled_for) && chain_moved(in_flight_.chain, chain);
+        if (!in_flight_.second_look(stalled_for) || busy) {
+          in_flight_.hung_seen = Clock::now();
+          in_flight_.look_again = true;
+          in_flight_.chain = chain;
+          if (busy) {
+            RCOLL_LOG(kDebug,
+                      "%s: no bytes moved here for %lld ms, but rank %d (which it waits on%s) is "
+                      "moving bytes: "
+                      "busy, not hung; waiting on",
+                      op.describe().c_str(), static_cast<long long>(ms), peer,
+                      chain.size() > 1 ? ", or one down its chain of waits" : "");
+          }
+          return Status();
+        }
+      }
       break;
   }
   ctx.peer = peer;

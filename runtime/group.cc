@@ -178,7 +178,12 @@ Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<co
       const size_t start = m.first + round * window;
       if (start >= m.rec->total) continue;
       const size_t w = std::min(window, m.rec->total - start);
-      s = m.ctx->wait_all(m.reqs.first(w));
+      const std::span<Request> reqs = m.reqs.first(w);
+      // Whom this group waits on now, for the peers that follow chains of waits.
+      if (!std::all_of(reqs.begin(), reqs.end(), [](const Request& r) { return r.finished(); })) {
+        publish_awaited(m.rec->op);
+      }
+      s = m.ctx->wait_all(reqs);
       if (!s.ok()) break;
       m.ctx->slices_done(start + w);
       m.rec->done = std::max(m.rec->done, start + w);

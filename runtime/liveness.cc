@@ -133,10 +133,18 @@ class LivenessImpl final : public Liveness {
     if (urgent && !urgent_posted_.exchange(true)) asio::post(io_, [this] { on_urgent(); });
   }
 
+  void note_progress(uint64_t bytes_moved) override {
+    progress_.store(static_cast<uint16_t>(bytes_moved >> 16), std::memory_order_relaxed);
+  }
+
   PeerView peer(int rank) const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (rank < 0 || rank >= size_) return PeerView{PeerHealth::kDead, {}, {}, "no such rank"};
-    if (rank == rank_) return PeerView{PeerHealth::kAlive, local_, Clock::now(), "self"};
+    if (rank == rank_) {
+      RankState st = local_;
+      st.progress = progress_.load(std::memory_order_relaxed);
+      return PeerView{PeerHealth::kAlive, st, Clock::now(), "self"};
+    }
     return views_[rank];
   }
 
@@ -205,6 +213,7 @@ class LivenessImpl final : public Liveness {
                                     (local_.grouped ? kFlagGrouped : 0));
     h.count = static_cast<uint64_t>(local_.waiting_on + 1);  // 0: waits on no one peer
     h.chunk = local_.p2p_seq;
+    h.step = progress_.load(std::memory_order_relaxed);
     return h;
   }
 
@@ -303,6 +312,7 @@ class LivenessImpl final : public Liveness {
       v.state.waiting_send = (h.flags & kFlagWaitingSend) != 0;
       v.state.grouped = (h.flags & kFlagGrouped) != 0;
       v.state.p2p_seq = h.chunk;
+      v.state.progress = h.step;
       v.state.epoch = h.epoch;
       v.last_heard = now;
     }
@@ -495,6 +505,7 @@ class LivenessImpl final : public Liveness {
   std::vector<Link> links_;  // liveness thread only
 
   mutable std::mutex mu_;  // guards views_ and local_
+  std::atomic<uint16_t> progress_{0};  // note_progress: this rank's RankState::progress
   std::vector<PeerView> views_;
   RankState local_;
 

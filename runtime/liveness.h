@@ -38,6 +38,9 @@ struct RankState {
   bool waiting_send = false;
   bool grouped = false;
   uint32_t p2p_seq = 0;
+  // Bytes its data plane moved, in 64 KiB units, wrapping: a rank whose count
+  // changes between two looks is busy, not hung (Liveness::note_progress).
+  uint16_t progress = 0;
 };
 
 struct PeerView {
@@ -84,6 +87,10 @@ class Liveness {
 
   // Published in the next heartbeat (and immediately when in_comm changes).
   virtual void set_local(const RankState& state) = 0;
+  // The data plane's bytes moved so far (any count that grows with them),
+  // sent as RankState::progress with each heartbeat. Cheap: an atomic store,
+  // for the wait loops to call whenever bytes moved.
+  virtual void note_progress(uint64_t bytes_moved) = 0;
   virtual PeerView peer(int rank) const = 0;
   // Tells every peer now that `epoch` failed. Non-blocking.
   virtual void announce_abort(uint32_t epoch, const std::string& reason) = 0;

@@ -288,6 +288,8 @@ Status CommunicatorImpl::run_op(const Op& op) {
   in_flight_.straggler = -1;
   in_flight_.straggler_expired = false;
   in_flight_.cycle.clear();
+  in_flight_.hung_seen = {};
+  in_flight_.look_again = false;
   publish_state(true);
   size_t first = 0;
   in_flight_.recoveries = 0;

@@ -73,6 +73,38 @@ std::vector<WaitLink> wait_cycle(const StallView& view) {
   return {};
 }
 
+std::vector<ChainMember> wait_chain(const StallView& view, int peer) {
+  std::vector<ChainMember> chain;
+  if (!view.peer) return chain;
+  for (int q = peer; q >= 0 && q < view.size && q != view.rank &&
+                     chain.size() < static_cast<size_t>(view.size);) {
+    for (const ChainMember& m : chain)
+      if (m.rank == q) return chain;
+    const PeerView w = view.peer(q);
+    if (w.health != PeerHealth::kAlive) break;
+    chain.push_back({q, w.state});
+    if (!w.state.in_comm) break;
+    q = w.state.waiting_on;
+  }
+  return chain;
+}
+
+bool chain_moved(const std::vector<ChainMember>& before, const std::vector<ChainMember>& now) {
+  for (const ChainMember& b : before) {
+    for (const ChainMember& n : now) {
+      if (n.rank != b.rank) continue;
+      const RankState& x = b.state;
+      const RankState& y = n.state;
+      if (x.progress != y.progress || x.op_seq != y.op_seq || x.in_comm != y.in_comm ||
+          x.waiting_on != y.waiting_on || x.waiting_send != y.waiting_send ||
+          x.p2p_seq != y.p2p_seq || x.epoch != y.epoch) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 std::string describe_cycle(const std::vector<WaitLink>& cycle) {
   std::string s;
   for (const WaitLink& l : cycle) {

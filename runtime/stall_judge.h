@@ -89,6 +89,18 @@ struct WaitLink {
 // this rank (a group on the way, a rank in compute or unheard, a wait that
 // leads into a cycle elsewhere).
 std::vector<WaitLink> wait_cycle(const StallView& view);
+// The ranks a send or receive waiting on `peer` waits on, directly or down
+// the chain of waits (until it ends, repeats or comes back here), with what
+// their heartbeats said. Taken twice, a few heartbeats apart: if any of them
+// moved bytes or went on meanwhile (chain_moved), the chain is busy (a peer
+// still working through what was queued for it before), not hung.
+struct ChainMember {
+  int rank = -1;
+  RankState state;
+};
+std::vector<ChainMember> wait_chain(const StallView& view, int peer);
+bool chain_moved(const std::vector<ChainMember>& before, const std::vector<ChainMember>& now);
+
 // "rank 0 sends to rank 1 (p2p #4 0->1), rank 1 receives from rank 0 ..."
 std::string describe_cycle(const std::vector<WaitLink>& cycle);
 

@@ -601,12 +601,17 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(pipeline_group_close_link_np8 ${t} 200 "faults;recovery;pipeline")
   # A stage computing for 6 s with a 1 s progress deadline: every other stage
   # waits (through the chain of waits), names stage 3, and nobody recovers.
-  add_test(NAME pipeline_straggler_np8_${t}
-           COMMAND ${RCOLL_EXPECT} 0 "group of seq .* waits on rank 3 \\(through rank [0-9]'s chain && group of seq .* completed; rank 3 held it up" 60 --
-                   env RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 8 --timeout 120 --
-                   ${RCOLL_PIPELINE} --topology ring --straggler 3 --straggler-iter 5 --straggler-ms 6000 --max-recoveries 0)
-  rcoll_transport_props(pipeline_straggler_np8 ${t} 200 "faults;pipeline")
-  set_tests_properties(pipeline_straggler_np8_${t} PROPERTIES RUN_SERIAL TRUE)
+  # In the chain, stage 0 only sends: it waits on stage 1, which is busy
+  # sending to stage 2, not receiving from 0 (what a group publishes as
+  # awaited follows the member it is stuck on).
+  foreach(topology ring chain)
+    add_test(NAME pipeline_straggler_${topology}_np8_${t}
+             COMMAND ${RCOLL_EXPECT} 0 "group of seq .* waits on rank 3 \\(through rank [0-9]'s chain && group of seq .* completed; rank 3 held it up" 60 --
+                     env RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 8 --timeout 120 --
+                     ${RCOLL_PIPELINE} --topology ${topology} --straggler 3 --straggler-iter 5 --straggler-ms 6000 --max-recoveries 0)
+    rcoll_transport_props(pipeline_straggler_${topology}_np8 ${t} 200 "faults;pipeline")
+    set_tests_properties(pipeline_straggler_${topology}_np8_${t} PROPERTIES RUN_SERIAL TRUE)
+  endforeach()
   # Stage 2 skips its send in iteration 10: kDesync on every stage, naming
   # the transfer by the pair's numbering (the 11th send from 2 to 3).
   add_test(NAME pipeline_skipped_send_np8_${t}

@@ -274,6 +274,36 @@ TEST(WaitCycle, ACycleElsewhereIsNotThisRanks) {
   EXPECT_EQ(wait_cycle(g.view(true, 2)).size(), 2u);
 }
 
+TEST(WaitChain, FollowsTheWaitsAndSeesWhoMoved) {
+  Group g;  // 0 sends to 1; 1 receives from 0 what was queued before (the pair back to 0), 2 in
+            // compute
+  g.size = 4;
+  transfer(g, 0, 1, true, 9);
+  transfer(g, 1, 2, true, 3);
+  g.at(2).state.in_comm = false;
+  const std::vector<ChainMember> before = wait_chain(g.view(true, 1), 1);
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(before[0].rank, 1);
+  EXPECT_EQ(before[1].rank, 2);
+  EXPECT_FALSE(chain_moved(before, wait_chain(g.view(true, 1), 1)));
+  g.at(2).state.progress = 7;  // rank 2 moved bytes: the chain is busy, not hung
+  EXPECT_TRUE(chain_moved(before, wait_chain(g.view(true, 1), 1)));
+  g.at(2).state.progress = 0;
+  transfer(g, 1, 2, true, 4);  // rank 1 went on to its next send
+  EXPECT_TRUE(chain_moved(before, wait_chain(g.view(true, 1), 1)));
+}
+
+TEST(WaitChain, StopsWhereItComesBackOrRepeats) {
+  Group g;
+  transfer(g, 1, 0, false, 1);  // back to this rank (0)
+  EXPECT_EQ(wait_chain(g.view(true, 1), 1).size(), 1u);
+  transfer(g, 1, 2, false, 1);
+  transfer(g, 2, 1, false, 1);  // 1 and 2 wait on each other
+  EXPECT_EQ(wait_chain(g.view(true, 1), 1).size(), 2u);
+  g.at(2).health = PeerHealth::kSilent;
+  EXPECT_EQ(wait_chain(g.view(true, 1), 1).size(), 1u);
+}
+
 TEST(StallJudge, VerdictsHaveNames) {
   for (Stall s : {Stall::kDead, Stall::kSilent, Stall::kWait, Stall::kStragglerExpired, Stall::kHung}) {
     EXPECT_STRNE(to_string(s), "?");

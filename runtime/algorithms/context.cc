@@ -153,6 +153,7 @@ Status AlgoContext::wait_unfinished(Request& r) {
     if (m != moved) {
       moved = m;
       last_progress = Clock::now();
+      if (guard_ != nullptr) guard_->moved(m);
     }
   }
   return Status();

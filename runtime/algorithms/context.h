@@ -145,6 +145,8 @@ class ProgressGuard {
   // After on_stall said to keep waiting: how long until it is asked again
   // (at most the progress budget; sooner to confirm what it saw).
   virtual Clock::duration next_look() const { return Clock::duration::max(); }
+  // Bytes moved while waiting: the transport's count of bytes sent and received.
+  virtual void moved(uint64_t /*bytes*/) {}
 };
 
 class AlgoContext {
