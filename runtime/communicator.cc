@@ -57,6 +57,12 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(Options optio
               impl->route_address_.empty() ? "(none found; first non-loopback interface instead)" : impl->route_address_.c_str(),
               impl->boot_.store_host.c_str());
   }
+  // Every rank arrives first (up to the join timeout: a late starter is
+  // waited for); the connect phases' deadline starts after that.
+  const Millis join_timeout = impl->options_.join_timeout.count() > 0
+                                  ? impl->options_.join_timeout
+                                  : impl->options_.connect_timeout;
+  if (Status s = impl->join(Deadline::after(join_timeout)); !s.ok()) return s;
   const Deadline connect_deadline = Deadline::after(impl->options_.connect_timeout);
   if (Status s = impl->connect_epoch(0, connect_deadline); !s.ok()) return s;
   // The link timing in connect_epoch may end past connect_deadline: without a

@@ -61,17 +61,20 @@ class CommunicatorImpl : public ProgressGuard {
 
   // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
-  Status judge_cycle(const Op& op, int peer);
   Clock::duration next_look() const override;
   void moved(uint64_t bytes) override;
-  void publish_awaited(const Op& op);
   Status interrupted() override;
 
  private:
+  Status judge_cycle(const Op& op, int peer);
+  void publish_awaited(const Op& op);
   CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain);
   // Polled while a connect waits for the other ranks: true ends the wait at
   // once (a recovery's peer died or gave up). May be empty.
   using Abandon = std::function<bool()>;
+  // Registers with the store and agrees on the settings every rank shares,
+  // once: where creation waits for every rank to arrive (Options::join_timeout).
+  Status join(Deadline deadline);
   // Connects the data plane of `epoch` on the chain's current transport,
   // falling back down the chain (by agreement of every rank) when a connect fails.
   Status connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon = {});
@@ -402,10 +405,11 @@ class CommunicatorImpl : public ProgressGuard {
       return record ? record->op.describe() : std::string(none);
     }
     Clock::time_point started{};
-    int straggler = -1;              // the late rank logged for this op (-1: none)
-    bool straggler_expired = false;  // the last stall was a straggler past its timeout
-    int recoveries = 0;              // recoveries of this op so far
-    std::vector<WaitLink> cycle;     // a cycle of waits seen at the last stall (judge_cycle)
+    int straggler = -1;                   // the late rank logged for this op (-1: none)
+    Clock::time_point straggler_noted{};  // when it was last logged
+    bool straggler_expired = false;       // the last stall was a straggler past its timeout
+    int recoveries = 0;                   // recoveries of this op so far
+    std::vector<WaitLink> cycle;          // a cycle of waits seen at the last stall (judge_cycle)
     // A send or receive judged hung once, at hung_seen: looked at again
     // (look_again, next_look) before it counts.
     Clock::time_point hung_seen{};

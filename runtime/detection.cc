@@ -157,8 +157,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
           if (busy) {
             RCOLL_LOG(kDebug,
                       "%s: no bytes moved here for %lld ms, but rank %d (which it waits on%s) is "
-                      "moving bytes: "
-                      "busy, not hung; waiting on",
+                      "moving bytes: busy, not hung; waiting on",
                       op.describe().c_str(), static_cast<long long>(ms), peer,
                       chain.size() > 1 ? ", or one down its chain of waits" : "");
           }
@@ -182,9 +181,24 @@ Status CommunicatorImpl::interrupted() {
                       " died (its process is gone: liveness connection closed without a goodbye); "
                       "a dead rank cannot be recovered in place");
   }
-  // Log a straggler once per op, as soon as it is clearly late: for a
-  // collective any live rank not at the op yet, for a send or receive the
-  // rank at the end of the chain of waits (runtime/stall_judge.h).
+  // Log a straggler as soon as it is clearly late: for a collective any live
+  // rank not at the op yet, for a send or receive the rank at the end of the
+  // chain of waits (runtime/stall_judge.h); and again every minute while
+  // this rank still waits.
+  if (liveness_ && in_flight_.record && in_flight_.straggler >= 0 &&
+      Clock::now() - in_flight_.straggler_noted > std::chrono::seconds(60)) {
+    in_flight_.straggler_noted = Clock::now();
+    const PeerView v = liveness_->peer(in_flight_.straggler);
+    RCOLL_LOG(kWarn,
+              "%s: still waiting for rank %d, %.0f s after this rank arrived (it is at collective "
+              "seq %llu, %s; "
+              "straggler timeout %g s)",
+              in_flight_.what("").c_str(), in_flight_.straggler,
+              std::chrono::duration<double>(Clock::now() - in_flight_.started).count(),
+              static_cast<unsigned long long>(v.state.op_seq),
+              v.state.in_comm ? "in comm" : "in compute",
+              std::chrono::duration<double>(straggler_timeout(in_flight_.record->op)).count());
+  }
   if (liveness_ && in_flight_.record && in_flight_.straggler < 0 &&
       Clock::now() - in_flight_.started > options_.liveness_budget) {
     const Op& op = in_flight_.record->op;
@@ -195,6 +209,7 @@ Status CommunicatorImpl::interrupted() {
     const StallView view = stall_view(op, awaited);
     if (const int q = p2p ? holds_up(view, awaited) : first_behind(view); q >= 0) {
       in_flight_.straggler = q;
+      in_flight_.straggler_noted = Clock::now();
       const PeerView v = liveness_->peer(q);
       const double secs = std::chrono::duration<double>(Clock::now() - in_flight_.started).count();
       const double timeout_s = std::chrono::duration<double>(straggler_timeout(op)).count();

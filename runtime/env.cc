@@ -267,6 +267,9 @@ Status apply_env_overrides(Options* o) {
   auto connect_timeout = env_int("RCOLL_CONNECT_TIMEOUT_MS", 1, 24LL * 3600 * 1000);
   if (!connect_timeout.ok()) return connect_timeout.status();
   if (connect_timeout.value()) o->connect_timeout = Millis(*connect_timeout.value());
+  auto join_timeout = env_int("RCOLL_JOIN_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
+  if (!join_timeout.ok()) return join_timeout.status();
+  if (join_timeout.value()) o->join_timeout = Millis(*join_timeout.value());
   auto recovery = env_int("RCOLL_RECOVERY", 0, 1);
   if (!recovery.ok()) return recovery.status();
   if (recovery.value()) o->recovery = *recovery.value() == 1;
@@ -282,6 +285,9 @@ Status apply_env_overrides(Options* o) {
   auto straggler = env_int("RCOLL_STRAGGLER_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
   if (!straggler.ok()) return straggler.status();
   if (straggler.value()) o->straggler_timeout = Millis(*straggler.value());
+  auto straggler_s = env_int("RCOLL_STRAGGLER_TIMEOUT_S", 1, 7LL * 24 * 3600);
+  if (!straggler_s.ok()) return straggler_s.status();
+  if (straggler_s.value()) o->straggler_timeout = Millis(*straggler_s.value() * 1000);
   auto chunk = env_int("RCOLL_CHUNK_BYTES", 64, 1LL << 30);
   if (!chunk.ok()) return chunk.status();
   if (chunk.value() && o->chunk_bytes == 0) o->chunk_bytes = static_cast<size_t>(*chunk.value());

@@ -16,7 +16,7 @@
 
 namespace rcoll {
 
-Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon) {
+Status CommunicatorImpl::join(Deadline deadline) {
   if (!store_) {
     // Every rank takes the next instance number of this communicator name,
     // so a store shared by several communicators (or by successive ones with
@@ -24,9 +24,9 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
     auto base = make_prefix_store(boot_.store, "rcoll/" + options_.name);
     auto ticket = base->add("instances", 1);
     if (!ticket.ok()) {
-      return Status(ticket.status().code(), ErrorContext{rank_, -1, 0, epoch, ""},
-                    "rank " + std::to_string(rank_) + " could not register with the " + boot_.store_description + ": " +
-                        ticket.status().message());
+      return Status(ticket.status().code(), ErrorContext{rank_, -1, 0, epoch_.load(), ""},
+                    "rank " + std::to_string(rank_) + " could not register with the " +
+                        boot_.store_description + ": " + ticket.status().message());
     }
     const int64_t instance = (ticket.value() - 1) / size_;
     store_ = make_prefix_store(base, std::to_string(instance));
@@ -36,6 +36,11 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
     settings_agreed_ = true;
     if (Status s = agree_settings(deadline); !s.ok()) return s;
   }
+  return Status();
+}
+
+Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon) {
+  if (Status s = join(deadline); !s.ok()) return s;
   for (;;) {
     const std::string name = chain_.current();
     const std::string failed_key = keys::connect_failed(epoch, name);

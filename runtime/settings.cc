@@ -63,15 +63,46 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
                   "could not publish this rank's settings in the store: " + s.message());
   }
   // Every rank reads every rank's, so all find the same first difference.
-  const StoreExchange::Gathered gathered = exchange.gather(deadline);
+  // This is where a rank that starts late is first missed: it is waited for
+  // up to the join timeout, and said so, as a straggler is.
+  const Clock::time_point arrived = Clock::now();
+  Clock::time_point next_note = arrived + std::chrono::seconds(5);
+  std::vector<int> late;
+  const auto waiting = [&](const std::vector<int>& missing) {
+    if (!missing.empty())
+      late = missing;  // the last look's: who was late, not who was a moment behind
+    if (Clock::now() >= next_note) {
+      next_note = Clock::now() + std::chrono::seconds(30);
+      RCOLL_LOG(
+          kWarn,
+          "creating communicator '%s': rank(s) %s not here yet after %.0f s (starting late?); "
+          "waiting up to "
+          "%.0f s more (the join timeout: RCOLL_JOIN_TIMEOUT_MS, or the process group's timeout)",
+          options_.name.c_str(), rank_list(missing).c_str(),
+          std::chrono::duration<double>(Clock::now() - arrived).count(),
+          std::chrono::duration<double>(deadline.remaining_ms()).count());
+    }
+    return Status();
+  };
+  const StoreExchange::Gathered gathered = exchange.gather(deadline, waiting, Millis(100));
   if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
     const int q = gathered.missing.front();
-    return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, q, 0, 0, ""},
-                  "rank " + std::to_string(q) +
-                      " did not publish its settings in the store within the connect timeout (not "
-                      "started, crashed, or its communicator failed to be created: see its log; or "
-                      "the store is not answering): " +
-                      gathered.status.message());
+    return Status(
+        ErrorCode::kPeerUnreachable, ErrorContext{rank_, q, 0, 0, ""},
+        "rank(s) " + rank_list(gathered.missing) + " did not join within the join timeout (" +
+            std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - arrived).count()) +
+            " ms; RCOLL_JOIN_TIMEOUT_MS, or the process group's timeout): not started, "
+            "crashed, or its communicator failed to be created (see its log), or the store is "
+            "not answering: " +
+            gathered.status.message());
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - arrived).count();
+  if (!late.empty() && waited >= 2.0) {
+    RCOLL_LOG(kWarn,
+              "creating communicator '%s': rank(s) %s joined %.1f s after this rank (started late: "
+              "waited, no "
+              "error)",
+              options_.name.c_str(), rank_list(late).c_str(), waited);
   }
   if (!gathered.ok()) {
     return Status(gathered.status.code(), ctx,

@@ -628,6 +628,15 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(pipeline_ungrouped_cycle_np8 ${t} 100 "faults;pipeline")
 endforeach()
 
+# A rank that starts 10 s late (a container pulling its image, a rank loading
+# a checkpoint first) is waited for up to the join timeout and named, not a
+# failure of every rank after the connect timeout (8 s).
+add_test(NAME create_late_rank_joins
+         COMMAND ${RCOLL_EXPECT} 0 "rank\\(s\\) 3 not here yet after 5 s && rank\\(s\\) 3 joined 1[0-9].[0-9] s after this rank" 40 --
+                 env RCOLL_JOIN_TIMEOUT_MS=30000 ${RCOLL_RUN} -n 4 --timeout 60 --
+                 ${RCOLL_PIPELINE} --topology ring --iters 3 --late 3 --late-ms 10000)
+set_tests_properties(create_late_rank_joins PROPERTIES TIMEOUT 100 LABELS multiprocess)
+
 # The multi-process subset that scripts/test.sh runs in its sanitizer builds
 # (label "sanitize": AddressSanitizer + UBSan; "tsan": ThreadSanitizer): every
 # op and dtype at small sizes, a recovery after a closed link, a dead rank.

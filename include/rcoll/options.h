@@ -89,6 +89,12 @@ struct Options {
   // heartbeat channel's connects, each of which gets at least this much again.
   // So creation gives up after at most about 4x this (RCOLL_CONNECT_TIMEOUT_MS).
   std::chrono::milliseconds connect_timeout{8000};
+  // How long creation waits for every rank to arrive (a rank pulling its
+  // container image or loading a checkpoint first starts late) before the
+  // connect phases and their connect_timeout begin: a late rank is logged
+  // and waited for, not a failure (RCOLL_JOIN_TIMEOUT_MS; 0 = connect_timeout;
+  // the PyTorch backend uses the process group's timeout).
+  std::chrono::milliseconds join_timeout{0};
   std::chrono::milliseconds store_timeout{30000};   // store waits during setup
   // Progress deadline of one op: how long it may move no bytes before the data
   // plane counts as hung (RCOLL_OP_TIMEOUT_MS). 0 = derived: deadline_floor plus
@@ -112,7 +118,8 @@ struct Options {
   // a peer whose process died is reported within it.
   std::chrono::milliseconds liveness_budget{1500};
   // How long an op waits for a live peer that has not reached it yet (a rank
-  // restoring a checkpoint, say) before failing (RCOLL_STRAGGLER_TIMEOUT_MS).
+  // restoring a checkpoint, say) before failing (RCOLL_STRAGGLER_TIMEOUT_S, or
+  // RCOLL_STRAGGLER_TIMEOUT_MS).
   std::chrono::milliseconds straggler_timeout{30 * 60 * 1000};
   // Memory for input backups that make slices re-runnable (in-place windows, tails of completed ops).
   size_t backup_bytes = 256u << 20;

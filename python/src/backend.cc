@@ -24,10 +24,16 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
   o.store = std::make_shared<C10dStore>(store);
   o.name = "torch";
   if (timeout.count() > 0) {
+    // The process group's timeout bounds hangs: no bytes moving while every
+    // rank is there, a rank that went silent. A rank that is merely late (in
+    // compute, heartbeating) is waited for up to the straggler timeout of its
+    // own (RCOLL_STRAGGLER_TIMEOUT_S, 30 min unless set), not capped by it:
+    // users raise the timeout because a rank is slow, and that rank should
+    // not then cost the job. Creation waits for late ranks as long (join).
     if (timeout < o.deadline_floor) o.op_timeout = timeout;
-    o.straggler_timeout = std::min(o.straggler_timeout, timeout);
     o.recovery_timeout = std::min(o.recovery_timeout, timeout);
     o.store_timeout = std::min(o.store_timeout, timeout);
+    o.join_timeout = timeout;
   }
   // A job on one host (torchrun --standalone, MASTER_ADDR=localhost) talks over loopback.
   const char* master = std::getenv("MASTER_ADDR");
@@ -54,6 +60,10 @@ RcollBackend::RcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
     C10_THROW_ERROR(DistBackendError, "rcoll: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                                           " could not join the process group: " + e.status().to_string());
   }
+  // A wait() that names no timeout outlasts a straggler rcoll still waits for
+  // (rcoll's own deadlines bound every other case).
+  wait_limit_ = timeout_ + std::chrono::duration_cast<std::chrono::milliseconds>(
+                               comm_->options().straggler_timeout);
   completer_ = std::thread([this] { completion_loop(); });
 }
 
@@ -76,8 +86,8 @@ Communicator& RcollBackend::comm(const OpName& w) {
 
 c10::intrusive_ptr<RcollWork> RcollBackend::make_work(c10d::OpType type, const OpName& w, std::vector<at::Tensor> outputs,
                                                       c10::Device device) {
-  return c10::make_intrusive<RcollWork>(getRank(), type, w.str(), ++issued_, std::move(outputs), timeout_, device,
-                                        blocking_wait_);
+  return c10::make_intrusive<RcollWork>(getRank(), type, w.str(), ++issued_, std::move(outputs),
+                                        wait_limit_, device, blocking_wait_);
 }
 
 std::exception_ptr RcollBackend::wait_core_ops(Pending& p) {
@@ -365,9 +375,38 @@ void RcollBackend::shutdown() {
 Counters RcollBackend::counters() const { return comm_ ? comm_->counters() : Counters{}; }
 std::string RcollBackend::diagnostics() const { return comm_ ? comm_->diagnostics() : std::string("rcoll: no communicator"); }
 
+namespace {
+
+// Every backend this process made, for shutdown_all() at exit.
+std::mutex registry_mu;
+std::vector<c10::weak_intrusive_ptr<RcollBackend>> registry;
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                  std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<RcollBackend>(store, rank, size, timeout);
+  auto backend = c10::make_intrusive<RcollBackend>(store, rank, size, timeout);
+  std::lock_guard<std::mutex> lock(registry_mu);
+  std::erase_if(registry, [](const auto& w) { return w.expired(); });
+  registry.emplace_back(backend);
+  return backend;
+}
+
+void shutdown_all() {
+  std::vector<c10::intrusive_ptr<RcollBackend>> alive;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (auto& w : registry)
+      if (auto b = w.lock()) alive.push_back(std::move(b));
+    registry.clear();
+  }
+  for (auto& b : alive) {
+    try {
+      b->shutdown();
+    } catch (...) {
+      // At exit: a backend that cannot close cleanly must not stop the others.
+    }
+  }
 }
 
 }  // namespace rcoll::torch_backend

@@ -127,6 +127,7 @@ class RcollBackend : public c10d::Backend {
 
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds wait_limit_;  // what a wait() with no timeout of its own waits at most
   // RCOLL_BLOCKING_WAIT=1 (or TORCH_NCCL_BLOCKING_WAIT=1): device ops' wait()
   // and futures wait on the host for the result, as host ops do.
   bool blocking_wait_ = false;
@@ -149,5 +150,10 @@ class RcollBackend : public c10d::Backend {
 // The creator PyTorch calls (store, rank, world size, timeout).
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                  std::chrono::milliseconds timeout);
+// Shuts down every backend this process made that is still alive: what
+// rcoll.torch runs at interpreter exit (atexit), so that no backend thread is
+// left to take the GIL while the interpreter finalizes, and every
+// communicator says goodbye (its peers log no death). Call without the GIL.
+void shutdown_all();
 
 }  // namespace rcoll::torch_backend

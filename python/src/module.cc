@@ -48,5 +48,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_backend", &rcoll::torch_backend::create_backend, py::arg("store"), py::arg("rank"), py::arg("world_size"),
         py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
         "Creates the rcoll backend of one process group (what torch.distributed calls)");
+  m.def("shutdown_all", &rcoll::torch_backend::shutdown_all,
+        py::call_guard<py::gil_scoped_release>(),
+        "Shuts down every rcoll backend of this process (run at interpreter exit)");
   m.def("version", [] { return std::string(rcoll::version_string()); });
 }

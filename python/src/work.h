@@ -29,7 +29,8 @@ namespace rcoll::torch_backend {
 class RcollWork : public c10d::Work {
  public:
   // `what` names the op for messages ("rcoll allreduce on rank 1 of 4");
-  // `timeout` bounds a wait() that names no timeout (the process group's).
+  // `timeout` bounds a wait() that names no timeout (the process group's plus
+  // the straggler timeout: rcoll's own deadlines end every op before that).
   // `device`: where the op runs (a CUDA device: stream semantics, unless
   // `blocking_wait`).
   RcollWork(int rank, c10d::OpType type, std::string what, uint64_t seq, std::vector<at::Tensor> outputs,

@@ -46,3 +46,32 @@ add_test(NAME torch_ddp_cuda_np2 COMMAND ${RCOLL_TORCH_PYTHON} ${here}/ddp_cuda.
 add_test(NAME torch_pipeline_cuda_np4 COMMAND ${RCOLL_TORCH_PYTHON} ${here}/pipeline_cuda.py --ranks 4)
 set_tests_properties(torch_ddp_cuda_np2 torch_pipeline_cuda_np4 PROPERTIES
                      TIMEOUT 900 ENVIRONMENT "${torch_env}" SKIP_RETURN_CODE 77 LABELS "torch;cuda;recovery")
+
+set(RCOLL_EXPECT ${PROJECT_SOURCE_DIR}/tests/scripts/expect.sh)
+# Start-up and exit as users meet them (startup_exit_check.py):
+#  - the last of 4 ranks calls init_process_group 12 s late (past the 8 s
+#    connect timeout) with timeout=60 s: waited for and named, training right;
+#  - rank 1 computes 25 s between two steps with timeout=15 s and
+#    RCOLL_STRAGGLER_TIMEOUT_S=120: the straggler is waited for, not capped
+#    by the process group's timeout;
+#  - 5 runs of 4 ranks that exit without destroy_process_group() (one with
+#    TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper counters() sees through):
+#    every run exits 0 and no rank logs an ERROR (rcoll.torch's exit hook
+#    closes every backend, saying goodbye, before the interpreter finalizes).
+add_test(NAME torch_late_rank_joins_np4
+         COMMAND ${RCOLL_EXPECT} 0 "rank\\(s\\) 3 not here yet && rank\\(s\\) 3 joined 1[0-9].[0-9] s after this rank && rank 0: late: ok" 60 --
+                 ${torchrun} --nproc-per-node 4 ${here}/startup_exit_check.py --mode late --late 12 --pg-timeout 60)
+add_test(NAME torch_straggler_past_pg_timeout_np2
+         COMMAND ${RCOLL_EXPECT} 0 "rank 1 arrived 2[0-9].[0-9] s late \\(straggler && rank 0: straggler: ok" 60 --
+                 env RCOLL_STRAGGLER_TIMEOUT_S=120 ${torchrun} --nproc-per-node 2 ${here}/startup_exit_check.py --mode straggler
+                 --late 25 --pg-timeout 15)
+add_test(NAME torch_exit_without_destroy_np4
+         COMMAND bash -c "for i in 1 2 3 4 5; do
+                            if [ $i = 5 ]; then export TORCH_DISTRIBUTED_DEBUG=DETAIL; fi
+                            out=$(\"$@\" 2>&1); rc=$?
+                            if [ $rc != 0 ] || echo \"$out\" | grep -E 'ERROR|terminate called|core dumped'; then
+                              echo \"$out\" | tail -30; echo \"FAIL: run $i exited $rc\"; exit 1; fi
+                          done; echo '5 runs: exit 0, no ERROR'"
+                 run ${torchrun} --nproc-per-node 4 ${here}/startup_exit_check.py --mode exit)
+set_tests_properties(torch_late_rank_joins_np4 torch_straggler_past_pg_timeout_np2 torch_exit_without_destroy_np4
+                     PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RUN_SERIAL TRUE)

@@ -17,11 +17,14 @@
 //                           fail with kDesync (any other outcome fails)
 //   --max-recoveries N      at most N recoveries on this stage
 //   --min-recoveries N      at least N (the faults injected did fire)
+//   --late R --late-ms MS   stage R creates its communicator MS ms after the others
 //
 // Exit code 0 = as expected; 1 = not (printed).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,41 +59,38 @@ float value(int s, int i, size_t k) {
 
 int main(int argc, char** argv) {
   std::string topology = "ring", mode = "grouped", expect = "ok";
-  int iters = 30, straggler = -1, straggler_iter = -1, skip_send = -1, skip_iter = -1;
-  long straggler_ms = 0, max_recoveries = -1, min_recoveries = 0;
+  int iters = 30, late = -1, straggler = -1, straggler_iter = -1, skip_send = -1, skip_iter = -1;
+  long late_ms = 0, straggler_ms = 0, max_recoveries = -1, min_recoveries = 0;
   size_t min_bytes = 1400000, max_bytes = 7200000;
+  const std::map<std::string, std::function<void(const std::string&)>> flags = {
+      {"--topology", [&](const std::string& v) { topology = v; }},
+      {"--iters", [&](const std::string& v) { iters = std::stoi(v); }},
+      {"--min-bytes", [&](const std::string& v) { min_bytes = parse_bytes(v); }},
+      {"--max-bytes", [&](const std::string& v) { max_bytes = parse_bytes(v); }},
+      {"--mode", [&](const std::string& v) { mode = v; }},
+      {"--straggler", [&](const std::string& v) { straggler = std::stoi(v); }},
+      {"--straggler-iter", [&](const std::string& v) { straggler_iter = std::stoi(v); }},
+      {"--straggler-ms", [&](const std::string& v) { straggler_ms = std::stol(v); }},
+      {"--skip-send", [&](const std::string& v) { skip_send = std::stoi(v); }},
+      {"--skip-iter", [&](const std::string& v) { skip_iter = std::stoi(v); }},
+      {"--expect", [&](const std::string& v) { expect = v; }},
+      {"--max-recoveries", [&](const std::string& v) { max_recoveries = std::stol(v); }},
+      {"--min-recoveries", [&](const std::string& v) { min_recoveries = std::stol(v); }},
+      {"--late", [&](const std::string& v) { late = std::stoi(v); }},
+      {"--late-ms", [&](const std::string& v) { late_ms = std::stol(v); }},
+  };
   for (int a = 1; a + 1 < argc; a += 2) {
-    const std::string k = argv[a], v = argv[a + 1];
-    if (k == "--topology")
-      topology = v;
-    else if (k == "--iters")
-      iters = std::stoi(v);
-    else if (k == "--min-bytes")
-      min_bytes = parse_bytes(v);
-    else if (k == "--max-bytes")
-      max_bytes = parse_bytes(v);
-    else if (k == "--mode")
-      mode = v;
-    else if (k == "--straggler")
-      straggler = std::stoi(v);
-    else if (k == "--straggler-iter")
-      straggler_iter = std::stoi(v);
-    else if (k == "--straggler-ms")
-      straggler_ms = std::stol(v);
-    else if (k == "--skip-send")
-      skip_send = std::stoi(v);
-    else if (k == "--skip-iter")
-      skip_iter = std::stoi(v);
-    else if (k == "--expect")
-      expect = v;
-    else if (k == "--max-recoveries")
-      max_recoveries = std::stol(v);
-    else if (k == "--min-recoveries")
-      min_recoveries = std::stol(v);
-    else {
-      std::fprintf(stderr, "pipeline_worker: unknown option %s\n", k.c_str());
+    auto flag = flags.find(argv[a]);
+    if (flag == flags.end()) {
+      std::fprintf(stderr, "pipeline_worker: unknown option %s\n", argv[a]);
       return 2;
     }
+    flag->second(argv[a + 1]);
+  }
+  if (const char* r = std::getenv("RCOLL_RANK"); r != nullptr && std::atoi(r) == late) {
+    std::printf("stage %d: starting %ld ms late\n", late, late_ms);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
   }
   Communicator comm = Communicator::create();
   const int s = comm.rank(), p = comm.size();

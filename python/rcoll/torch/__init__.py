@@ -14,6 +14,8 @@ TORCH_NCCL_BLOCKING_WAIT=1: the host waits), as with ProcessGroupNCCL.
 """
 from __future__ import annotations
 
+import atexit
+
 import torch
 import torch.distributed as dist
 
@@ -31,12 +33,29 @@ def _create(store, rank, world_size, timeout):
 
 if BACKEND.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+    # Scripts that never call destroy_process_group() (Lightning does not):
+    # every backend closes before the interpreter finalizes, saying goodbye
+    # to its peers, with no backend thread left to take the GIL afterwards.
+    atexit.register(_C.shutdown_all)
+
+
+def _unwrap(backend):
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps each backend in a _ProcessGroupWrapper
+    # (which checks that every rank calls the same collective); rcoll is inside.
+    seen = 0
+    while not isinstance(backend, RcollBackend) and seen < 4:
+        inner = getattr(backend, "wrapped_pg", None)
+        if inner is None:
+            break
+        backend, seen = inner, seen + 1
+    return backend
 
 
 def get_backend(group=None, device: str = "cpu") -> RcollBackend:
-    """The rcoll backend object of ``group`` (default: the world) for ``device``."""
+    """The rcoll backend object of ``group`` (default: the world) for ``device``,
+    also when PyTorch wraps it (TORCH_DISTRIBUTED_DEBUG=DETAIL)."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    backend = pg._get_backend(torch.device(device))
+    backend = _unwrap(pg._get_backend(torch.device(device)))
     if not isinstance(backend, RcollBackend):
         raise TypeError(f"the process group's {device} backend is {type(backend).__name__}, not rcoll")
     return backend
