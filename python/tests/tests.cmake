@@ -75,3 +75,11 @@ add_test(NAME torch_exit_without_destroy_np4
                  run ${torchrun} --nproc-per-node 4 ${here}/startup_exit_check.py --mode exit)
 set_tests_properties(torch_late_rank_joins_np4 torch_straggler_past_pg_timeout_np2 torch_exit_without_destroy_np4
                      PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RUN_SERIAL TRUE)
+
+# The README's install (pip install --no-build-isolation ./python, in the venv
+# scripts/install-torch.sh makes), then a torchrun DDP job on "rcoll" from the
+# installed package: what a user types, run as typed.
+add_test(NAME torch_readme_install_ddp
+         COMMAND ${here}/installed_package_check.sh ${RCOLL_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR}/readme-install)
+set_tests_properties(torch_readme_install_ddp PROPERTIES TIMEOUT 900 LABELS torch)

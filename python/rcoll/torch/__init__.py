@@ -7,7 +7,9 @@
 
 Every op runs under rcoll's per-op progress deadlines, liveness and in-process
 recovery: a closed link or a frozen peer costs a recovery, not the job. The
-process group's ``timeout`` caps rcoll's deadlines. Ops on CUDA tensors run on
+process group's ``timeout`` bounds hangs and silent ranks, and is how long
+creation waits for a late rank; a rank late to an op is waited for up to
+RCOLL_STRAGGLER_TIMEOUT_S (30 min unless set). Ops on CUDA tensors run on
 their GPU (on NCCL), ordered after the current stream; ``work.wait()`` makes the
 current stream wait for rcoll's verdict on the op (RCOLL_BLOCKING_WAIT=1 or
 TORCH_NCCL_BLOCKING_WAIT=1: the host waits), as with ProcessGroupNCCL.
