@@ -77,10 +77,15 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
   }
   if (Status s = tune_links(epoch, deadline); !s.ok()) return s;
   if (epoch > 0) return Status();
-  RCOLL_LOG(kInfo, "communicator '%s' ready: %d ranks, epoch %u, transport %s (chain %s), store: %s, identity from %s; "
+  const std::string why =
+      options_.transports_reason.empty() ? "" : "; " + options_.transports_reason;
+  RCOLL_LOG(kInfo,
+            "communicator '%s' ready: %d ranks, epoch %u, transport %s (chain %s%s), store: %s, "
+            "identity from %s; "
             "slowest link: %s",
-            options_.name.c_str(), size_.load(), epoch, transport_->name(), chain_.describe().c_str(),
-            boot_.store_description.c_str(), boot_.identity_source.c_str(), link_note_.c_str());
+            options_.name.c_str(), size_.load(), epoch, transport_->name(),
+            chain_.describe().c_str(), why.c_str(), boot_.store_description.c_str(),
+            boot_.identity_source.c_str(), link_note_.c_str());
   return Status();
 }
 

@@ -35,6 +35,21 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     o.store_timeout = std::min(o.store_timeout, timeout);
     o.join_timeout = timeout;
   }
+  // A job whose ranks all share one host (torchrun: LOCAL_WORLD_SIZE equals
+  // WORLD_SIZE, on every rank alike) runs TCP first. There UCX's busy polling
+  // takes cores the ranks' own compute needs: DDP on a 25M-parameter MLP at 4
+  // ranks on 2 cores, median step time over alternating rounds, UCX 1.22x
+  // gloo's, TCP first 0.93-1.00x (bench/ddp_step_time.sh, bench/RESULTS.md
+  // stop 41). RCOLL_TRANSPORT(S) still pick.
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  if (std::getenv("RCOLL_TRANSPORT") == nullptr && std::getenv("RCOLL_TRANSPORTS") == nullptr &&
+      local != nullptr && std::atoi(local) == size && size > 1) {
+    o.transports = {"nccl", "tcp", "ucx"};
+    o.transports_reason =
+        "TCP first: every rank on one host (LOCAL_WORLD_SIZE = WORLD_SIZE), where UCX's polling "
+        "competes with "
+        "the ranks' compute for the cores (RCOLL_TRANSPORT=ucx to pick it)";
+  }
   // A job on one host (torchrun --standalone, MASTER_ADDR=localhost) talks over loopback.
   const char* master = std::getenv("MASTER_ADDR");
   if (std::getenv("RCOLL_SOCKET_IFNAME") == nullptr && master != nullptr) {
