@@ -146,10 +146,12 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
         // not say so yet. Look once more, a few heartbeats later, before
         // calling the data plane hung; and if anyone on the chain moved bytes
         // meanwhile (a receiver still working through what was queued for it
-        // before this send), it is busy, not hung: wait on.
+        // before this send), it is busy, not hung: wait on, as for a
+        // straggler, up to the straggler timeout.
         const std::vector<ChainMember> chain = wait_chain(stall_view(op, peer), peer);
-        const bool busy =
-            in_flight_.second_look(stalled_for) && chain_moved(in_flight_.chain, chain);
+        const bool busy = in_flight_.second_look(stalled_for) &&
+                          chain_moved(in_flight_.chain, chain) &&
+                          rules.late < rules.straggler_timeout;
         if (!in_flight_.second_look(stalled_for) || busy) {
           in_flight_.hung_seen = Clock::now();
           in_flight_.look_again = true;
