@@ -5,20 +5,22 @@
 // order (seq, and the per-peer match_seq its frames carry), logged, resumed
 // and re-run for a peer exactly as its ungrouped form, so the ledger, the
 // agreement and the replays need nothing new. What the group changes is how
-// the members run: together, in rounds. In round j every member posts its
-// slices [first + j*W, first + (j+1)*W) (W: the frames a lone send keeps in
-// flight), members in group order, and then the round is waited for whole.
+// the members run: together, as streams. The members that go to one peer in
+// one direction form a stream, in issue order. A stream keeps up to W slices
+// in flight (W: what a lone send or receive keeps), and puts them on its
+// connection in exactly the order the ungrouped ops would: one member's
+// remaining slices, then the next member's. So the peer may run the
+// counterparts grouped or not, in one group or in several, and a recovery's
+// replays (completed sends re-run one by one) meet them in the same order.
+// Streams slide each on its own: a stream whose window is done posts the
+// next at once, whatever the others wait for.
 //
-// Why that cannot wait in a cycle: a member's round-j frames are matched by
-// its peer's round-j posts for the counterpart member (both ends resume a
-// member at the same agreed slice and cut it the same way, and members to
-// one peer in one direction are posted in group order on both ends, so the
-// frames of one connection pair up in order). Every rank posts round 0
-// without waiting; a rank that finished round j-1 posts round j; so by
-// induction over j every round of every rank is posted and completes, for
-// any groups NCCL would complete (each send matched by a receive of the same
-// size in the peer's group). Ungrouped, the same pattern can deadlock: a
-// large send completes only once its receiver takes the bytes.
+// Why that completes whatever NCCL completes: a stream only ever waits for
+// its peer to post the counterparts of its own slices, never for another
+// stream of the group, just as each send and receive of an NCCL group
+// progresses on its own and the group ends when all of them have. Ungrouped,
+// a large send completes only once its receiver takes the bytes, and the ops
+// after it wait behind it: that is what can wait in a cycle.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -45,6 +47,7 @@ Status CommunicatorImpl::run_group(const Op& carrier) {
   const std::span<OpRecord> recs(storage.get(), members.size());
   for (size_t i = 0; i < members.size(); ++i) recs[i] = new_record(members[i]);
   for (const Op& m : members) inject_late_start(m);
+  in_flight_ = OpInFlight{};  // nothing of the last op's stall judging carries over
   in_flight_.record = &recs.front();
   in_flight_.group = recs;
   in_flight_.group_op = &carrier;
@@ -91,8 +94,8 @@ Status CommunicatorImpl::run_group(const Op& carrier) {
 
 Status CommunicatorImpl::end_failed_group(std::span<OpRecord> recs, const Op& carrier, Status s) {
   const bool too_late = in_flight_.straggler_expired;
-  in_flight_ = OpInFlight{};
   if (options_.shrink_on_death && s.code() == ErrorCode::kPeerDead && first_dead_peer() >= 0) {
+    in_flight_ = OpInFlight{};
     // The members write only their receive buffers (nothing in place): the
     // caller issues the group again for the new group of ranks, or not.
     const int was = rank_, of = size_;
@@ -118,19 +121,30 @@ Status CommunicatorImpl::end_failed_group(std::span<OpRecord> recs, const Op& ca
                 : "not recoverable: later ops on this communicator will fail");
   publish_state(false);
   for (const auto& r : recs) recorder_.finished(r.op.seq, false);
-  report_positions(s);
+  report_positions(s);  // names the group (in_flight_.what)
+  in_flight_ = OpInFlight{};
   return s;
 }
 
-// One attempt at the members' slices from first[i] on, in rounds.
+// One attempt at the members' slices, member i from first[i] on.
 Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<const size_t> first) {
   in_flight_.straggler_expired = false;
   struct Member {
     OpRecord* rec;
     std::unique_ptr<AlgoContext> ctx;
-    std::span<Request> reqs;
     size_t piece;  // elements per slice
-    size_t first;
+    size_t next;   // the next slice to post
+  };
+  struct Slot {
+    Member* member;
+    size_t slice;
+  };
+  // The members to one peer in one direction, in issue order.
+  struct Stream {
+    std::vector<Member*> members;
+    size_t current = 0;  // members before it have every slice posted
+    std::span<Request> reqs;
+    std::vector<Slot> slots;  // what reqs[k] carries in the window in flight
   };
   std::vector<Member> ms;
   ms.reserve(recs.size());
@@ -142,52 +156,103 @@ Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<co
                                              /*shares_scratch=*/!ms.empty());
     ctx->set_guard(this, progress_budget(rec.op, rec.tuning.piece_bytes, rec.tuning.window));
     ctx->set_slice_range(first[i], rec.total);
-    ctx->set_window_hook([&rec](size_t begin, size_t) { rec.last_window_first = begin; });
     window = ctx->window() * 2;  // as a lone send or receive keeps in flight (point_to_point.cc)
-    Member m{&rec, std::move(ctx), {}, 0, first[i]};
-    m.piece = m.ctx->piece_elements();
-    m.reqs = m.ctx->requests(std::min(window, rec.total - first[i]));
-    ms.push_back(std::move(m));
+    const size_t piece = ctx->piece_elements();
+    ms.push_back(Member{&rec, std::move(ctx), piece, first[i]});
   }
-  for (auto& m : ms) {
-    if (m.first == 0 && !faults_.empty()) inject_before(m.rec->op, *m.ctx, m.rec->total);
+  if (ms.empty()) return Status();
+  std::vector<Stream> streams;
+  for (Member& m : ms) {
+    auto same = [&m](const Stream& st) {
+      const Op& a = st.members.front()->rec->op;
+      return a.peer == m.rec->op.peer && a.is_send == m.rec->op.is_send;
+    };
+    auto it = std::find_if(streams.begin(), streams.end(), same);
+    if (it == streams.end()) it = streams.insert(streams.end(), Stream{});
+    it->members.push_back(&m);
   }
-  Status s;
-  for (size_t round = 0; s.ok(); ++round) {
-    bool any = false;
-    for (auto& m : ms) {
-      const size_t start = m.first + round * window;
-      if (start >= m.rec->total) continue;
-      any = true;
-      const size_t w = std::min(window, m.rec->total - start);
+  for (Stream& st : streams) st.reqs = ms.front().ctx->requests(window);
+  for (Member& m : ms) {
+    if (m.next == 0 && !faults_.empty()) inject_before(m.rec->op, *m.ctx, m.rec->total);
+  }
+
+  // Posts the stream's next window: up to W slices, members in order.
+  auto post = [window](Stream& st) {
+    st.slots.clear();
+    while (st.slots.size() < window && st.current < st.members.size()) {
+      Member& m = *st.members[st.current];
+      if (m.next >= m.rec->total) {
+        ++st.current;
+        continue;
+      }
       const Op& op = m.rec->op;
       const size_t es = op.element_size(), n = op.out.count;
-      m.ctx->before_window(start, start + w);
-      for (size_t k = 0; k < w; ++k) {
-        const size_t off = (start + k) * m.piece, len = std::min(m.piece, n - std::min(n, off));
-        const auto chunk = static_cast<uint32_t>(start + k);
-        if (op.is_send) {
-          m.ctx->send(op.peer, chunk, 0, m.ctx->in(off), len * es, &m.reqs[k]);
-        } else {
-          m.ctx->recv(op.peer, chunk, 0, m.ctx->out(off), len * es, &m.reqs[k]);
-        }
+      const size_t off = m.next * m.piece, len = std::min(m.piece, n - std::min(n, off));
+      Request* r = &st.reqs[st.slots.size()];
+      if (st.slots.empty() || st.slots.back().member != &m) m.rec->last_window_first = m.next;
+      if (op.is_send) {
+        m.ctx->send(op.peer, static_cast<uint32_t>(m.next), 0, m.ctx->in(off), len * es, r);
+      } else {
+        m.ctx->recv(op.peer, static_cast<uint32_t>(m.next), 0, m.ctx->out(off), len * es, r);
+      }
+      st.slots.push_back({&m, m.next});
+      ++m.next;
+    }
+  };
+  // A stream's window is done: the ledger learns each member's progress.
+  auto settle = [](Stream& st) -> Status {
+    for (size_t k = 0; k < st.slots.size(); ++k) {
+      const Slot& slot = st.slots[k];
+      if (st.reqs[k].failed()) return slot.member->ctx->fail(st.reqs[k].status);
+      OpRecord& rec = *slot.member->rec;
+      rec.done = std::max(rec.done, slot.slice + 1);
+    }
+    for (size_t k = 0; k < st.slots.size(); ++k) {
+      // Once per member (its last slot): the mid-op fault injection hooks here.
+      if (k + 1 == st.slots.size() || st.slots[k + 1].member != st.slots[k].member) {
+        st.slots[k].member->ctx->slices_done(st.slots[k].slice + 1);
       }
     }
-    if (!any) break;
-    for (auto& m : ms) {
-      const size_t start = m.first + round * window;
-      if (start >= m.rec->total) continue;
-      const size_t w = std::min(window, m.rec->total - start);
-      const std::span<Request> reqs = m.reqs.first(w);
-      // Whom this group waits on now, for the peers that follow chains of waits.
-      if (!std::all_of(reqs.begin(), reqs.end(), [](const Request& r) { return r.finished(); })) {
-        publish_awaited(m.rec->op);
+    st.slots.clear();
+    return Status();
+  };
+
+  Status s;
+  for (Stream& st : streams) post(st);
+  std::vector<Request*> waiting;
+  for (;;) {
+    bool active = false, moved = false;
+    waiting.clear();
+    for (Stream& st : streams) {
+      if (st.slots.empty()) continue;
+      const auto reqs = st.reqs.first(st.slots.size());
+      if (std::any_of(reqs.begin(), reqs.end(), [](const Request& r) { return r.failed(); }) ||
+          std::all_of(reqs.begin(), reqs.end(), [](const Request& r) { return r.finished(); })) {
+        if (s = settle(st); !s.ok()) break;
+        ms.front().ctx->forget_finished();
+        post(st);
+        moved = true;
       }
-      s = m.ctx->wait_all(reqs);
-      if (!s.ok()) break;
-      m.ctx->slices_done(start + w);
-      m.rec->done = std::max(m.rec->done, start + w);
+      if (st.slots.empty()) continue;
+      active = true;
+      for (size_t k = 0; k < st.slots.size(); ++k)
+        if (!st.reqs[k].finished()) waiting.push_back(&st.reqs[k]);
     }
+    if (!s.ok() || !active) break;
+    if (moved || waiting.empty()) continue;
+    // Whom the group waits on now, for the peers that follow chains of waits:
+    // a receive still open (what a pipeline stage waits for upstream), else
+    // a send.
+    const Stream* awaited = nullptr;
+    for (const Stream& st : streams) {
+      if (st.slots.empty()) continue;
+      if (awaited == nullptr ||
+          (!st.members.front()->rec->op.is_send && awaited->members.front()->rec->op.is_send)) {
+        awaited = &st;
+      }
+    }
+    if (awaited != nullptr) publish_awaited(awaited->slots.front().member->rec->op);
+    if (s = ms.front().ctx->wait_any(waiting); !s.ok()) break;
   }
   for (auto& m : ms) injected_ += m.ctx->faults_fired();
   bytes_sent_ = transport_->bytes_sent();

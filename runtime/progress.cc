@@ -144,7 +144,7 @@ Status CommunicatorImpl::give_up_on_exception(const Op* op) {
 
 Status CommunicatorImpl::give_up_after_exception(const Op* op, ErrorCode code,
                                                  const std::string& what) {
-  in_flight_.record = nullptr;
+  in_flight_ = OpInFlight{};  // its records (a group's too) died with the stack that threw
   Status s;
   try {
     s = Status(
@@ -282,17 +282,12 @@ Status CommunicatorImpl::run_op(const Op& op) {
   }
   OpRecord rec = new_record(op);
   inject_late_start(op);
+  in_flight_ = OpInFlight{};  // nothing of the last op's stall judging carries over
   in_flight_.record = &rec;
   in_flight_.started = Clock::now();
   recorder_.started(op.seq, epoch_.load(), rec.total, in_flight_.started);
-  in_flight_.straggler = -1;
-  in_flight_.straggler_expired = false;
-  in_flight_.cycle.clear();
-  in_flight_.hung_seen = {};
-  in_flight_.look_again = false;
   publish_state(true);
   size_t first = 0;
-  in_flight_.recoveries = 0;
   for (;;) {
     Status s = first < rec.total ? run_slices(rec, first, false) : Status();
     // A clean op's trace goes from started to finished (which marks every

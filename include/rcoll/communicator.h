@@ -121,11 +121,11 @@ class Communicator {
   Work send_async(Buffer data, int peer, OpOptions op = {});
   Work recv_async(Buffer data, int peer, OpOptions op = {});
   // A group of sends and receives that progress together, as NCCL's
-  // ncclGroupStart() ... ncclGroupEnd() around ncclSend/ncclRecv: any set of
-  // groups that NCCL completes (every send matched by a receive of the same
-  // count and dtype in its peer's group, the k-th send to a peer matching
-  // that peer's k-th receive from this rank) completes here, whatever the
-  // order of `ops`: a pipeline stage's send to the next stage and receive
+  // ncclGroupStart() ... ncclGroupEnd() around ncclSend/ncclRecv: any
+  // pattern that NCCL completes (every send matched by a receive of the same
+  // count and dtype on its peer, grouped there or not, the k-th send to a
+  // peer pairing with that peer's k-th receive from this rank) completes
+  // here, whatever the order of `ops`: a pipeline stage's send to the next stage and receive
   // from the previous one, a ring exchange, a halo exchange. Ungrouped, a
   // large send completes only once its receiver takes the bytes, so stages
   // that each post a send before their receive (or a receive before their

@@ -41,9 +41,13 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
   // ranks on 2 cores, median step time over alternating rounds, UCX 1.22x
   // gloo's, TCP first 0.93-1.00x (bench/ddp_step_time.sh, bench/RESULTS.md
   // stop 41). RCOLL_TRANSPORT(S) still pick.
+  // The world group only: a subgroup's ranks cannot tell from these whether
+  // they share a host, and keep the default chain (alike on all of them).
   const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const char* world = std::getenv("WORLD_SIZE");
   if (std::getenv("RCOLL_TRANSPORT") == nullptr && std::getenv("RCOLL_TRANSPORTS") == nullptr &&
-      local != nullptr && std::atoi(local) == size && size > 1) {
+      local != nullptr && world != nullptr && std::atoi(world) == size &&
+      std::atoi(local) == size && size > 1) {
     o.transports = {"nccl", "tcp", "ucx"};
     o.transports_reason =
         "TCP first: every rank on one host (LOCAL_WORLD_SIZE = WORLD_SIZE), where UCX's polling "

@@ -65,7 +65,7 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
     r->state = Request::State::kDone;
     return;
   }
-  pending_.push_back({r, peer, true, chunk, step, 0});
+  pending_.push_back({r, peer, true, chunk, step, 0, &op_});
   t_.post_send(peer, h, data, r);
 }
 
@@ -77,7 +77,7 @@ void AlgoContext::recv(int peer, uint32_t chunk, uint16_t step, void* dst, size_
   // A receive expects the sender's view of the fingerprint: for send/recv the
   // sender stamps its own rank as root.
   if (op_.kind == OpKind::kSendRecv) h.root = peer;
-  pending_.push_back({r, peer, false, chunk, step, 0});
+  pending_.push_back({r, peer, false, chunk, step, 0, &op_});
   t_.post_recv(peer, h, dst, r);
 }
 
@@ -93,7 +93,7 @@ Status AlgoContext::confirm_completion(uint32_t chunk) {
 }
 
 Status AlgoContext::wait_for_credit(Request& r, int peer, bool is_send, uint64_t credit_seq) {
-  pending_.push_back({&r, peer, is_send, 0, kCreditStep, credit_seq});
+  pending_.push_back({&r, peer, is_send, 0, kCreditStep, credit_seq, &op_});
   return wait(r);
 }
 
@@ -110,10 +110,32 @@ Status AlgoContext::wait(Request& r) {
 }
 
 Status AlgoContext::wait_unfinished(Request& r) {
+  return wait_until([&r] { return r.finished(); });
+}
+
+Status AlgoContext::wait_any(std::span<Request* const> rs) {
+  auto any = [rs] {
+    for (Request* r : rs)
+      if (r->finished()) return true;
+    return false;
+  };
+  if (!any()) {
+    if (Status s = wait_until(any); !s.ok()) return s;
+  }
+  forget_finished();
+  return Status();
+}
+
+void AlgoContext::forget_finished() {
+  std::erase_if(pending_, [](const PendingRequest& p) { return p.req->finished(); });
+}
+
+template <class Done>
+Status AlgoContext::wait_until(const Done& done) {
   // The deadline guards progress: it moves forward whenever bytes move.
   uint64_t moved = t_.bytes_sent() + t_.bytes_received();
   Clock::time_point last_progress = Clock::now();
-  while (!r.finished()) {
+  while (!done()) {
     if (guard_ != nullptr) {
       if (Status s = guard_->interrupted(); !s.ok()) return fail(std::move(s));
     }
@@ -127,7 +149,9 @@ Status AlgoContext::wait_unfinished(Request& r) {
           break;
         }
       const int peer = oldest ? oldest->peer : -1;
-      Status verdict = guard_ ? guard_->on_stall(op_, peer, now - last_progress)
+      // In a group, the member that request belongs to.
+      const Op& stalled = oldest && oldest->op ? *oldest->op : op_;
+      Status verdict = guard_ ? guard_->on_stall(stalled, peer, now - last_progress)
                               : Status(ErrorCode::kTimeout, "no progress guard");
       if (!verdict.ok()) {
         if (verdict.code() == ErrorCode::kTimeout && oldest != nullptr) {

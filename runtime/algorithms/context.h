@@ -63,6 +63,7 @@ struct PendingRequest {
   uint32_t chunk;
   uint16_t step;
   uint64_t credit_seq = 0;  // step AlgoContext::kCreditStep: whose credit
+  const Op* op = nullptr;   // the op it belongs to (a group's contexts share the list)
 };
 
 // What an algorithm works with besides the op's buffers: staging memory, its
@@ -226,6 +227,12 @@ class AlgoContext {
   // progress budget the guard decides whether to keep waiting.
   Status wait(Request& r);
   Status wait_all(std::span<Request> rs);
+  // Drives the transport until at least one of `rs` finishes (OK at once if
+  // one has), with wait()'s progress guard. A failed request is the
+  // caller's to look at. Forgets finished requests, as wait() does.
+  Status wait_any(std::span<Request* const> rs);
+  // Forgets finished requests before they are posted again (a group's).
+  void forget_finished();
   // Every rank tells every other that it has the op's whole result (an empty
   // frame each way, as chunk `chunk`): once this returns, no peer can need a
   // slice of the op re-run, so nothing of it has to be kept.
@@ -242,6 +249,8 @@ class AlgoContext {
 
  private:
   Status wait_unfinished(Request& r);  // wait()'s loop, for a request not yet finished
+  template <class Done>
+  Status wait_until(const Done& done);  // the loop: drives the transport until done()
 
   Transport& t_;
   const Op& op_;
