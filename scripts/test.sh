@@ -64,7 +64,7 @@ stage "AddressSanitizer + UBSan build (build-asan)"
 # UCX stays on here (the UCX transport is sanitized too: the communicator tests
 # run on ucx and tcp); TSan below builds without it (libucp is uninstrumented).
 asan_targets=(communicator_test store_test liveness_test bootstrap_test frame_test inject_test launcher_test
-              kernels_test security_test transport_chain_test rcoll-correctness-worker rcoll-run)
+              kernels_test security_test transport_chain_test rcoll-correctness-worker rcoll-pipeline-worker rcoll-run)
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DRCOLL_SANITIZE=address,undefined -DRCOLL_BUILD_BENCH=OFF -DRCOLL_BUILD_PYTHON=OFF -DRCOLL_WITH_CUDA=OFF >/dev/null
 ninja -C build-asan -j "$jobs" "${asan_targets[@]}"
@@ -76,7 +76,8 @@ stage "AddressSanitizer + UBSan run (ctest -L 'unit|sanitize')"
 
 # ---- ThreadSanitizer
 stage "ThreadSanitizer build (build-tsan)"
-tsan_targets=(communicator_test liveness_test store_test security_test rcoll-correctness-worker rcoll-run)
+tsan_targets=(communicator_test liveness_test store_test security_test rcoll-correctness-worker rcoll-pipeline-worker
+              rcoll-run)
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DRCOLL_SANITIZE=thread -DRCOLL_BUILD_BENCH=OFF -DRCOLL_BUILD_PYTHON=OFF -DRCOLL_WITH_UCX=OFF -DRCOLL_WITH_CUDA=OFF >/dev/null
 ninja -C build-tsan -j "$jobs" "${tsan_targets[@]}"

@@ -104,9 +104,10 @@ struct PeerOp {
 class Communicator {
  public:
   // Joins the group described by `options` and the environment. Blocks until
-  // every rank has connected, or gives up within about 4 x options.connect_timeout
-  // (one for the connects, and one each for the phases after them: see
-  // Options::connect_timeout). Throws rcoll::Error.
+  // every rank has arrived (waiting up to options.join_timeout for late ones,
+  // and naming them) and connected, or gives up within about 4 x
+  // options.connect_timeout after that (one for the connects, and one each
+  // for the phases after them: see Options::connect_timeout). Throws rcoll::Error.
   static Communicator create(Options options = {});
 
   Communicator(Communicator&&) noexcept;

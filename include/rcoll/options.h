@@ -90,7 +90,8 @@ struct Options {
   // Per phase of setting up an epoch: listeners, connects and hello; then the
   // link timing, reading the other ranks' timing, and (at creation) the
   // heartbeat channel's connects, each of which gets at least this much again.
-  // So creation gives up after at most about 4x this (RCOLL_CONNECT_TIMEOUT_MS).
+  // So creation gives up after at most about 4x this, after the join
+  // (join_timeout) (RCOLL_CONNECT_TIMEOUT_MS).
   std::chrono::milliseconds connect_timeout{8000};
   // How long creation waits for every rank to arrive (a rank pulling its
   // container image or loading a checkpoint first starts late) before the
