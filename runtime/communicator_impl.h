@@ -253,6 +253,10 @@ class CommunicatorImpl : public ProgressGuard {
   Status recovery_interrupted(const RecoveryRound& round, const std::vector<int>& awaited);
   Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round);
   Status adopt_ballots(const RecoveryRound& round);
+  // After a failed attempt at the op in flight (`current`): OK when a
+  // recovery succeeded and it runs again from `resume`, else its final error
+  // (a straggler past its timeout, too many recoveries, not recoverable).
+  Status recover_after(Status s, std::span<OpRecord> current, std::span<size_t> resume);
   // recover() then replay_completed(), again while the replays themselves fail.
   Status recover_and_replay(Status cause, std::span<OpRecord> current, std::span<size_t> resume);
   // Re-runs completed ops that a peer still needs; sets resume[i] for current[i].

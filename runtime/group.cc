@@ -65,16 +65,8 @@ Status CommunicatorImpl::run_group(const Op& carrier) {
       for (const auto& r : recs) recorder_.progressed(r.op.seq, r.done, epoch_.load());
     }
     if (s.ok()) break;
-    if (in_flight_.straggler_expired) {
-      // A live rank that is merely late: rebuilding the data plane cannot help.
-    } else if (in_flight_.recoveries >= options_.max_recoveries_per_op) {
-      s = Status(s.code(), s.context(),
-                 s.message() + " (gave up after " + std::to_string(in_flight_.recoveries) +
-                     " recoveries of this group)");
-    } else if (recoverable(s) && options_.recovery && size_ > 1) {
-      s = recover_and_replay(s, recs, first);
-      if (s.ok()) continue;
-    }
+    s = recover_after(std::move(s), recs, first);
+    if (s.ok()) continue;
     return end_failed_group(recs, carrier, std::move(s));
   }
   if (in_flight_.straggler >= 0) {

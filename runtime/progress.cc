@@ -300,20 +300,26 @@ Status CommunicatorImpl::run_op(const Op& op) {
       return s;
     }
     if (rec.nccl) nccl_.failures.push_back(Clock::now());
-    if (in_flight_.straggler_expired) {
-      // A live rank that is merely late: rebuilding the data plane cannot help.
-    } else if (in_flight_.recoveries >= options_.max_recoveries_per_op) {
-      s = Status(s.code(), s.context(),
-                 s.message() + " (gave up after " + std::to_string(in_flight_.recoveries) +
-                     " recoveries of this op)");
-    } else if (recoverable(s) && options_.recovery && size_ > 1) {
-      s = recover_and_replay(s, {&rec, 1}, {&first, 1});
-      if (s.ok()) continue;
-    }
+    s = recover_after(std::move(s), {&rec, 1}, {&first, 1});
+    if (s.ok()) continue;
     return end_failed_op(rec, std::move(s));
   }
   end_completed_op(std::move(rec));
   return Status();
+}
+
+Status CommunicatorImpl::recover_after(Status s, std::span<OpRecord> current,
+                                       std::span<size_t> resume) {
+  if (in_flight_.straggler_expired)
+    return s;  // a live rank merely late: a new data plane cannot help
+  if (in_flight_.recoveries >= options_.max_recoveries_per_op) {
+    return Status(s.code(), s.context(),
+                  s.message() + " (gave up after " + std::to_string(in_flight_.recoveries) +
+                      " recoveries of " + (in_flight_.group.empty() ? "this op" : "this group") +
+                      ")");
+  }
+  if (!recoverable(s) || !options_.recovery || size_ == 1) return s;
+  return recover_and_replay(std::move(s), current, resume);
 }
 
 OpRecord CommunicatorImpl::new_record(const Op& op) {
