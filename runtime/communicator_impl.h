@@ -264,11 +264,13 @@ class CommunicatorImpl : public ProgressGuard {
                           std::span<size_t> resume);
   void record_completion(OpRecord&& rec);
   Clock::duration progress_budget(const Op& op, size_t piece_bytes, int window) const;
+  Status hang_timeout_expired(const Status& s);
   // Has a peer announced that the current epoch failed? (liveness notice, or
   // the store key as seen by epoch_watch_; never blocks)
   bool epoch_failed_elsewhere();
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
   void inject_before(const Op& op, AlgoContext& ctx, size_t slices);
+  Status inject_hang(const Op& op);
   // Kills this rank at `step` ("ledgers", "connect") of a recovery during op `op_seq`, if a fault
   // says so.
   void inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch, const char* step);
@@ -413,7 +415,21 @@ class CommunicatorImpl : public ProgressGuard {
     Clock::time_point straggler_noted{};  // when it was last logged
     bool straggler_expired = false;       // the last stall was a straggler past its timeout
     int recoveries = 0;                   // recoveries of this op so far
-    std::vector<WaitLink> cycle;          // a cycle of waits seen at the last stall (judge_cycle)
+    // The hang timeout's clock (Options::hang_timeout): when the stall last
+    // judged hung began (stall_began), and when the spell of hangs began
+    // (hang_since), which lasts across recoveries while no slice of the op
+    // completes (hang_done: the op's slices done when it began).
+    Clock::time_point stall_began{};
+    Clock::time_point hang_since{};
+    size_t hang_done = 0;
+    // What is left of the hang timeout, or max() when there is none.
+    Clock::duration hang_left(std::chrono::milliseconds hang_timeout) const {
+      if (hang_timeout.count() <= 0) return Clock::duration::max();
+      if (hang_since == Clock::time_point{}) return hang_timeout;
+      return std::max<Clock::duration>(Clock::duration::zero(),
+                                       hang_timeout - (Clock::now() - hang_since));
+    }
+    std::vector<WaitLink> cycle;  // a cycle of waits seen at the last stall (judge_cycle)
     // A send or receive judged hung once, at hung_seen: looked at again
     // (look_again, next_look) before it counts.
     Clock::time_point hung_seen{};

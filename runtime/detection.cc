@@ -4,11 +4,12 @@
 // logged once per op.
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <string>
 #include <thread>
 
-#include "runtime/communicator_impl.h"
 #include "base/log.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/stall_judge.h"
 
 namespace rcoll {
@@ -16,15 +17,51 @@ namespace rcoll {
 // The progress deadline: how long an op may move no bytes at all. The caller's
 // timeout (per op, or per communicator) if set; else a floor plus the time the
 // measured data plane needs for a whole window of slices, times a slack factor.
+// Never more than what is left of the hang timeout (Options::hang_timeout).
 Clock::duration CommunicatorImpl::progress_budget(const Op& op, size_t piece_bytes, int window) const {
+  const Clock::duration hang_left =
+      std::max<Clock::duration>(Millis(1), in_flight_.hang_left(options_.hang_timeout));
   Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
   constexpr auto kYear = std::chrono::hours(24 * 365);
-  if (timeout.count() > 0) return timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout);
+  if (timeout.count() > 0)
+    return std::min(hang_left,
+                    timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout));
   const double window_bytes = static_cast<double>(piece_bytes) * std::max(1, window) * size_;
   const double measured = bandwidth_.load();
   const double bw = measured > 0 ? measured : 100e6;  // until measured: a pessimistic 100 MB/s
   const auto derived = std::chrono::duration<double>(options_.deadline_slack * window_bytes / bw);
-  return Clock::duration(options_.deadline_floor) + std::chrono::duration_cast<Clock::duration>(derived);
+  return std::min(hang_left, Clock::duration(options_.deadline_floor) +
+                                 std::chrono::duration_cast<Clock::duration>(derived));
+}
+
+// After a failed attempt, before another recovery: did the hang timeout
+// expire? A stall judged hung begins a spell of hangs, or goes on with the
+// one before when no slice of the op completed since (replays and resends
+// move bytes without moving the op on). An attempt shorter than a tenth of
+// the hang timeout (at most a second) could not tell a hang from a slow
+// link, so that little left is none.
+Status CommunicatorImpl::hang_timeout_expired(const Status& s) {
+  const Millis limit = options_.hang_timeout;
+  if (limit.count() <= 0 || in_flight_.stall_began == Clock::time_point{}) return Status();
+  size_t done = 0;
+  for (const OpRecord& r : in_flight_.current()) done += r.done;
+  if (in_flight_.hang_since == Clock::time_point{} || done > in_flight_.hang_done) {
+    in_flight_.hang_since = in_flight_.stall_began;
+    in_flight_.hang_done = done;
+  }
+  in_flight_.stall_began = Clock::time_point{};
+  const Clock::duration least = std::min<Clock::duration>(std::chrono::seconds(1), limit / 10);
+  if (in_flight_.hang_left(limit) >= least) return Status();
+  char what[320];
+  std::snprintf(what, sizeof(what),
+                "; no slice of it completed for %.1f s with every rank in the op, across %d "
+                "recover%s: the hang timeout (%.1f s: Options::hang_timeout, "
+                "RCOLL_HANG_TIMEOUT_MS, the process group's timeout under PyTorch) expired, no "
+                "further recovery",
+                std::chrono::duration<double>(Clock::now() - in_flight_.hang_since).count(),
+                in_flight_.recoveries, in_flight_.recoveries == 1 ? "y" : "ies",
+                std::chrono::duration<double>(limit).count());
+  return Status(ErrorCode::kTimeout, s.context(), s.message() + what);
 }
 
 StallView CommunicatorImpl::stall_view(const Op& op, int awaited) const {
@@ -169,6 +206,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
       break;
   }
   ctx.peer = peer;
+  in_flight_.stall_began = Clock::now() - stalled_for;  // the hang timeout's clock
   return Status(ErrorCode::kTimeout, ctx,
                 op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
 }

@@ -264,6 +264,10 @@ Status apply_env_overrides(Options* o) {
   auto op_timeout = env_int("RCOLL_OP_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
   if (!op_timeout.ok()) return op_timeout.status();
   if (op_timeout.value() && o->op_timeout.count() == 0) o->op_timeout = Millis(*op_timeout.value());
+  auto hang_timeout = env_int("RCOLL_HANG_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
+  if (!hang_timeout.ok()) return hang_timeout.status();
+  if (hang_timeout.value() && o->hang_timeout.count() == 0)
+    o->hang_timeout = Millis(*hang_timeout.value());
   auto connect_timeout = env_int("RCOLL_CONNECT_TIMEOUT_MS", 1, 24LL * 3600 * 1000);
   if (!connect_timeout.ok()) return connect_timeout.status();
   if (connect_timeout.value()) o->connect_timeout = Millis(*connect_timeout.value());

@@ -25,6 +25,8 @@ const char* to_string(FaultKind kind) {
     case FaultKind::kLinkLatency: return "link-latency";
     case FaultKind::kBadAlloc: return "bad-alloc";
     case FaultKind::kThrow: return "throw";
+    case FaultKind::kHang:
+      return "hang";
   }
   return "?";
 }
@@ -49,6 +51,7 @@ const std::map<std::string, KindInfo>& kinds() {
       {"link-latency", {FaultKind::kLinkLatency, {"us"}, {"rank", "epoch"}}},
       {"bad-alloc", {FaultKind::kBadAlloc, {"rank", "op"}, {}}},
       {"throw", {FaultKind::kThrow, {"rank", "op"}, {}}},
+      {"hang", {FaultKind::kHang, {"rank", "op"}, {}}},
   };
   return k;
 }
@@ -96,7 +99,9 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
     std::string name = item.substr(0, colon);
     auto it = kinds().find(name);
     if (it == kinds().end()) {
-      return bad(item, "unknown kind '" + name + "' (kinds: close-link, stall, kill, delay-chunk, drop-chunk, fail-connect, random, link-latency)");
+      return bad(item, "unknown kind '" + name +
+                           "' (kinds: close-link, stall, kill, delay-chunk, drop-chunk, hang, "
+                           "fail-connect, random, link-latency, bad-alloc, throw)");
     }
     const KindInfo& info = it->second;
     Fault f;
@@ -170,7 +175,8 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
           if (kit == kinds().end() || kit->second.kind == FaultKind::kRandom ||
               kit->second.kind == FaultKind::kFailConnect ||
               kit->second.kind == FaultKind::kLinkLatency ||
-              kit->second.kind == FaultKind::kBadAlloc || kit->second.kind == FaultKind::kThrow) {
+              kit->second.kind == FaultKind::kBadAlloc || kit->second.kind == FaultKind::kThrow ||
+              kit->second.kind == FaultKind::kHang) {
             return bad(item, "kinds='" + value + "': '" + k + "' cannot be drawn at random");
           }
           f.random_kinds.push_back(kit->second.kind);

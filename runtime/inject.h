@@ -42,7 +42,8 @@ enum class FaultKind : uint8_t {
   kRandom,
   kLinkLatency,
   kBadAlloc,
-  kThrow
+  kThrow,
+  kHang
 };
 const char* to_string(FaultKind kind);
 

@@ -94,9 +94,33 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         throw_injected(f.kind, rank_, op.seq, op.describe());
       case FaultKind::kFailConnect:
       case FaultKind::kLinkLatency:
+      case FaultKind::kHang:  // inject_hang, at every attempt
       case FaultKind::kRandom: break;
     }
   }
+}
+
+// A hang (hang:rank=R,op=N): in every attempt of the op the rank says it is
+// in the op (heartbeats go on) but moves no bytes, until a peer aborts the
+// epoch; it then takes part in the recovery, and hangs again in the next
+// attempt, as a rank stuck in a data path that stopped delivering would.
+// Every rank is in the op and none moves bytes: only the hang timeout
+// (Options::hang_timeout) or max_recoveries_per_op ends it. Returns the
+// abort that ended this attempt's hang (OK: no hang here).
+Status CommunicatorImpl::inject_hang(const Op& op) {
+  for (const Fault& f : faults_) {
+    if (f.kind != FaultKind::kHang || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    RCOLL_LOG(kWarn,
+              "fault injection: hang: this rank moves no bytes in %s (epoch %u), heartbeating, "
+              "until a peer aborts the epoch",
+              op.describe().c_str(), epoch_.load());
+    ++injected_;
+    for (;;) {
+      if (Status s = interrupted(); !s.ok()) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return Status();
 }
 
 // An injected stall makes this rank late to the op, as a rank busy in

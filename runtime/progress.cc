@@ -319,6 +319,7 @@ Status CommunicatorImpl::recover_after(Status s, std::span<OpRecord> current,
                       ")");
   }
   if (!recoverable(s) || !options_.recovery || size_ == 1) return s;
+  if (Status expired = hang_timeout_expired(s); !expired.ok()) return expired;
   return recover_and_replay(std::move(s), current, resume);
 }
 
@@ -545,6 +546,9 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     // for an earlier op's credits (which would skip counting the fault).
     if (Status s = credits_.collect(op, ctx, log_, closing_barrier_running_); !s.ok()) return s;
     if (first == 0 && !faults_.empty()) inject_before(op, ctx, rec.total);
+  }
+  if (!faults_.empty() && !replay) {
+    if (Status hung = inject_hang(op); !hung.ok()) return ctx.fail(std::move(hung));
   }
   Status s;
   switch (op.kind) {

@@ -1287,6 +1287,45 @@ TEST(CommunicatorTest, ExceptionWhileIdleGivesUpInsteadOfTerminating) {
   ::unsetenv("RCOLL_INJECT");
 }
 
+// A data path that hangs again after every recovery (hang: rank 1 moves no
+// bytes in op 1 in any attempt, heartbeating throughout) with every rank in
+// the op: the hang timeout ends it, across the recoveries, with kTimeout
+// saying so, and the peer learns it. Without the hang timeout the op would
+// try 8 recoveries of a 1 s progress deadline each (about 9 s).
+TEST(CommunicatorTest, HangTimeoutBoundsAHangAcrossRecoveries) {
+  ::setenv("RCOLL_INJECT", "hang:rank=1,op=1", 1);
+  std::latch rank0_done(1);
+  run_ranks(
+      2,
+      [&](Communicator& c) {
+        std::vector<float> v(16, 1.0f);
+        const auto t0 = Clock::now();
+        Status s = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum).wait(30000ms);
+        const long took = ms_since(t0);
+        if (c.rank() == 0) {
+          rank0_done.count_down();
+          EXPECT_EQ(s.code(), ErrorCode::kTimeout) << s.to_string();
+          EXPECT_TRUE(contains(s.message(), "the hang timeout (2.5 s")) << s.to_string();
+          EXPECT_GE(c.counters().recoveries, 1u);
+          EXPECT_GE(took, 2000) << s.to_string();
+          EXPECT_LT(took, 4000) << s.to_string();
+        } else {
+          // Rank 1 fails the op (or, had it completed, its next op) with
+          // rank 0's diagnosis.
+          rank0_done.wait();
+          Status b = s.ok() ? c.barrier_async().wait(10000ms) : s;
+          EXPECT_FALSE(b.ok());
+          EXPECT_TRUE(contains(b.to_string(), "hang timeout")) << b.to_string();
+        }
+      },
+      [](int, Options& o) {
+        o.op_timeout = 1000ms;
+        o.hang_timeout = 2500ms;
+        o.transport = "tcp";
+      });
+  ::unsetenv("RCOLL_INJECT");
+}
+
 TEST(CommunicatorTest, DesyncIsReportedNotHung) {
   std::mutex mu;
   std::vector<Status> results(3);

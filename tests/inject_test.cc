@@ -23,6 +23,22 @@ TEST(InjectSpec, ParsesTheDesignExample) {
   EXPECT_EQ(b.ms, 2000);
 }
 
+// A hang fires at every attempt of its op, so it cannot be drawn at random
+// (one fault per op, once).
+TEST(InjectSpec, HangParsesAndIsNotDrawnAtRandom) {
+  auto r = parse_fault_spec("hang:rank=1,op=5");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r.value().size(), 1u);
+  EXPECT_EQ(r.value()[0].kind, FaultKind::kHang);
+  EXPECT_EQ(r.value()[0].rank, 1);
+  EXPECT_EQ(r.value()[0].op, 5u);
+  EXPECT_STREQ(to_string(FaultKind::kHang), "hang");
+  auto random = parse_fault_spec("random:rate=0.1,seed=1,kinds=hang");
+  ASSERT_FALSE(random.ok());
+  EXPECT_NE(random.status().message().find("cannot be drawn at random"), std::string::npos)
+      << random.status().to_string();
+}
+
 TEST(InjectSpec, ParsesEveryKind) {
   auto r = parse_fault_spec(
       "kill:rank=0,op=3; delay-chunk:rank=1,op=2,ms=5 ;drop-chunk:rank=2,op=9;"

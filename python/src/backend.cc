@@ -15,8 +15,9 @@ namespace {
 
 // PyTorch's timeout is the longest a caller waits for one op. rcoll's progress
 // deadline (how long an op may move no bytes before the data plane counts as
-// hung) is usually far shorter and stays derived; the timeout caps it, and
-// caps how long a straggler and a recovery may take.
+// hung) is usually far shorter and stays derived; the timeout bounds an op's
+// hangs across its recoveries (hang_timeout, which also caps the deadline),
+// a recovery, and a silent rank.
 Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
   Options o;
   o.rank = rank;
@@ -24,13 +25,14 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
   o.store = std::make_shared<C10dStore>(store);
   o.name = "torch";
   if (timeout.count() > 0) {
-    // The process group's timeout bounds hangs: no bytes moving while every
-    // rank is there, a rank that went silent. A rank that is merely late (in
+    // The process group's timeout bounds hangs: no slice of the op completing
+    // while every rank is in it (across recoveries), a rank that went silent
+    // (the recovery waits for it that long). A rank that is merely late (in
     // compute, heartbeating) is waited for up to the straggler timeout of its
     // own (RCOLL_STRAGGLER_TIMEOUT_S, 30 min unless set), not capped by it:
     // users raise the timeout because a rank is slow, and that rank should
     // not then cost the job. Creation waits for late ranks as long (join).
-    if (timeout < o.deadline_floor) o.op_timeout = timeout;
+    o.hang_timeout = timeout;
     o.recovery_timeout = std::min(o.recovery_timeout, timeout);
     o.store_timeout = std::min(o.store_timeout, timeout);
     o.join_timeout = timeout;

@@ -36,6 +36,10 @@ import torch.distributed as dist
 
 import rcoll.torch  # noqa: F401  (registers "rcoll")
 
+import installed  # noqa: E402  (this folder: the tests run against the installed package)
+
+installed.check()
+
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
 SHAPES = [(0,), (1,), (7,), (3, 5), (2, 3, 4), (1000,)]

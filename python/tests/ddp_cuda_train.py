@@ -30,6 +30,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rcoll.torch  # registers "rcoll"
 
+import installed  # noqa: E402  (this folder: the tests run against the installed package)
+
+installed.check()
+
 IN, HIDDEN, CLASSES, BATCH = 2048, 4096, 16, 64
 PID_KEY = "rcoll_test/ddp_cuda/pid1"
 

@@ -18,6 +18,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rcoll.torch
 
+import installed  # noqa: E402  (this folder: the tests run against the installed package)
+
+installed.check()
+
 
 def model():
     torch.manual_seed(1234)

@@ -12,6 +12,10 @@ import torch.distributed as dist
 
 import rcoll.torch
 
+import installed  # noqa: E402  (this folder: the tests run against the installed package)
+
+installed.check()
+
 passed, failed = 0, []
 
 

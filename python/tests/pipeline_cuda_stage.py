@@ -26,6 +26,10 @@ import torch
 import torch.distributed as dist
 
 import rcoll.torch  # registers "rcoll"
+
+import installed  # noqa: E402  (this folder: the tests run against the installed package)
+
+installed.check()
 from ddp_cuda_train import share_the_gpu
 
 SIZES_MB = (1.4, 2.6, 3.8, 5.0, 6.2, 7.2)

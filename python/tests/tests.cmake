@@ -1,6 +1,10 @@
 # PyTorch backend tests: real processes started by torchrun (python -m
-# torch.distributed.run), the rcoll backend checked against gloo.
-set(torch_env "PYTHONPATH=${CMAKE_BINARY_DIR}/python" "OMP_NUM_THREADS=1")
+# torch.distributed.run), the rcoll backend checked against gloo. They run
+# against the package the README's install put into the venv (the fixture
+# torch_readme_install_ddp, at the end), not the build folder: no
+# PYTHONPATH, run from outside the build's python/ folder, and each test
+# script checks where `rcoll` came from (installed.py).
+set(torch_env "PYTHONPATH=" "PYTHONNOUSERSITE=1" "RCOLL_TEST_INSTALLED=1" "OMP_NUM_THREADS=1")
 set(torchrun ${RCOLL_TORCH_PYTHON} -m torch.distributed.run --standalone)
 set(here ${CMAKE_CURRENT_SOURCE_DIR}/tests)
 
@@ -54,6 +58,11 @@ set(RCOLL_EXPECT ${PROJECT_SOURCE_DIR}/tests/scripts/expect.sh)
 #  - rank 1 computes 25 s between two steps with timeout=15 s and
 #    RCOLL_STRAGGLER_TIMEOUT_S=120: the straggler is waited for, not capped
 #    by the process group's timeout;
+#  - rank 1 hangs in an allreduce with every rank in it (RCOLL_INJECT hang:
+#    it moves no bytes in any attempt, heartbeating) with timeout=15 s and
+#    RCOLL_STRAGGLER_TIMEOUT_S=300: both ranks' step raises within the
+#    process group's timeout, naming the hang timeout (not 8 recoveries of
+#    a 10 s progress deadline, and not the straggler timeout);
 #  - 5 runs of 4 ranks that exit without destroy_process_group() (one with
 #    TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper counters() sees through):
 #    every run exits 0 and no rank logs an ERROR (rcoll.torch's exit hook
@@ -65,6 +74,10 @@ add_test(NAME torch_straggler_past_pg_timeout_np2
          COMMAND ${RCOLL_EXPECT} 0 "rank 1 arrived 2[0-9].[0-9] s late \\(straggler && rank 0: straggler: ok" 60 --
                  env RCOLL_STRAGGLER_TIMEOUT_S=120 ${torchrun} --nproc-per-node 2 ${here}/startup_exit_check.py --mode straggler
                  --late 25 --pg-timeout 15)
+add_test(NAME torch_hang_within_pg_timeout_np2
+         COMMAND ${RCOLL_EXPECT} 0 "rank 0: hang: ok && rank 1: hang: ok && hang timeout \\(15.0 s" 60 --
+                 env RCOLL_STRAGGLER_TIMEOUT_S=300 RCOLL_INJECT=hang:rank=1,op=4 ${torchrun} --nproc-per-node 2
+                 ${here}/startup_exit_check.py --mode hang --pg-timeout 15)
 add_test(NAME torch_exit_without_destroy_np4
          COMMAND bash -c "for i in 1 2 3 4 5; do
                             if [ $i = 5 ]; then export TORCH_DISTRIBUTED_DEBUG=DETAIL; fi
@@ -73,13 +86,18 @@ add_test(NAME torch_exit_without_destroy_np4
                               echo \"$out\" | tail -30; echo \"FAIL: run $i exited $rc\"; exit 1; fi
                           done; echo '5 runs: exit 0, no ERROR'"
                  run ${torchrun} --nproc-per-node 4 ${here}/startup_exit_check.py --mode exit)
-set_tests_properties(torch_late_rank_joins_np4 torch_straggler_past_pg_timeout_np2 torch_exit_without_destroy_np4
+set_tests_properties(torch_late_rank_joins_np4 torch_straggler_past_pg_timeout_np2 torch_hang_within_pg_timeout_np2
+                     torch_exit_without_destroy_np4
                      PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RUN_SERIAL TRUE)
 
 # The README's install (pip install --no-build-isolation ./python, in the venv
 # scripts/install-torch.sh makes), then a torchrun DDP job on "rcoll" from the
 # installed package: what a user types, run as typed.
+# Every other PyTorch test runs after it, against what it installed.
+get_property(torch_tests DIRECTORY PROPERTY TESTS)
+set(installed_dir ${CMAKE_BINARY_DIR}/readme-install)
+file(MAKE_DIRECTORY ${installed_dir})
 add_test(NAME torch_readme_install_ddp
-         COMMAND ${here}/installed_package_check.sh ${RCOLL_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}
-                 ${CMAKE_BINARY_DIR}/readme-install)
-set_tests_properties(torch_readme_install_ddp PROPERTIES TIMEOUT 900 LABELS torch)
+         COMMAND ${here}/installed_package_check.sh ${RCOLL_TORCH_PYTHON} ${PROJECT_SOURCE_DIR} ${installed_dir})
+set_tests_properties(torch_readme_install_ddp PROPERTIES TIMEOUT 900 LABELS torch FIXTURES_SETUP rcoll_installed)
+set_tests_properties(${torch_tests} PROPERTIES FIXTURES_REQUIRED rcoll_installed WORKING_DIRECTORY ${installed_dir})
