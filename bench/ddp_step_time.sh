@@ -5,7 +5,8 @@
 #   bench/ddp_step_time.sh [RANKS=4] [ROUNDS=3]
 #
 # Configurations: gloo; rcoll with its default transport; rcoll pinned to tcp;
-# rcoll pinned to ucx (CONFIGS="gloo rcoll-default" runs only those). Prints each run's median step time, then per
+# rcoll pinned to ucx; rcoll with RCOLL_SPIN_US=0 or 50 (CONFIGS="gloo
+# rcoll-default" runs only those; the default runs the first four). Prints each run's median step time, then per
 # configuration the median over rounds and its ratio to gloo's.
 # Needs the build (build/python on PYTHONPATH) and .venv-torch.
 set -euo pipefail
@@ -14,15 +15,17 @@ ranks=${1:-4} rounds=${2:-3}
 py=${RCOLL_TORCH_PYTHON:-.venv-torch/bin/python}
 build=${RCOLL_BUILD_DIR:-build}
 out=$(mktemp -d)
-all=("gloo:gloo:" "rcoll-default:rcoll:" "rcoll-tcp:rcoll:tcp" "rcoll-ucx:rcoll:ucx")
+# name:backend:transport:extra environment
+all=("gloo:gloo::" "rcoll-default:rcoll::" "rcoll-tcp:rcoll:tcp:" "rcoll-ucx:rcoll:ucx:"
+     "rcoll-spin0:rcoll::RCOLL_SPIN_US=0" "rcoll-spin50:rcoll::RCOLL_SPIN_US=50")
 configs=()
 for c in "${all[@]}"; do
   [[ " ${CONFIGS:-gloo rcoll-default rcoll-tcp rcoll-ucx} " == *" ${c%%:*} "* ]] && configs+=("$c")
 done
 for ((round = 1; round <= rounds; ++round)); do
   for c in "${configs[@]}"; do
-    IFS=: read -r name backend transport <<<"$c"
-    env PYTHONPATH="$PWD/$build/python" ${transport:+RCOLL_TRANSPORT=$transport} \
+    IFS=: read -r name backend transport extra <<<"$c"
+    env PYTHONPATH="$PWD/$build/python" ${transport:+RCOLL_TRANSPORT=$transport} $extra \
       "$py" -m torch.distributed.run --standalone --nproc-per-node "$ranks" bench/ddp_step_time.py \
       --backend "$backend" --out "$out/$name.$round.json" >"$out/$name.$round.log" 2>&1 ||
       { echo "run $name round $round failed:"; tail -20 "$out/$name.$round.log"; exit 1; }

@@ -410,6 +410,9 @@ Counters CommunicatorImpl::counters() const {
   c.epoch = epoch_;
   c.faults_injected = injected_;
   c.delays_injected = delays_injected_;
+  c.shrinks = shrinks_;
+  c.recoveries_at_shrink = recoveries_at_shrink_;
+  c.faults_at_shrink = faults_at_shrink_;
   c.transport = transport_name_.load();
   c.fallbacks = fallbacks_ + nccl_.fallbacks;
   c.device_transport = !chain_.nccl() || nccl_.dropped ? "staged" : "nccl";

@@ -332,6 +332,9 @@ class CommunicatorImpl : public ProgressGuard {
   std::vector<Fault> faults_;  // from RCOLL_INJECT
   std::atomic<uint64_t> injected_{0};
   std::atomic<uint64_t> delays_injected_{0};
+  std::atomic<uint64_t> shrinks_{0};
+  std::atomic<uint64_t> recoveries_at_shrink_{0};
+  std::atomic<uint64_t> faults_at_shrink_{0};
   uint64_t injected_through_seq_ = 0;
 
   // The heartbeat side channel (null for a single rank) and what it told us.

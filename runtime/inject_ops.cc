@@ -88,7 +88,17 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         ++delays_injected_;
         ctx.inject_first_send(f.ms, false);
         break;
-      case FaultKind::kDropChunk: ctx.inject_first_send(0, true); break;
+      case FaultKind::kDropChunk:
+        // A random fault stands for a transport failure: a frame is lost
+        // with its connection. (A connection delivers in order, so a frame
+        // lost while the sender goes on to its next op is what a skipped op
+        // looks like to the receiver, which rightly calls it a desync.)
+        if (planned.kind == FaultKind::kRandom) {
+          ctx.inject_drop_then_break();
+        } else {
+          ctx.inject_first_send(0, true);
+        }
+        break;
       case FaultKind::kBadAlloc:
       case FaultKind::kThrow:
         throw_injected(f.kind, rank_, op.seq, op.describe());

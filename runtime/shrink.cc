@@ -100,6 +100,9 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
   *stale_count = leave_old_group(why, new_rank, new_size);
   if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
   if (Status s = start_liveness(own_budget(deadline)); !s.ok()) return s;  // as in create()
+  recoveries_at_shrink_ = recoveries_.load();
+  faults_at_shrink_ = injected_.load();
+  ++shrinks_;
   RCOLL_LOG(kWarn,
             "shrink mode: the group is now old ranks {%s}: this rank was %d of %d and is %d of %d",
             members.c_str(), old_rank, old_size, new_rank, new_size);

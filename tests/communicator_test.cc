@@ -1321,7 +1321,6 @@ TEST(CommunicatorTest, HangTimeoutBoundsAHangAcrossRecoveries) {
       [](int, Options& o) {
         o.op_timeout = 1000ms;
         o.hang_timeout = 2500ms;
-        o.transport = "tcp";
       });
   ::unsetenv("RCOLL_INJECT");
 }

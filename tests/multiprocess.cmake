@@ -550,6 +550,22 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(recovery_soak_random_faults ${t} 620 "faults;recovery")
 endforeach()
 
+# The soak with every fault kind and a death: about 3,400 ops at 4 ranks in
+# shrink mode, with random link closes, dropped and delayed chunks and stalls
+# (2% of ops, one rank each), and rank 2 killed at op 300. The survivors
+# shrink to 3 and run the suite again: every result right, before the death
+# and after; after the shrink exactly one recovery per data-plane fault on
+# every survivor (the dead rank's faults died with it); no hang (a dropped
+# chunk of a one-frame op is found by a 2 s progress deadline).
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_soak_faults_and_shrink_${t}
+           COMMAND ${RCOLL_EXPECT} 137 "rank 2 \\(pid [0-9]+\\) was killed by signal 9 && now rank [0-2] of 3 && rank 0/3: [0-9]+ checks, 0 failed && rank 1/3: [0-9]+ checks, 0 failed && rank 2/3: [0-9]+ checks, 0 failed && rank 0: ([1-9][0-9]*) data-plane faults injected on all ranks \\([0-9]+ here\\), \\1 recoveries \\(since the shrink\\) && rank 1: ([1-9][0-9]*) data-plane faults injected on all ranks \\([0-9]+ here\\), \\1 recoveries \\(since && rank 2: ([1-9][0-9]*) data-plane faults injected on all ranks \\([0-9]+ here\\), \\1 recoveries \\(since" 540 --
+                 env RCOLL_SHRINK=1 RCOLL_OP_TIMEOUT_MS=2000 ${RCOLL_RUN} -n 4 --linger 500
+                 --inject "random:rate=0.02,seed=23,kinds=close-link+drop-chunk+delay-chunk+stall;kill:rank=2,op=300" --
+                 ${RCOLL_CORRECTNESS} --sizes 7,4K+3,64K --repeat 5 --recoveries-equal-faults 1 --survive-shrink 1)
+  rcoll_transport_props(recovery_soak_faults_and_shrink ${t} 620 "faults;recovery")
+endforeach()
+
 # The transport fallback chain (auto mode: ucx, then tcp). Each asserts every
 # result, the transport the run ends on and the fallback/probe counters.
 if(RCOLL_HAVE_UCX)

@@ -73,6 +73,13 @@ struct Counters {
   // (close-link, drop-chunk: each costs one recovery) and delays (stall, delay-chunk).
   uint64_t faults_injected = 0;
   uint64_t delays_injected = 0;
+  // Shrink mode: how many times the group went on without a dead rank, and
+  // recoveries and faults_injected as they stood when it last did (taken by
+  // the thread that counts them, at the shrink: what follows is exactly the
+  // new group's).
+  uint64_t shrinks = 0;
+  uint64_t recoveries_at_shrink = 0;
+  uint64_t faults_at_shrink = 0;
   int64_t epoch = 0;
   std::string transport;
   // Where collectives on device buffers run: "nccl", or "staged" (through

@@ -62,6 +62,11 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
     RCOLL_LOG(kWarn, "fault injection: dropping %s chunk %u step %u to rank %d", op_.describe().c_str(), chunk, step, peer);
     inject_drop_ = false;
     ++faults_fired_;
+    if (drop_then_break_) {
+      drop_then_break_ = false;
+      RCOLL_LOG(kWarn, "fault injection: and closing the link to rank %d with it", peer);
+      t_.break_link(peer);
+    }
     r->state = Request::State::kDone;
     return;
   }

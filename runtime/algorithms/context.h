@@ -212,6 +212,14 @@ class AlgoContext {
   // Fault injection: close the link to `peer` once the first window is done,
   // so the failure lands in the middle of the op.
   void inject_break_after_first_window(int peer) { inject_break_peer_ = peer; }
+  // Fault injection: drop the first send and close that link, as a
+  // connection that failed with the frame in flight would (on a live
+  // connection frames arrive in order: a lost frame followed by the next
+  // op's would be a skipped op). One fault.
+  void inject_drop_then_break() {
+    inject_drop_ = true;
+    drop_then_break_ = true;
+  }
   // Fault injection: close the link to `peer` now, before the op moves anything.
   void inject_break_now(int peer) {
     t_.break_link(peer);
@@ -267,6 +275,7 @@ class AlgoContext {
   Clock::duration budget_ = std::chrono::seconds(60);
   int64_t inject_delay_ms_ = 0;
   bool inject_drop_ = false;
+  bool drop_then_break_ = false;  // inject_drop_then_break: the drop closes the link too
   int inject_break_peer_ = -1;
   int faults_fired_ = 0;
   std::vector<PendingRequest>& pending_;  // scratch_'s
