@@ -1325,6 +1325,75 @@ TEST(CommunicatorTest, HangTimeoutBoundsAHangAcrossRecoveries) {
   ::unsetenv("RCOLL_INJECT");
 }
 
+// Reads other ranks' recovery ledgers as garbage (once armed): this rank's
+// agreement fails, while every other rank agrees and goes on to connect the
+// next epoch.
+class LedgerGarblingStore : public Store {
+ public:
+  LedgerGarblingStore(std::shared_ptr<Store> inner, int rank)
+      : inner_(std::move(inner)), rank_(rank) {}
+  Status set(const std::string& key, const Bytes& value) override {
+    return inner_->set(key, value);
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    auto v = inner_->get(key, timeout);
+    if (v.ok() && contains(key, "/recovery/") && contains(key, "/ledger/") &&
+        !key.ends_with("/ledger/" + std::to_string(rank_))) {
+      const std::string garbage = "not a ledger";
+      return Bytes(garbage.begin(), garbage.end());
+    }
+    return v;
+  }
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    return inner_->add(key, delta);
+  }
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return inner_->wait(keys, timeout);
+  }
+  Result<bool> check(const std::string& key) override { return inner_->check(key); }
+  Status erase(const std::string& key) override { return inner_->erase(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  int rank_;
+};
+
+// Hole 5 of the recovery issue: a rank whose agreement fails tells every
+// rank at once. Rank 1 cannot agree (it reads the others' ledgers as
+// garbage) while ranks 0 and 2 agree and connect epoch 1: their connect ends
+// within about a second with rank 1's diagnosis, not after the 20 s connect
+// and recovery timeouts with "never published its address". (Seen failing
+// with the connect's abandon hook taken out: 20 s, kPeerUnreachable.)
+TEST(CommunicatorTest, AFailedAgreementEndsEveryRanksRecoveryWithItsDiagnosis) {
+  ::setenv("RCOLL_INJECT", "close-link:rank=0,peer=1,op=1", 1);
+  const std::string name = unique_name();
+  testing_support::run_thread_ranks(3, [&](int r, std::shared_ptr<Store> store) {
+    std::shared_ptr<Store> mine = store;
+    if (r == 1) mine = std::make_shared<LedgerGarblingStore>(std::move(store), r);
+    Options o = options_for(r, 3, mine, name);
+    o.connect_timeout = 20000ms;
+    o.recovery_timeout = 20000ms;
+    try {
+      Communicator c = Communicator::create(o);
+      std::vector<float> v(64 * 1024, 1.0f);
+      const auto t0 = Clock::now();
+      Status s = c.allreduce_async(Buffer::of(v), Buffer::of(v), ReduceOp::kSum).wait(60000ms);
+      const long took = ms_since(t0);
+      EXPECT_FALSE(s.ok());
+      EXPECT_TRUE(contains(s.to_string(), "malformed ledger"))
+          << "rank " << r << ": " << s.to_string();
+      if (r != 1) {
+        EXPECT_TRUE(contains(s.to_string(), "reported by rank 1"))
+            << "rank " << r << ": " << s.to_string();
+      }
+      EXPECT_LT(took, 5000) << "rank " << r << ": " << s.to_string();
+    } catch (const Error& e) {
+      ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+    }
+  });
+  ::unsetenv("RCOLL_INJECT");
+}
+
 TEST(CommunicatorTest, DesyncIsReportedNotHung) {
   std::mutex mu;
   std::vector<Status> results(3);

@@ -550,6 +550,20 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
   rcoll_transport_props(recovery_soak_random_faults ${t} 620 "faults;recovery")
 endforeach()
 
+# A rank SIGKILLed from outside in the middle of 64 MiB allreduces over UCX
+# (one host: shared memory, no UCX peer-failure handling), three times: every
+# other rank reports the death as kPeerDead and none is ended inside UCX.
+# Before, a survivor could die in UCX's fatal handler: a cross-memory-attach
+# read of the dead rank (1 run in 4 with CMA), or rcoll freeing a receive
+# twice after UCX completed it inside its post (4 runs in 6 without CMA).
+if(RCOLL_HAVE_UCX)
+  add_test(NAME recovery_kill_mid_transfer_ucx
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/kill_rank.sh 3 2 1 --
+                   ${RCOLL_RUN} -n 3 --transport ucx --linger 20 -- ${RCOLL_CORRECTNESS} --sizes 64M --dtypes float32
+                   --ops allreduce --duration 60)
+  set_tests_properties(recovery_kill_mid_transfer_ucx PROPERTIES TIMEOUT 200 LABELS "faults;recovery;ucx")
+endif()
+
 # The soak with every fault kind and a death: about 3,400 ops at 4 ranks in
 # shrink mode, with random link closes, dropped and delayed chunks and stalls
 # (2% of ops, one rank each), and rank 2 killed at op 300. The survivors

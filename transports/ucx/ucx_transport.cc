@@ -204,7 +204,11 @@ UcxTransport::Slot* UcxTransport::take_slot(int peer, Request* req) {
   raw->req = req;
   raw->peer = peer;
   raw->parts = 0;
-  raw->ucx[0] = raw->ucx[1] = nullptr;
+  for (Part& p : raw->part) {
+    p.slot = raw;
+    p.handle = nullptr;
+    p.busy = false;
+  }
   raw->error = Status();
   raw->head_done = false;
   raw->posting = false;
@@ -252,14 +256,31 @@ void UcxTransport::maybe_release(Slot* slot) {
   }
 }
 
-void UcxTransport::part_started(Slot* slot, void* handle) {
-  slot->ucx[slot->ucx[0] ? 1 : 0] = handle;
+UcxTransport::Part* UcxTransport::part_posting(Slot* slot, uint32_t* gen) {
+  Part* p = slot->part[0].busy ? &slot->part[1] : &slot->part[0];
+  p->busy = true;
+  p->handle = nullptr;
+  *gen = ++p->gen;
   ++slot->parts;
+  return p;
 }
-void UcxTransport::part_returned(Slot* slot, void* handle) {
-  if (slot->ucx[0] == handle) slot->ucx[0] = nullptr;
-  if (slot->ucx[1] == handle) slot->ucx[1] = nullptr;
-  --slot->parts;
+
+// r: the post's result. An error or an immediate completion (nullptr) runs
+// no callback, so the part is back now; a request is kept only if its
+// callback has not already run inside the post (the part is still busy
+// with this post).
+void UcxTransport::part_posted(Part* p, uint32_t gen, ucs_status_ptr_t r) {
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+    part_returned(p);
+  } else if (p->busy && p->gen == gen) {
+    p->handle = r;
+  }
+}
+
+void UcxTransport::part_returned(Part* p) {
+  p->busy = false;
+  p->handle = nullptr;
+  --p->slot->parts;
 }
 
 void UcxTransport::send_part(Slot* slot, ucp_ep_h ep, const void* data, size_t bytes,
@@ -269,18 +290,21 @@ void UcxTransport::send_part(Slot* slot, ucp_ep_h ep, const void* data, size_t b
   prm.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   prm.cb.send = &UcxTransport::on_send;
-  prm.user_data = slot;
+  uint32_t gen = 0;
+  Part* part = part_posting(slot, &gen);
+  prm.user_data = part;
   prm.datatype = ucp_dt_make_contig(1);
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep, data, bytes, tag, &prm);
+  part_posted(part, gen, r);
   if (r == nullptr) return send_done(slot, UCS_OK);
   if (UCS_PTR_IS_ERR(r)) return send_done(slot, UCS_PTR_STATUS(r));
-  part_started(slot, r);
 }
 
 void UcxTransport::on_send(void* request, ucs_status_t status, void* user) {
-  auto* slot = static_cast<Slot*>(user);
+  auto* part = static_cast<Part*>(user);
+  Slot* slot = part->slot;
   UcxTransport* t = slot->transport;
-  t->part_returned(slot, request);
+  t->part_returned(part);
   ucp_request_free(request);
   if (slot->parts == 0 && slot->buffered > 0) {
     t->peers_[static_cast<size_t>(slot->peer)].buffered -= slot->buffered;
@@ -307,21 +331,25 @@ void UcxTransport::recv_part(Slot* slot, void* dst, size_t bytes, uint64_t tag,
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   prm.cb.recv = handler == &UcxTransport::on_head ? &UcxTransport::on_recv_head
                                                   : &UcxTransport::on_recv_payload;
-  prm.user_data = slot;
+  uint32_t gen = 0;
+  Part* part = part_posting(slot, &gen);
+  prm.user_data = part;
   prm.datatype = ucp_dt_make_contig(1);
   // Always through the callback: UCX 1.13 completes a receive of an already
   // waiting message at once without reporting its length in recv_info.tag_info.
+  // That callback runs inside ucp_tag_recv_nbx (part_posted).
   prm.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &prm);
+  part_posted(part, gen, r);
   if (UCS_PTR_IS_ERR(r)) return (this->*handler)(slot, UCS_PTR_STATUS(r), 0);
-  part_started(slot, r);
 }
 
 void UcxTransport::on_recv_head(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                                 void* user) {
-  auto* slot = static_cast<Slot*>(user);
+  auto* part = static_cast<Part*>(user);
+  Slot* slot = part->slot;
   UcxTransport* t = slot->transport;
-  t->part_returned(slot, request);
+  t->part_returned(part);
   ucp_request_free(request);
   t->on_head(slot, status, status == UCS_OK ? info->length : 0);
   t->maybe_release(slot);
@@ -329,9 +357,10 @@ void UcxTransport::on_recv_head(void* request, ucs_status_t status, const ucp_ta
 
 void UcxTransport::on_recv_payload(void* request, ucs_status_t status,
                                    const ucp_tag_recv_info_t* info, void* user) {
-  auto* slot = static_cast<Slot*>(user);
+  auto* part = static_cast<Part*>(user);
+  Slot* slot = part->slot;
   UcxTransport* t = slot->transport;
-  t->part_returned(slot, request);
+  t->part_returned(part);
   ucp_request_free(request);
   t->on_payload(slot, status, status == UCS_OK ? info->length : 0);
   t->maybe_release(slot);
@@ -431,8 +460,8 @@ void UcxTransport::fail_peer(int peer, Status why, bool log) {
     // transport is destroyed). Cancelling one let the slot be reused while
     // the peer still read it: the peer's receive completed with garbage.
     if (s->is_send) continue;
-    for (void* h : s->ucx) {
-      if (h && worker_) ucp_request_cancel(worker_, h);
+    for (Part& p : s->part) {
+      if (p.handle && worker_) ucp_request_cancel(worker_, p.handle);
     }
   }
   for (Slot* s : mine) maybe_release(s);
@@ -497,12 +526,13 @@ void UcxTransport::teardown() {
   // them back, so the worker's destruction releases them without a callback.
   size_t abandoned = 0;
   for (auto& slot : live_) {
-    for (void*& h : slot->ucx) {
-      if (h) {
-        ucp_request_free(h);
+    for (Part& p : slot->part) {
+      if (p.handle) {
+        ucp_request_free(p.handle);
         ++abandoned;
       }
-      h = nullptr;
+      p.handle = nullptr;
+      p.busy = false;
     }
     slot->parts = 0;
   }
@@ -549,11 +579,17 @@ namespace {
 
 // rcoll's defaults when the user set no UCX_TLS: shared memory on one host
 // (peer error handling needs a wire with peer-failure support, so tcp joins
-// then), UCX's own choice across hosts.
+// then), UCX's own choice across hosts. Without peer error handling, shared
+// memory leaves out cross-memory attach (cma, in "sm"): a rank reading a
+// peer's memory with process_vm_readv when that peer dies is ended by UCX's
+// fatal-error handler (1 run in 4 of a rank killed during 64 MiB
+// allreduces). posix and sysv copy through shared segments, which outlive a
+// dead peer. Measured here (bench/RESULTS.md, stop 42), that costs nothing:
+// at 2 ranks 16-64 MiB allreduce busbw 3.7 against 3.1-3.4 GB/s with cma.
 std::string default_tls(bool one_host, UcxErrorMode mode) {
   if (std::getenv("UCX_TLS") != nullptr) return "";
   if (!one_host) return "";
-  return mode == UcxErrorMode::kPeer ? "sm,tcp,self" : "sm,self";
+  return mode == UcxErrorMode::kPeer ? "sm,tcp,self" : "posix,sysv,self";
 }
 
 }  // namespace

@@ -79,14 +79,28 @@ class UcxTransport final : public Transport {
   void break_link(int peer) override;
 
  private:
+  struct Slot;
+  // One UCX operation of a slot (a frame's head or its payload), what its
+  // callback gets. Busy from just before it is posted until its callback
+  // ran; `handle` is set only while UCX holds it: UCX may run the callback
+  // inside the call that posts it (a receive of a message already waiting,
+  // UCP_OP_ATTR_FLAG_NO_IMM_CMPL), which frees the request before its
+  // handle is known. `gen` tells that post from a later one of the same part.
+  struct Part {
+    Slot* slot = nullptr;
+    void* handle = nullptr;
+    bool busy = false;
+    uint32_t gen = 0;
+  };
   // One posted send or receive while UCX holds parts of it. Owned by the
-  // transport (UCX callbacks point at it), recycled when its last part is back.
+  // transport (UCX callbacks point at its parts), recycled when its last
+  // part is back.
   struct Slot {
     UcxTransport* transport = nullptr;
     Request* req = nullptr;  // null once the request was finished (failed early)
     int peer = -1;
-    int parts = 0;  // UCX operations still outstanding
-    void* ucx[2] = {nullptr, nullptr};
+    int parts = 0;  // UCX operations still outstanding (busy parts)
+    Part part[2];   // at most two in flight: a head and a payload
     uint64_t seq = 0;
     FrameHeader expected;
     void* dst = nullptr;
@@ -123,8 +137,10 @@ class UcxTransport final : public Transport {
   void finish_request(Request* req, Status s);
   void settle(Slot* slot, Status s);
   void maybe_release(Slot* slot);
-  void part_started(Slot* slot, void* handle);
-  void part_returned(Slot* slot, void* handle);
+  // A part about to be posted (counted now), then what the post returned.
+  Part* part_posting(Slot* slot, uint32_t* gen);
+  void part_posted(Part* part, uint32_t gen, ucs_status_ptr_t r);
+  void part_returned(Part* part);
   void send_part(Slot* slot, ucp_ep_h ep, const void* data, size_t bytes, uint64_t tag);
   static void on_send(void* request, ucs_status_t status, void* user);
   void send_done(Slot* slot, ucs_status_t status);

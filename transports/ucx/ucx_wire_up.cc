@@ -166,7 +166,9 @@ void UcxTransport::post_hellos(Hellos& h) {
     if (UCS_PTR_IS_ERR(r)) {
       h.recvs[i].done = true;
       h.recvs[i].status = UCS_PTR_STATUS(r);
-    } else {
+    } else if (!h.recvs[i].done) {
+      // (A hello already here completes inside ucp_tag_recv_nbx: its
+      // callback ran and freed the request.)
       h.recvs[i].handle = r;
     }
     ucp_request_param_t sp{};
