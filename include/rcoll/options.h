@@ -62,7 +62,7 @@ struct Options {
   // every rank; after transport_probe_after, a recovery tries it again.
   std::vector<std::string> transports;
   // Why this chain, for the ready line (the PyTorch backend says why it put
-  // TCP first on one host); nothing reads it otherwise.
+  // TCP first on one host, and why it does not poll); nothing reads it otherwise.
   std::string transports_reason;
   int transport_failures_to_drop = 3;                          // RCOLL_TRANSPORT_FAILURES
   std::chrono::milliseconds transport_failure_window{60000};   // RCOLL_TRANSPORT_FAILURE_WINDOW_MS

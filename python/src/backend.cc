@@ -1,11 +1,12 @@
 #include "backend.h"
 
+#include <c10/util/Exception.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <c10/util/Exception.h>
 
 #include "store_adapter.h"
 #include "streams.h"
@@ -55,6 +56,23 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
         "TCP first: every rank on one host (LOCAL_WORLD_SIZE = WORLD_SIZE), where UCX's polling "
         "competes with "
         "the ranks' compute for the cores (RCOLL_TRANSPORT=ucx to pick it)";
+  }
+  // More ranks on this host than CPUs for them: a wait that polls before it
+  // sleeps takes the core a computing rank needs. DDP as above, median of 5
+  // alternating rounds: 4 ranks on 2 CPUs 0.99x gloo's step time polling
+  // 50 us, 0.93x not polling; 2 ranks on 2 CPUs 0.95x either way
+  // (bench/RESULTS.md, stop 42). RCOLL_SPIN_US still sets it.
+  if (std::getenv("RCOLL_SPIN_US") == nullptr && local != nullptr) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int here = std::atoi(local);
+    if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && here > CPU_COUNT(&cpus)) {
+      o.spin_us = 0;
+      const std::string why = std::to_string(here) + " ranks on this host's " +
+                              std::to_string(CPU_COUNT(&cpus)) +
+                              " CPUs: waits sleep at once, no polling (RCOLL_SPIN_US to set it)";
+      o.transports_reason += (o.transports_reason.empty() ? "" : "; ") + why;
+    }
   }
   // A job on one host (torchrun --standalone, MASTER_ADDR=localhost) talks over loopback.
   const char* master = std::getenv("MASTER_ADDR");
