@@ -192,9 +192,13 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
     Status why = shrink_unreported_;
     shrink_unreported_ = Status();
     next_seq_ -= taken;
-    work->finish(Status(ErrorCode::kPeerDead, why.context(),
-                        op.describe() + " not run: " + why.message() + "; shrink mode: the communicator went on without it as " +
-                            std::to_string(size_.load()) + " ranks (this rank is now rank " + std::to_string(rank_.load()) + ")"));
+    ErrorContext at = why.context();  // the death's, about this op (not the one before)
+    at.op_seq = op.seq;
+    work->finish(Status(ErrorCode::kPeerDead, at,
+                        op.describe() + " not run: " + why.message() +
+                            "; shrink mode: the communicator went on without it as " +
+                            std::to_string(size_.load()) + " ranks (this rank is now rank " +
+                            std::to_string(rank_.load()) + ")"));
     return Work(work);
   }
   if (closing_ || closed_) {
@@ -389,13 +393,18 @@ void CommunicatorImpl::release_device_resources() {
 std::string CommunicatorImpl::diagnostics() const {
   const Counters c = counters();
   char head[512];
-  std::snprintf(head, sizeof(head),
-                "rcoll communicator '%s': rank %d of %d, epoch %lld, transport %s, %llu ops, %llu recoveries (%.3f s), "
-                "%llu B sent, %llu B received, progress deadline %.1f s\nlast ops (oldest first):\n",
-                options_.name.c_str(), rank_.load(), size_.load(), static_cast<long long>(c.epoch), c.transport.c_str(),
-                static_cast<unsigned long long>(c.ops), static_cast<unsigned long long>(c.recoveries), c.recovery_seconds,
-                static_cast<unsigned long long>(c.bytes_sent), static_cast<unsigned long long>(c.bytes_received),
-                std::chrono::duration<double>(progress_budget(Op{}, tuned_piece_.load(), tuned_window_.load())).count());
+  std::snprintf(
+      head, sizeof(head),
+      "rcoll communicator '%s': rank %d of %d, epoch %lld, transport %s, %llu ops, %llu recoveries "
+      "(%.3f s), "
+      "%llu B sent, %llu B received, progress deadline %.1f s\nlast ops (oldest first):\n",
+      options_.name.c_str(), rank_.load(), size_.load(), static_cast<long long>(c.epoch),
+      c.transport.c_str(), static_cast<unsigned long long>(c.ops),
+      static_cast<unsigned long long>(c.recoveries), c.recovery_seconds,
+      static_cast<unsigned long long>(c.bytes_sent),
+      static_cast<unsigned long long>(c.bytes_received),
+      std::chrono::duration<double>(derived_budget(Op{}, tuned_piece_.load(), tuned_window_.load()))
+          .count());
   return head + recorder_.dump(16);
 }
 

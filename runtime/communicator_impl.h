@@ -39,6 +39,9 @@
 
 namespace rcoll {
 
+// The longest timeout taken as written; longer ones ("never") are a year.
+inline constexpr std::chrono::hours kYear{24 * 365};
+
 class CommunicatorImpl : public ProgressGuard {
  public:
   static Result<std::unique_ptr<CommunicatorImpl>> create(Options options);
@@ -263,6 +266,7 @@ class CommunicatorImpl : public ProgressGuard {
   Status replay_completed(const ResumePlan& plan, std::span<OpRecord> current,
                           std::span<size_t> resume);
   void record_completion(OpRecord&& rec);
+  Clock::duration derived_budget(const Op& op, size_t piece_bytes, int window) const;
   Clock::duration progress_budget(const Op& op, size_t piece_bytes, int window) const;
   Status hang_timeout_expired(const Status& s);
   // Has a peer announced that the current epoch failed? (liveness notice, or
@@ -271,6 +275,8 @@ class CommunicatorImpl : public ProgressGuard {
   // Applies the injected faults due at this op; sets the first-send faults on ctx.
   void inject_before(const Op& op, AlgoContext& ctx, size_t slices);
   Status inject_hang(const Op& op);
+  uint64_t hang_counted_seq_ = 0;  // the op whose hang fault was counted (once)
+  void inject_in_confirmation(const Op& op, AlgoContext& ctx);
   // Kills this rank at `step` ("ledgers", "connect") of a recovery during op `op_seq`, if a fault
   // says so.
   void inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch, const char* step);
@@ -421,16 +427,29 @@ class CommunicatorImpl : public ProgressGuard {
     // The hang timeout's clock (Options::hang_timeout): when the stall last
     // judged hung began (stall_began), and when the spell of hangs began
     // (hang_since), which lasts across recoveries while no slice of the op
-    // completes (hang_done: the op's slices done when it began).
+    // completes (hang_done: the op's slices done when it began;
+    // recoveries_at_hang: its recoveries then).
     Clock::time_point stall_began{};
     Clock::time_point hang_since{};
     size_t hang_done = 0;
+    int recoveries_at_hang = 0;
+    // Is op `seq` (one of) the op in flight?
+    bool holds(uint64_t seq) const {
+      for (const OpRecord& r : current())
+        if (r.op.seq == seq) return true;
+      return false;
+    }
+    // The hang timeout as a duration (a year at most: "never" written as a
+    // huge timeout must not overflow).
+    static Clock::duration hang_limit(std::chrono::milliseconds hang_timeout) {
+      return hang_timeout >= kYear ? Clock::duration(kYear) : Clock::duration(hang_timeout);
+    }
     // What is left of the hang timeout, or max() when there is none.
     Clock::duration hang_left(std::chrono::milliseconds hang_timeout) const {
       if (hang_timeout.count() <= 0) return Clock::duration::max();
-      if (hang_since == Clock::time_point{}) return hang_timeout;
+      if (hang_since == Clock::time_point{}) return hang_limit(hang_timeout);
       return std::max<Clock::duration>(Clock::duration::zero(),
-                                       hang_timeout - (Clock::now() - hang_since));
+                                       hang_limit(hang_timeout) - (Clock::now() - hang_since));
     }
     std::vector<WaitLink> cycle;  // a cycle of waits seen at the last stall (judge_cycle)
     // A send or receive judged hung once, at hung_seen: looked at again

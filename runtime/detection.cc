@@ -17,50 +17,65 @@ namespace rcoll {
 // The progress deadline: how long an op may move no bytes at all. The caller's
 // timeout (per op, or per communicator) if set; else a floor plus the time the
 // measured data plane needs for a whole window of slices, times a slack factor.
-// Never more than what is left of the hang timeout (Options::hang_timeout).
-Clock::duration CommunicatorImpl::progress_budget(const Op& op, size_t piece_bytes, int window) const {
-  const Clock::duration hang_left =
-      std::max<Clock::duration>(Millis(1), in_flight_.hang_left(options_.hang_timeout));
+// Reads no state of the op in flight: diagnostics() shows it from any thread.
+Clock::duration CommunicatorImpl::derived_budget(const Op& op, size_t piece_bytes,
+                                                 int window) const {
   Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
-  constexpr auto kYear = std::chrono::hours(24 * 365);
   if (timeout.count() > 0)
-    return std::min(hang_left,
-                    timeout >= Millis(kYear) ? Clock::duration(kYear) : Clock::duration(timeout));
+    return timeout >= kYear ? Clock::duration(kYear) : Clock::duration(timeout);
   const double window_bytes = static_cast<double>(piece_bytes) * std::max(1, window) * size_;
   const double measured = bandwidth_.load();
   const double bw = measured > 0 ? measured : 100e6;  // until measured: a pessimistic 100 MB/s
   const auto derived = std::chrono::duration<double>(options_.deadline_slack * window_bytes / bw);
-  return std::min(hang_left, Clock::duration(options_.deadline_floor) +
-                                 std::chrono::duration_cast<Clock::duration>(derived));
+  return Clock::duration(options_.deadline_floor) + std::chrono::duration_cast<Clock::duration>(derived);
+}
+
+// The deadline an attempt runs under (progress thread): for the op in flight
+// (not a replay of an earlier one) never more than what is left of the hang
+// timeout (Options::hang_timeout), and before its first hang at most half of
+// it, so that a recovery fits in it.
+Clock::duration CommunicatorImpl::progress_budget(const Op& op, size_t piece_bytes,
+                                                  int window) const {
+  const Clock::duration budget = derived_budget(op, piece_bytes, window);
+  if (options_.hang_timeout.count() <= 0 || !in_flight_.holds(op.seq)) return budget;
+  const Clock::duration left = in_flight_.hang_since == Clock::time_point{}
+                                   ? in_flight_.hang_left(options_.hang_timeout) / 2
+                                   : in_flight_.hang_left(options_.hang_timeout);
+  return std::min(budget, std::max<Clock::duration>(Millis(1), left));
 }
 
 // After a failed attempt, before another recovery: did the hang timeout
-// expire? A stall judged hung begins a spell of hangs, or goes on with the
-// one before when no slice of the op completed since (replays and resends
-// move bytes without moving the op on). An attempt shorter than a tenth of
-// the hang timeout (at most a second) could not tell a hang from a slow
-// link, so that little left is none.
+// expire? A stall judged hung begins a spell of hangs, which lasts across
+// recoveries while no slice of the op completes (replays and resends move
+// bytes without moving the op on); a slice completed ends it, whatever ended
+// the attempt. An attempt shorter than a tenth of the hang timeout (at most a
+// second) could not tell a hang from a slow link, so that little left is none.
 Status CommunicatorImpl::hang_timeout_expired(const Status& s) {
   const Millis limit = options_.hang_timeout;
-  if (limit.count() <= 0 || in_flight_.stall_began == Clock::time_point{}) return Status();
+  if (limit.count() <= 0) return Status();
   size_t done = 0;
   for (const OpRecord& r : in_flight_.current()) done += r.done;
-  if (in_flight_.hang_since == Clock::time_point{} || done > in_flight_.hang_done) {
+  if (in_flight_.hang_since != Clock::time_point{} && done > in_flight_.hang_done)
+    in_flight_.hang_since = Clock::time_point{};  // the op moved on
+  if (in_flight_.stall_began == Clock::time_point{}) return Status();
+  if (in_flight_.hang_since == Clock::time_point{}) {
     in_flight_.hang_since = in_flight_.stall_began;
     in_flight_.hang_done = done;
+    in_flight_.recoveries_at_hang = in_flight_.recoveries;
   }
   in_flight_.stall_began = Clock::time_point{};
-  const Clock::duration least = std::min<Clock::duration>(std::chrono::seconds(1), limit / 10);
+  const Clock::duration least =
+      std::min<Clock::duration>(std::chrono::seconds(1), in_flight_.hang_limit(limit) / 10);
   if (in_flight_.hang_left(limit) >= least) return Status();
+  const int tried = in_flight_.recoveries - in_flight_.recoveries_at_hang;
   char what[320];
   std::snprintf(what, sizeof(what),
                 "; no slice of it completed for %.1f s with every rank in the op, across %d "
                 "recover%s: the hang timeout (%.1f s: Options::hang_timeout, "
                 "RCOLL_HANG_TIMEOUT_MS, the process group's timeout under PyTorch) expired, no "
                 "further recovery",
-                std::chrono::duration<double>(Clock::now() - in_flight_.hang_since).count(),
-                in_flight_.recoveries, in_flight_.recoveries == 1 ? "y" : "ies",
-                std::chrono::duration<double>(limit).count());
+                std::chrono::duration<double>(Clock::now() - in_flight_.hang_since).count(), tried,
+                tried == 1 ? "y" : "ies", std::chrono::duration<double>(limit).count());
   return Status(ErrorCode::kTimeout, s.context(), s.message() + what);
 }
 
@@ -206,7 +221,8 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
       break;
   }
   ctx.peer = peer;
-  in_flight_.stall_began = Clock::now() - stalled_for;  // the hang timeout's clock
+  // The hang timeout's clock: a stall of the op in flight, not of a replay.
+  if (in_flight_.holds(op.seq)) in_flight_.stall_began = Clock::now() - stalled_for;
   return Status(ErrorCode::kTimeout, ctx,
                 op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
 }

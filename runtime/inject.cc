@@ -144,9 +144,10 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
         if (!v.ok()) return v.status();
         f.count = static_cast<int>(v.value());
       } else if (key == "at") {
-        if (value != "ledgers" && value != "connect") {
+        if (value != "ledgers" && value != "connect" && value != "confirm") {
           return bad(item, "at='" + value +
-                               "' is not ledgers or connect (a step of a recovery during the op)");
+                               "' is not ledgers or connect (a step of a recovery during the op) "
+                               "or confirm (the op's confirmation round)");
         }
         f.at = value;
       } else if (key == "seed") {

@@ -47,9 +47,12 @@ enum class FaultKind : uint8_t {
 };
 const char* to_string(FaultKind kind);
 
+// Fault::rank of a fault planned for a process that is no longer in the group.
+inline constexpr int kAnotherProcess = -2;
+
 struct Fault {
   FaultKind kind;
-  int rank = -1;      // -1: any rank
+  int rank = -1;      // -1: any rank; kAnotherProcess: one that left this group (shrink)
   int peer = -1;      // close-link: -1 = the op's first peer
   uint64_t op = 0;    // 0: not tied to an op
   int64_t ms = 0;

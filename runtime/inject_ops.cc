@@ -115,22 +115,45 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
 // epoch; it then takes part in the recovery, and hangs again in the next
 // attempt, as a rank stuck in a data path that stopped delivering would.
 // Every rank is in the op and none moves bytes: only the hang timeout
-// (Options::hang_timeout) or max_recoveries_per_op ends it. Returns the
-// abort that ended this attempt's hang (OK: no hang here).
+// (Options::hang_timeout) or max_recoveries_per_op ends it. Counted as one
+// fault, however many recoveries it costs. Host ops outside a group only;
+// without recovery (no peer would abort) it does not fire. Returns the abort
+// that ended this attempt's hang (OK: no hang here), or kTimeout after the
+// straggler timeout.
 Status CommunicatorImpl::inject_hang(const Op& op) {
   for (const Fault& f : faults_) {
     if (f.kind != FaultKind::kHang || (f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    if (!options_.recovery || size_ == 1) {
+      RCOLL_LOG(kWarn, "fault injection: hang at %s not applied: it needs recovery and peers",
+                op.describe().c_str());
+      return Status();
+    }
     RCOLL_LOG(kWarn,
               "fault injection: hang: this rank moves no bytes in %s (epoch %u), heartbeating, "
               "until a peer aborts the epoch",
               op.describe().c_str(), epoch_.load());
-    ++injected_;
-    for (;;) {
+    if (hang_counted_seq_ != op.seq) ++injected_;
+    hang_counted_seq_ = op.seq;
+    const Deadline bound = Deadline::after(straggler_timeout(op));
+    while (!bound.expired()) {
       if (Status s = interrupted(); !s.ok()) return s;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    return Status(
+        ErrorCode::kTimeout, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+        op.describe() +
+            ": fault injection: hang: no peer aborted the epoch within the straggler timeout");
   }
   return Status();
+}
+
+// A kill in the op's confirmation round (kill:rank=R,op=N,at=confirm).
+void CommunicatorImpl::inject_in_confirmation(const Op& op, AlgoContext& ctx) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kKill && f.at == "confirm" && (f.rank == -1 || f.rank == rank_) &&
+        f.op == op.seq)
+      ctx.inject_death_in_confirmation();
+  }
 }
 
 // An injected stall makes this rank late to the op, as a rank busy in

@@ -563,6 +563,7 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
   }
   if (!replay) rec.done = std::max(rec.done, ctx.done());
   if (s.ok() && !replay && confirms_completion(op) && rec.done >= rec.total) {
+    if (!faults_.empty()) inject_in_confirmation(op, ctx);
     s = ctx.confirm_completion(static_cast<uint32_t>(rec.total));
     rec.confirmed = s.ok();
   }

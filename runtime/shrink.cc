@@ -166,6 +166,14 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
                                " ranks, which shrank after a rank died; not run"));
   }
   log_.reset(new_size);
+  // A planned fault names a rank of the group it was planned for: one aimed
+  // at this process follows it to its new rank, one aimed at another
+  // process never fires here (before, a kill planned for the dead rank at
+  // op N could fire again on the process renumbered to that rank, when it
+  // had not reached op N yet).
+  for (Fault& f : faults_) {
+    if (f.rank >= 0) f.rank = f.rank == old_rank ? new_rank : kAnotherProcess;
+  }
   // Sequences start over.
   credits_.reset(rank_, size_);
   dead_.reset();

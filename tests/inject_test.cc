@@ -66,11 +66,13 @@ TEST(InjectSpec, ParsesEveryKind) {
 
 // A kill in the middle of a recovery: after the ledgers, or before the connect.
 TEST(InjectSpec, KillAtARecoveryStep) {
-  auto r = parse_fault_spec("kill:rank=2,op=3,at=connect;kill:rank=1,op=4");
+  auto r =
+      parse_fault_spec("kill:rank=2,op=3,at=connect;kill:rank=1,op=4;kill:rank=0,op=5,at=confirm");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_EQ(r.value().size(), 2u);
+  ASSERT_EQ(r.value().size(), 3u);
   EXPECT_EQ(r.value()[0].at, "connect");
   EXPECT_EQ(r.value()[1].at, "") << "no step: at the op itself";
+  EXPECT_EQ(r.value()[2].at, "confirm");
   auto bad = parse_fault_spec("kill:rank=2,op=3,at=vote");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);

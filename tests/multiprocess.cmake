@@ -541,6 +541,18 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_CORRECTNESS} --sizes 7,4K+3,64K --dtypes float32,int32 --survive-shrink 1)
   rcoll_transport_props(recovery_shrink_after_death ${t} 120 "faults;recovery")
 endforeach()
+# Shrink mode, a death in the middle of a collective's confirmation round
+# (kill ...,at=confirm: rank 2 dies once its confirmation reached rank 3 and
+# before ranks 0 and 1 got theirs): rank 3 held every rank's word, the others
+# did not; every survivor must still name the same op as the failed one
+# (shrink_rule.h) and go on with every result right.
+foreach(t ${RCOLL_TEST_TRANSPORTS})
+  add_test(NAME recovery_shrink_death_in_confirmation_${t}
+           COMMAND ${RCOLL_EXPECT} 137 "killing this process \\(SIGKILL\\) in the confirmation round && rank 0: every survivor names op [0-9]+ && rank 1: every survivor names op && rank 2: every survivor names op && rank 0/3: [0-9]+ checks, 0 failed && rank 1/3: [0-9]+ checks, 0 failed && rank 2/3: [0-9]+ checks, 0 failed" 60 --
+                 env RCOLL_SHRINK=1 ${RCOLL_RUN} -n 4 --linger 30 --inject kill:rank=2,op=5,at=confirm --
+                 ${RCOLL_CORRECTNESS} --sizes 7,4K+3 --dtypes float32,int32 --survive-shrink 1)
+  rcoll_transport_props(recovery_shrink_death_in_confirmation ${t} 120 "faults;recovery")
+endforeach()
 # The soak: ~2,900 mixed ops at 4 ranks with random link closes and chunk delays;
 # every result right and exactly one recovery per injected data-plane fault.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
@@ -558,7 +570,7 @@ endforeach()
 # twice after UCX completed it inside its post (4 runs in 6 without CMA).
 if(RCOLL_HAVE_UCX)
   add_test(NAME recovery_kill_mid_transfer_ucx
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/kill_rank.sh 3 2 1 --
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/kill_rank.sh 3 3 1 1.5 --
                    ${RCOLL_RUN} -n 3 --transport ucx --linger 20 -- ${RCOLL_CORRECTNESS} --sizes 64M --dtypes float32
                    --ops allreduce --duration 60)
   set_tests_properties(recovery_kill_mid_transfer_ucx PROPERTIES TIMEOUT 200 LABELS "faults;recovery;ucx")

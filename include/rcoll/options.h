@@ -105,13 +105,16 @@ struct Options {
   // deadline_slack times the time a window of slices takes at the measured speed.
   std::chrono::milliseconds op_timeout{0};
   std::chrono::milliseconds deadline_floor{10000};
-  // The longest an op may go on moving no bytes while every rank is in it,
-  // counted across its recoveries (RCOLL_HANG_TIMEOUT_MS; 0 = no bound but
-  // max_recoveries_per_op attempts of the progress deadline each). Past it
-  // the op fails with kTimeout and the communicator with it. Each attempt's
-  // progress deadline is cut to what is left of it. A live rank that has not
+  // The longest an op may go on with no slice completing, once a stall of it
+  // was judged hung (every rank in the op, no bytes moving), counted across
+  // its recoveries, recovery time included (RCOLL_HANG_TIMEOUT_MS; 0 = no
+  // bound but max_recoveries_per_op attempts of the progress deadline each).
+  // Past it the op fails with kTimeout and the communicator with it. The
+  // first attempt's progress deadline is at most half of it (so a recovery
+  // fits), each later one what is left of it. A live rank that has not
   // reached the op (a straggler) is not a hang: straggler_timeout bounds it.
-  // The PyTorch backend sets it to the process group's timeout.
+  // The PyTorch backend sets it to the process group's timeout unless the
+  // variable is set.
   std::chrono::milliseconds hang_timeout{0};
   double deadline_slack = 4.0;
 

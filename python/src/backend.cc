@@ -33,7 +33,7 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
     // own (RCOLL_STRAGGLER_TIMEOUT_S, 30 min unless set), not capped by it:
     // users raise the timeout because a rank is slow, and that rank should
     // not then cost the job. Creation waits for late ranks as long (join).
-    o.hang_timeout = timeout;
+    if (std::getenv("RCOLL_HANG_TIMEOUT_MS") == nullptr) o.hang_timeout = timeout;
     o.recovery_timeout = std::min(o.recovery_timeout, timeout);
     o.store_timeout = std::min(o.store_timeout, timeout);
     o.join_timeout = timeout;
@@ -58,19 +58,22 @@ Options options_for(const c10::intrusive_ptr<c10d::Store>& store, int rank, int 
         "the ranks' compute for the cores (RCOLL_TRANSPORT=ucx to pick it)";
   }
   // More ranks on this host than CPUs for them: a wait that polls before it
-  // sleeps takes the core a computing rank needs. DDP as above, median of 5
-  // alternating rounds: 4 ranks on 2 CPUs 0.99x gloo's step time polling
-  // 50 us, 0.93x not polling; 2 ranks on 2 CPUs 0.95x either way
-  // (bench/RESULTS.md, stop 42). RCOLL_SPIN_US still sets it.
+  // sleeps takes the core a computing rank needs. DDP as above, alternating
+  // rounds: 4 ranks on 2 CPUs 0.97-0.99x gloo's step time polling 50 us,
+  // 0.94x not polling (16 rounds); 2 ranks on 2 CPUs 0.95x either way
+  // (bench/RESULTS.md, stop 42). The CPUs are this process's (its affinity):
+  // ranks bound to CPUs of their own each see theirs, and do not poll
+  // either. RCOLL_SPIN_US still sets it.
   if (std::getenv("RCOLL_SPIN_US") == nullptr && local != nullptr) {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     const int here = std::atoi(local);
     if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && here > CPU_COUNT(&cpus)) {
       o.spin_us = 0;
-      const std::string why = std::to_string(here) + " ranks on this host's " +
+      const std::string why = std::to_string(here) + " ranks on this host, " +
                               std::to_string(CPU_COUNT(&cpus)) +
-                              " CPUs: waits sleep at once, no polling (RCOLL_SPIN_US to set it)";
+                              " CPUs for this one: waits sleep at once, no polling (RCOLL_SPIN_US "
+                              "to set it)";
       o.transports_reason += (o.transports_reason.empty() ? "" : "; ") + why;
     }
   }

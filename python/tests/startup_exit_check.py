@@ -7,7 +7,7 @@
                       than the process group's timeout (RCOLL_STRAGGLER_TIMEOUT_S
                       set above it): the step completes on every rank
     --mode hang       RCOLL_INJECT=hang:rank=1,op=N makes op N hang with every
-                      rank in it (rank 1 drops its frame in every attempt),
+                      rank in it (rank 1 sends nothing in any attempt),
                       RCOLL_STRAGGLER_TIMEOUT_S far above the process group's
                       timeout: every rank's failing step raises within the
                       process group's timeout (plus a little), naming the hang

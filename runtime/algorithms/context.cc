@@ -1,6 +1,7 @@
 #include "runtime/algorithms/context.h"
 
 #include <algorithm>
+#include <csignal>
 #include <string>
 #include <thread>
 
@@ -64,7 +65,8 @@ void AlgoContext::send(int peer, uint32_t chunk, uint16_t step, const void* data
     ++faults_fired_;
     if (drop_then_break_) {
       drop_then_break_ = false;
-      RCOLL_LOG(kWarn, "fault injection: and closing the link to rank %d with it", peer);
+      RCOLL_LOG(kWarn, "fault injection: and closing the link to rank %d with it (%s, epoch %u)",
+                peer, op_.describe().c_str(), t_.epoch());
       t_.break_link(peer);
     }
     r->state = Request::State::kDone;
@@ -93,6 +95,14 @@ Status AlgoContext::confirm_completion(uint32_t chunk) {
   for (int d = 1; d < p; ++d) {
     recv((r - d + p) % p, chunk, kConfirmStep, nullptr, 0, &reqs[q++]);
     send((r + d) % p, chunk, kConfirmStep, nullptr, 0, &reqs[q++]);
+    if (die_in_confirm_) {
+      (void)wait(reqs[q - 1]);
+      RCOLL_LOG(kWarn,
+                "fault injection: killing this process (SIGKILL) in the confirmation round of %s, "
+                "its confirmation sent to rank %d only",
+                op_.describe().c_str(), (r + d) % p);
+      std::raise(SIGKILL);
+    }
   }
   return wait_all(reqs);
 }

@@ -216,6 +216,10 @@ class AlgoContext {
   // connection that failed with the frame in flight would (on a live
   // connection frames arrive in order: a lost frame followed by the next
   // op's would be a skipped op). One fault.
+  // Fault injection (kill:...,at=confirm): this process dies (SIGKILL) in the
+  // confirmation round, once its confirmation to the next rank is sent and
+  // before the others are.
+  void inject_death_in_confirmation() { die_in_confirm_ = true; }
   void inject_drop_then_break() {
     inject_drop_ = true;
     drop_then_break_ = true;
@@ -276,6 +280,7 @@ class AlgoContext {
   int64_t inject_delay_ms_ = 0;
   bool inject_drop_ = false;
   bool drop_then_break_ = false;  // inject_drop_then_break: the drop closes the link too
+  bool die_in_confirm_ = false;   // inject_death_in_confirmation
   int inject_break_peer_ = -1;
   int faults_fired_ = 0;
   std::vector<PendingRequest>& pending_;  // scratch_'s

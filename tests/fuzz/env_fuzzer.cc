@@ -17,16 +17,11 @@
 
 namespace {
 
-const char* const kVars[] = {"RCOLL_TRANSPORT",
-                             "RCOLL_OP_TIMEOUT_MS",
-                             "RCOLL_CONNECT_TIMEOUT_MS",
-                             "RCOLL_RECOVERY",
-                             "RCOLL_SHRINK",
-                             "RCOLL_RECOVERY_TIMEOUT_MS",
-                             "RCOLL_LIVENESS_MS",
-                             "RCOLL_STRAGGLER_TIMEOUT_MS",
-                             "RCOLL_CHUNK_BYTES",
-                             "RCOLL_SOCKET_BUFFER_BYTES"};
+const char* const kVars[] = {
+    "RCOLL_TRANSPORT",           "RCOLL_OP_TIMEOUT_MS",      "RCOLL_HANG_TIMEOUT_MS",
+    "RCOLL_CONNECT_TIMEOUT_MS",  "RCOLL_RECOVERY",           "RCOLL_SHRINK",
+    "RCOLL_RECOVERY_TIMEOUT_MS", "RCOLL_LIVENESS_MS",        "RCOLL_STRAGGLER_TIMEOUT_MS",
+    "RCOLL_CHUNK_BYTES",         "RCOLL_SOCKET_BUFFER_BYTES"};
 
 std::vector<std::string> lines(const uint8_t* data, size_t size) {
   std::vector<std::string> out(1);

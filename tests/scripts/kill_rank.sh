@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# kill_rank.sh RUNS KILL_AFTER_S VICTIM -- RCOLL_RUN_COMMAND...
-# Runs the job RUNS times; each time SIGKILLs rank VICTIM KILL_AFTER_S seconds
-# in (in the middle of its transfers), and checks that every other rank
-# survived to report the death as an error ("peer dead") rather than being
-# ended itself (a crash, an assertion or a fatal error inside a library:
-# a backtrace). Only signals a process of its own rcoll-run (found by parent
+# kill_rank.sh RUNS RANKS VICTIM KILL_AFTER_S -- RCOLL_RUN_COMMAND...
+# Runs the job (RANKS ranks) RUNS times. Each time, once every rank said
+# "communicator ready" (at most 60 s), it waits KILL_AFTER_S seconds (the
+# ranks are then in the middle of their transfers) and SIGKILLs rank VICTIM;
+# then it checks that every other rank reported the death as an error ("peer
+# dead") and was itself neither ended by a signal nor left running past the
+# launcher's --linger, and that no library crashed (a backtrace, an
+# assertion). Only signals a process of its own rcoll-run (found by parent
 # pid and its RCOLL_RANK). Exit 0 when every run passes.
 set -u
-runs=$1 after=$2 victim=$3
-shift 4
+runs=$1 ranks=$2 victim=$3 after=$4
+shift 5
 failed=0
 for ((run = 1; run <= runs; ++run)); do
   log=$(mktemp)
   "$@" >"$log" 2>&1 &
   launcher=$!
+  for ((i = 0; i < 600; ++i)); do
+    (($(grep -c "communicator ready" "$log") >= ranks)) && break
+    sleep 0.1
+  done
   sleep "$after"
   killed=
   for p in $(ps -o pid= --ppid "$launcher"); do
@@ -22,22 +28,22 @@ for ((run = 1; run <= runs; ++run)); do
     fi
   done
   wait "$launcher"
-  ranks=$(grep -oE 'RCOLL_WORLD_SIZE=[0-9]+|rank [0-9]+/[0-9]+' "$log" | head -1 | grep -oE '[0-9]+$')
   bad=""
-  [[ -n $killed ]] || bad+=" (rank $victim was not running after ${after} s)"
-  for ((r = 0; r < ${ranks:-0}; ++r)); do
+  (($(grep -c "communicator ready" "$log") >= ranks)) || bad+=" not every rank got ready;"
+  [[ -n $killed ]] || bad+=" rank $victim was not running when it was to be killed;"
+  for ((r = 0; r < ranks; ++r)); do
     ((r == victim)) && continue
     grep -qE "^\[$r\] .*peer dead" "$log" || bad+=" rank $r did not report the death;"
+    grep -qE "rank $r \(pid [0-9]+\) was killed by signal" "$log" && bad+=" rank $r was killed by a signal;"
   done
-  if grep -qE "backtrace|Assertion|process_vm_readv|Segmentation|terminate called" "$log"; then
-    bad+=" a survivor crashed:"
-  fi
+  grep -qE "still running" "$log" && bad+=" a rank was still running past --linger;"
+  grep -qE "backtrace|Assertion|process_vm_readv|Segmentation|terminate called" "$log" && bad+=" a library crashed;"
   if [[ -n $bad ]]; then
-    echo "kill_rank.sh: run $run: FAIL$bad"
-    grep -E "backtrace|Assertion|process_vm_readv|peer dead|killed by signal" "$log" | head -8
+    echo "kill_rank.sh: run $run: FAIL:$bad"
+    grep -E "backtrace|Assertion|process_vm_readv|peer dead|killed by signal|still running" "$log" | head -8
     failed=1
   else
-    echo "kill_rank.sh: run $run: rank $victim (pid $killed) killed ${after} s in; every other rank of ${ranks} reported it (peer dead)"
+    echo "kill_rank.sh: run $run: rank $victim (pid $killed) killed ${after} s after all $ranks ranks were ready; every other rank reported it (peer dead)"
   fi
   rm -f "$log"
 done

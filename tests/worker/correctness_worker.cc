@@ -825,6 +825,24 @@ int main(int argc, char** argv) {
         if (!survive_shrink || e.code() != rcoll::ErrorCode::kPeerDead || shrinks > 0) throw;
         std::printf("after a rank died the group shrank: now rank %d of %d (%s); running the suite again\n", comm.rank(),
                     comm.size(), e.what());
+        // Every survivor must name the same op as the one the death failed
+        // (shrink_rule.h), or a "run the failed op again" loop pairs
+        // different ops on different ranks.
+        const uint64_t seen = e.status().context().op_seq;
+        std::vector<uint64_t> lo{seen}, hi{seen};
+        comm.allreduce(Buffer::of(lo), ReduceOp::kMin);
+        comm.allreduce(Buffer::of(hi), ReduceOp::kMax);
+        if (lo[0] != hi[0]) {
+          std::fprintf(
+              stderr,
+              "FAIL rank %d: the survivors disagree on the op the death failed: op %llu to %llu\n",
+              comm.rank(), static_cast<unsigned long long>(lo[0]),
+              static_cast<unsigned long long>(hi[0]));
+          ++g_failures;
+        } else {
+          std::printf("rank %d: every survivor names op %llu as the one the death failed\n",
+                      comm.rank(), static_cast<unsigned long long>(seen));
+        }
         // The checks before the death count too (a wrong result there is
         // no less wrong); the op the death failed was not checked.
       }

@@ -584,8 +584,9 @@ namespace {
 // peer's memory with process_vm_readv when that peer dies is ended by UCX's
 // fatal-error handler (1 run in 4 of a rank killed during 64 MiB
 // allreduces). posix and sysv copy through shared segments, which outlive a
-// dead peer. Measured here (bench/RESULTS.md, stop 42), that costs nothing:
-// at 2 ranks 16-64 MiB allreduce busbw 3.7 against 3.1-3.4 GB/s with cma.
+// dead peer. Measured here (bench/RESULTS.md, stop 42): 2-rank 16-64 MiB
+// allreduce busbw 3.7 against 3.1-3.4 GB/s with cma, 4-rank 1 MiB 0.91x;
+// stop 40 measured about half at 16-64 MiB on another VM.
 std::string default_tls(bool one_host, UcxErrorMode mode) {
   if (std::getenv("UCX_TLS") != nullptr) return "";
   if (!one_host) return "";
