@@ -1217,18 +1217,11 @@ TEST(CommunicatorTest, SettingsThatDifferBetweenRanksAreRefusedAtCreation) {
       2, [](Communicator& c) { c.barrier(); }, [](int, Options& o) { o.chunk_bytes = 65536; });
 }
 
-// A Store that throws, as a user's Store may: on `set` of this rank's ledger
-// in a recovery, once armed.
-class LedgerThrowingStore : public Store {
+// Passes every call to another Store: the test stores below override what they change.
+class ForwardingStore : public Store {
  public:
-  explicit LedgerThrowingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  std::atomic<bool> armed{false};
-  std::atomic<int> thrown{0};
+  explicit ForwardingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   Status set(const std::string& key, const Bytes& value) override {
-    if (armed && contains(key, "/recovery/") && contains(key, "/ledger/")) {
-      ++thrown;
-      throw std::runtime_error("test store refuses " + key);
-    }
     return inner_->set(key, value);
   }
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
@@ -1245,6 +1238,22 @@ class LedgerThrowingStore : public Store {
 
  private:
   std::shared_ptr<Store> inner_;
+};
+
+// A Store that throws, as a user's Store may: on `set` of this rank's ledger
+// in a recovery, once armed.
+class LedgerThrowingStore : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  std::atomic<bool> armed{false};
+  std::atomic<int> thrown{0};
+  Status set(const std::string& key, const Bytes& value) override {
+    if (armed && contains(key, "/recovery/") && contains(key, "/ledger/")) {
+      ++thrown;
+      throw std::runtime_error("test store refuses " + key);
+    }
+    return ForwardingStore::set(key, value);
+  }
 };
 
 // An exception thrown while no op runs: rank 1 is idle when rank 0's op fails
@@ -1328,15 +1337,12 @@ TEST(CommunicatorTest, HangTimeoutBoundsAHangAcrossRecoveries) {
 // Reads other ranks' recovery ledgers as garbage (once armed): this rank's
 // agreement fails, while every other rank agrees and goes on to connect the
 // next epoch.
-class LedgerGarblingStore : public Store {
+class LedgerGarblingStore : public ForwardingStore {
  public:
   LedgerGarblingStore(std::shared_ptr<Store> inner, int rank)
-      : inner_(std::move(inner)), rank_(rank) {}
-  Status set(const std::string& key, const Bytes& value) override {
-    return inner_->set(key, value);
-  }
+      : ForwardingStore(std::move(inner)), rank_(rank) {}
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    auto v = inner_->get(key, timeout);
+    auto v = ForwardingStore::get(key, timeout);
     if (v.ok() && contains(key, "/recovery/") && contains(key, "/ledger/") &&
         !key.ends_with("/ledger/" + std::to_string(rank_))) {
       const std::string garbage = "not a ledger";
@@ -1344,17 +1350,8 @@ class LedgerGarblingStore : public Store {
     }
     return v;
   }
-  Result<int64_t> add(const std::string& key, int64_t delta) override {
-    return inner_->add(key, delta);
-  }
-  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    return inner_->wait(keys, timeout);
-  }
-  Result<bool> check(const std::string& key) override { return inner_->check(key); }
-  Status erase(const std::string& key) override { return inner_->erase(key); }
 
  private:
-  std::shared_ptr<Store> inner_;
   int rank_;
 };
 
