@@ -147,7 +147,14 @@ Status CommunicatorImpl::judge_cycle(const Op& op, int peer) {
 // begun to wait on someone, shows it.
 Clock::duration CommunicatorImpl::next_look() const {
   if (in_flight_.cycle.empty() && !in_flight_.look_again) return Clock::duration::max();
-  return 4 * std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
+  const Clock::duration heartbeat =
+      std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
+  // And long enough for a link that lost a segment to have sent it again
+  // (Transport::retransmission_wait): a pair of ranks waiting on each other
+  // over a link in a retransmission timeout moves nothing until it fires.
+  const Clock::duration retransmit =
+      transport_ ? transport_->retransmission_wait() : Clock::duration::zero();
+  return std::max(4 * heartbeat, retransmit + 2 * heartbeat);
 }
 
 void CommunicatorImpl::moved(uint64_t bytes) {

@@ -231,7 +231,7 @@ endforeach()
 # the kernel reports it back for the data sockets; one the kernel refuses is said
 # and the run goes on with the default; a malformed value is a typed error.
 add_test(NAME tcp_congestion_reno_on_loopback
-         COMMAND ${RCOLL_EXPECT} 0 "epoch 0: connected to all 1 peers over tcp \\(lo, congestion control reno\\) && 0 failed" 30 --
+         COMMAND ${RCOLL_EXPECT} 0 "epoch 0: connected to all 1 peers over tcp \\(lo, congestion control reno, retransmission timeout (at most 1000 ms|uncapped) && 0 failed" 30 --
                  env -u RCOLL_TCP_CONGESTION -u RCOLL_SOCKET_IFNAME RCOLL_TRANSPORT=tcp RCOLL_DEBUG=info
                  ${RCOLL_RUN} -n 2 -- ${RCOLL_SMALL_RUN})
 add_test(NAME tcp_congestion_refused_goes_on

@@ -4,6 +4,10 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +18,7 @@
 
 #include "rcoll/store.h"
 #include "tests/thread_ranks.h"
+#include "transports/tcp/mesh.h"
 
 namespace rcoll {
 namespace {
@@ -148,6 +153,23 @@ TEST(TcpTransportTest, BackgroundReceiveMatchesInOrderWithThePeersOtherReceives)
     }
     std::this_thread::sleep_for(200ms);
   });
+}
+
+// Every connection caps its retransmission timeout at 1 s where the kernel
+// allows it (TCP_RTO_MAX_MS, Linux 6.15), and the transport says so: a
+// segment dropped while a receiver was not reading is sent again within a
+// second of the receiver draining its queue, not after a timeout doubled to
+// seconds, and the stall judge waits that long before it calls a quiet link
+// hung.
+TEST(TcpTransport, EveryLinkCapsItsRetransmissionTimeout) {
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  const int ms = 1000;
+  const bool allowed = setsockopt(probe, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof(ms)) == 0;
+  ::close(probe);
+  if (!allowed) GTEST_SKIP() << "this kernel has no TCP_RTO_MAX_MS (before Linux 6.15)";
+  run_transports(3,
+                 [](Transport& t) { EXPECT_EQ(t.retransmission_wait(), Clock::duration(1000ms)); });
 }
 
 }  // namespace

@@ -64,6 +64,13 @@ class Transport {
   // Bytes moved so far, for counters.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
+
+  // The longest a segment lost on a link may wait before the transport sends
+  // it again, where that is bounded and known (TCP with its retransmission
+  // timeout capped); zero where not known. A link quiet for less may be
+  // retransmitting, not hung: the stall judge's second look comes no sooner
+  // (runtime/detection.cc, next_look).
+  virtual Clock::duration retransmission_wait() const { return Clock::duration::zero(); }
 };
 
 }  // namespace rcoll

@@ -148,14 +148,17 @@ void AlgoContext::forget_finished() {
 template <class Done>
 Status AlgoContext::wait_until(const Done& done) {
   // The deadline guards progress: it moves forward whenever bytes move.
+  // check_at: when the guard is next asked about the stall (a budget after
+  // the last bytes moved, or when it asked to look again).
   uint64_t moved = t_.bytes_sent() + t_.bytes_received();
   Clock::time_point last_progress = Clock::now();
+  Clock::time_point check_at = last_progress + budget_;
   while (!done()) {
     if (guard_ != nullptr) {
       if (Status s = guard_->interrupted(); !s.ok()) return fail(std::move(s));
     }
     const Clock::time_point now = Clock::now();
-    if (now - last_progress >= budget_) {
+    if (now >= check_at) {
       // Who are we waiting for? The oldest unfinished request names the peer.
       const PendingRequest* oldest = nullptr;
       for (const auto& p : pending_)
@@ -181,17 +184,26 @@ Status AlgoContext::wait_until(const Done& done) {
         }
         return fail(std::move(verdict));
       }
-      // A live straggler: keep waiting another budget (or less, if the guard
-      // wants to look again sooner).
-      last_progress = now - (budget_ - std::min(budget_, guard_->next_look()));
+      // A live straggler: keep waiting another budget, and count the stall
+      // afresh. Or the guard wants another look at what it saw, sooner or
+      // later than a budget (a cycle to confirm, a link that may be
+      // retransmitting): the stall goes on meanwhile.
+      const Clock::duration look = guard_->next_look();
+      if (look == Clock::duration::max()) {
+        last_progress = now;
+        check_at = now + budget_;
+      } else {
+        check_at = now + look;
+      }
     }
     // Wake at least every 20 ms to look at the guard (peer abort notices).
-    const Clock::time_point until = std::min(last_progress + budget_, now + std::chrono::milliseconds(20));
+    const Clock::time_point until = std::min(check_at, now + std::chrono::milliseconds(20));
     t_.progress(Deadline::at(until));
     const uint64_t m = t_.bytes_sent() + t_.bytes_received();
     if (m != moved) {
       moved = m;
       last_progress = Clock::now();
+      check_at = last_progress + budget_;
       if (guard_ != nullptr) guard_->moved(m);
     }
   }

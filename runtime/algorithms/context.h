@@ -144,7 +144,7 @@ class ProgressGuard {
   // Non-OK when the op must stop now (a peer announced that this epoch failed).
   virtual Status interrupted() = 0;
   // After on_stall said to keep waiting: how long until it is asked again
-  // (at most the progress budget; sooner to confirm what it saw).
+  // (max: the progress budget; another time to confirm what it saw).
   virtual Clock::duration next_look() const { return Clock::duration::max(); }
   // Bytes moved while waiting: the transport's count of bytes sent and received.
   virtual void moved(uint64_t /*bytes*/) {}

@@ -23,6 +23,7 @@ using boost::system::error_code;
 struct AppliedOptions {
   std::string congestion;  // as the kernel reports it for the socket
   int congestion_errno = 0;  // why the requested one was refused, or 0
+  int rto_max_ms = 0;        // the retransmission timeout's cap, as set (0: the kernel's 120 s)
 };
 
 AppliedOptions set_socket_options(tcp::socket& s, const MeshParams& p) {
@@ -44,6 +45,9 @@ AppliedOptions set_socket_options(tcp::socket& s, const MeshParams& p) {
   if (getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0) {
     applied.congestion.assign(name, strnlen(name, len));
   }
+  if (setsockopt(s.native_handle(), IPPROTO_TCP, TCP_RTO_MAX_MS, &kTcpRtoMaxMs,
+                 sizeof(kTcpRtoMaxMs)) == 0)
+    applied.rto_max_ms = kTcpRtoMaxMs;
   return applied;
 }
 
@@ -373,6 +377,7 @@ void MeshBuilder::connected(int peer, std::unique_ptr<tcp::socket> sock) {
   AppliedOptions now = set_socket_options(*sock, p_);
   if (applied_.congestion_errno == 0) applied_.congestion_errno = now.congestion_errno;
   applied_.congestion = std::move(now.congestion);
+  applied_.rto_max_ms = now.rto_max_ms;
   socks_[peer] = std::move(sock);
   --pending_;
 }
@@ -418,8 +423,12 @@ Result<MeshSockets> MeshBuilder::report_connected() {
   }
   const std::string cc =
       applied_.congestion.empty() ? "" : ", congestion control " + applied_.congestion;
-  RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s)", purpose_, p_.size - 1,
-            p_.transport.c_str(), iface_.name.c_str(), cc.c_str());
+  const std::string rto = applied_.rto_max_ms > 0 ? ", retransmission timeout at most " +
+                                                        std::to_string(applied_.rto_max_ms) + " ms"
+                                                  : ", retransmission timeout uncapped (the kernel "
+                                                    "refused TCP_RTO_MAX_MS: before Linux 6.15)";
+  RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s%s)", purpose_, p_.size - 1,
+            p_.transport.c_str(), iface_.name.c_str(), cc.c_str(), rto.c_str());
   return std::move(socks_);
 }
 

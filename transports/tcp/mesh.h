@@ -25,7 +25,27 @@
 #include "transports/frame.h"
 #include "transports/tcp/interfaces.h"
 
+// The socket option that caps a TCP connection's retransmission timeout
+// (Linux 6.15), for headers older than the kernel.
+#ifndef TCP_RTO_MAX_MS
+#define TCP_RTO_MAX_MS 44
+#endif
+
 namespace rcoll {
+
+// The longest a lost segment waits for its retransmission, where the kernel
+// allows a cap (TCP_RTO_MAX_MS, Linux 6.15; 1 s is the least it takes). The
+// kernel's own cap is 120 s, and the timeout doubles with every retransmission
+// that is lost too. A receiver that stops reading with its buffer full (a
+// pipeline stage in a 6 s compute, a rank restoring a checkpoint) can drop
+// segments that arrive inside the window it advertised (TCPRcvQDrop): each
+// retransmission meets the full buffer and is dropped again, and once the
+// receiver drains its queue, the link stays silent until the next one.
+// Seen: 8 stages in a chain, a 6 s straggler, stage 1's link to stage 2 with
+// 8 MB queued and a 3.3 s timeout (backoff 4) while stage 2 waited on it with
+// nothing to read; the 1 s progress deadline called it hung and recovered.
+// Capped, the link resumes within a second of the receiver draining.
+inline constexpr int kTcpRtoMaxMs = 1000;
 
 struct MeshParams {
   int rank = 0;

@@ -1,20 +1,23 @@
 #include "transports/tcp/tcp_transport.h"
 
-#include <boost/asio.hpp>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <boost/asio.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "rcoll/types.h"
 #include "base/log.h"
 #include "base/ring_queue.h"
+#include "rcoll/types.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/mesh.h"
 
@@ -51,6 +54,7 @@ class TcpTransport final : public Transport {
   uint32_t epoch() const override { return epoch_; }
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
+  Clock::duration retransmission_wait() const override { return retransmission_wait_; }
 
   Status establish(const TcpConnectParams& p, const NetInterface& iface);
 
@@ -445,6 +449,7 @@ class TcpTransport final : public Transport {
   uint64_t completions_ = 0;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
+  Clock::duration retransmission_wait_{};  // the connections' retransmission timeout cap, if set
   bool closed_ = false;
   bool aborting_ = false;
 };
@@ -495,6 +500,13 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
     pr.fd = sock->native_handle();
     pr.inbox.resize(kInboxBytes);
     pr.socket = std::move(sock);
+    // The mesh capped the retransmission timeout where the kernel allows it
+    // (an uncapped one, 120 s, bounds nothing worth waiting for).
+    int rto_max_ms = 0;
+    socklen_t len = sizeof(rto_max_ms);
+    if (getsockopt(pr.fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max_ms, &len) == 0 && rto_max_ms > 0 &&
+        rto_max_ms <= kTcpRtoMaxMs)
+      retransmission_wait_ = std::max(retransmission_wait_, Clock::duration(Millis(rto_max_ms)));
   }
   return Status();
 }
