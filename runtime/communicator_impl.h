@@ -96,6 +96,8 @@ class CommunicatorImpl : public ProgressGuard {
   // both values and both ranks; before, a rank with another chunk size (say)
   // connected, and its first op failed as lost frames after 8 recoveries.
   Status agree_settings(Deadline deadline);
+  Result<std::vector<std::string>> gather_settings(const StoreExchange& exchange,
+                                                   Deadline deadline);
   Status start_liveness(Deadline deadline);
   // What detection (runtime/stall_judge.h) knows when `op`, waiting on
   // `awaited`, stalls: this rank's liveness view of its peers.
@@ -212,6 +214,7 @@ class CommunicatorImpl : public ProgressGuard {
   // An in-place all-reduce's device backup: whether the op has one (an
   // error only when the GPU failed).
   Result<bool> prepare_nccl_backup(const Op& op, nccl::Comm& comm);
+  Status check_nccl_fingerprints(const Op& op, nccl::Comm& comm) const;
   Status nccl_op_failure(const Op& op, nccl::Comm& comm, const Status& why, bool unbacked);
   Status issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm, bool backup, NcclWatch& watch,
                            std::vector<std::pair<uint64_t, size_t>>* tickets);

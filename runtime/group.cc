@@ -118,26 +118,102 @@ Status CommunicatorImpl::end_failed_group(std::span<OpRecord> recs, const Op& ca
   return s;
 }
 
+namespace {
+
+struct Member {
+  OpRecord* rec;
+  std::unique_ptr<AlgoContext> ctx;
+  size_t piece;  // elements per slice
+  size_t next;   // the next slice to post
+};
+struct Slot {
+  Member* member;
+  size_t slice;
+};
+// The members to one peer in one direction, in issue order.
+struct Stream {
+  std::vector<Member*> members;
+  size_t current = 0;  // members before it have every slice posted
+  std::span<Request> reqs;
+  std::vector<Slot> slots;  // what reqs[k] carries in the window in flight
+};
+
+std::vector<Stream> form_streams(std::vector<Member>& ms, size_t window) {
+  std::vector<Stream> streams;
+  for (Member& m : ms) {
+    auto same = [&m](const Stream& st) {
+      const Op& a = st.members.front()->rec->op;
+      return a.peer == m.rec->op.peer && a.is_send == m.rec->op.is_send;
+    };
+    auto it = std::find_if(streams.begin(), streams.end(), same);
+    if (it == streams.end()) it = streams.insert(streams.end(), Stream{});
+    it->members.push_back(&m);
+  }
+  for (Stream& st : streams) st.reqs = ms.front().ctx->requests(window);
+  return streams;
+}
+
+// Posts the stream's next window: up to `window` slices, members in order.
+void post_window(Stream& st, size_t window) {
+  st.slots.clear();
+  while (st.slots.size() < window && st.current < st.members.size()) {
+    Member& m = *st.members[st.current];
+    if (m.next >= m.rec->total) {
+      ++st.current;
+      continue;
+    }
+    const Op& op = m.rec->op;
+    const size_t es = op.element_size(), n = op.out.count;
+    const size_t off = m.next * m.piece, len = std::min(m.piece, n - std::min(n, off));
+    Request* r = &st.reqs[st.slots.size()];
+    if (st.slots.empty() || st.slots.back().member != &m) m.rec->last_window_first = m.next;
+    if (op.is_send) {
+      m.ctx->send(op.peer, static_cast<uint32_t>(m.next), 0, m.ctx->in(off), len * es, r);
+    } else {
+      m.ctx->recv(op.peer, static_cast<uint32_t>(m.next), 0, m.ctx->out(off), len * es, r);
+    }
+    st.slots.push_back({&m, m.next});
+    ++m.next;
+  }
+}
+
+// A stream's window is done: the ledger learns each member's progress.
+Status settle_window(Stream& st) {
+  for (size_t k = 0; k < st.slots.size(); ++k) {
+    const Slot& slot = st.slots[k];
+    if (st.reqs[k].failed()) return slot.member->ctx->fail(st.reqs[k].status);
+    OpRecord& rec = *slot.member->rec;
+    rec.done = std::max(rec.done, slot.slice + 1);
+  }
+  for (size_t k = 0; k < st.slots.size(); ++k) {
+    // Once per member (its last slot): the mid-op fault injection hooks here.
+    if (k + 1 == st.slots.size() || st.slots[k + 1].member != st.slots[k].member) {
+      st.slots[k].member->ctx->slices_done(st.slots[k].slice + 1);
+    }
+  }
+  st.slots.clear();
+  return Status();
+}
+
+// Whom the group waits on now, for the peers that follow chains of waits: a
+// receive still open (what a pipeline stage waits for upstream), else a send.
+const Op* awaited_member(const std::vector<Stream>& streams) {
+  const Stream* awaited = nullptr;
+  for (const Stream& st : streams) {
+    if (st.slots.empty()) continue;
+    if (awaited == nullptr ||
+        (!st.members.front()->rec->op.is_send && awaited->members.front()->rec->op.is_send)) {
+      awaited = &st;
+    }
+  }
+  return awaited ? &awaited->slots.front().member->rec->op : nullptr;
+}
+
+}  // namespace
+
 // One attempt at the members' slices, member i from first[i] on.
 Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<const size_t> first) {
   in_flight_.straggler_expired = false;
-  struct Member {
-    OpRecord* rec;
-    std::unique_ptr<AlgoContext> ctx;
-    size_t piece;  // elements per slice
-    size_t next;   // the next slice to post
-  };
-  struct Slot {
-    Member* member;
-    size_t slice;
-  };
-  // The members to one peer in one direction, in issue order.
-  struct Stream {
-    std::vector<Member*> members;
-    size_t current = 0;  // members before it have every slice posted
-    std::span<Request> reqs;
-    std::vector<Slot> slots;  // what reqs[k] carries in the window in flight
-  };
   std::vector<Member> ms;
   ms.reserve(recs.size());
   size_t window = 1;
@@ -153,64 +229,13 @@ Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<co
     ms.push_back(Member{&rec, std::move(ctx), piece, first[i]});
   }
   if (ms.empty()) return Status();
-  std::vector<Stream> streams;
-  for (Member& m : ms) {
-    auto same = [&m](const Stream& st) {
-      const Op& a = st.members.front()->rec->op;
-      return a.peer == m.rec->op.peer && a.is_send == m.rec->op.is_send;
-    };
-    auto it = std::find_if(streams.begin(), streams.end(), same);
-    if (it == streams.end()) it = streams.insert(streams.end(), Stream{});
-    it->members.push_back(&m);
-  }
-  for (Stream& st : streams) st.reqs = ms.front().ctx->requests(window);
+  std::vector<Stream> streams = form_streams(ms, window);
   for (Member& m : ms) {
     if (m.next == 0 && !faults_.empty()) inject_before(m.rec->op, *m.ctx, m.rec->total);
   }
 
-  // Posts the stream's next window: up to W slices, members in order.
-  auto post = [window](Stream& st) {
-    st.slots.clear();
-    while (st.slots.size() < window && st.current < st.members.size()) {
-      Member& m = *st.members[st.current];
-      if (m.next >= m.rec->total) {
-        ++st.current;
-        continue;
-      }
-      const Op& op = m.rec->op;
-      const size_t es = op.element_size(), n = op.out.count;
-      const size_t off = m.next * m.piece, len = std::min(m.piece, n - std::min(n, off));
-      Request* r = &st.reqs[st.slots.size()];
-      if (st.slots.empty() || st.slots.back().member != &m) m.rec->last_window_first = m.next;
-      if (op.is_send) {
-        m.ctx->send(op.peer, static_cast<uint32_t>(m.next), 0, m.ctx->in(off), len * es, r);
-      } else {
-        m.ctx->recv(op.peer, static_cast<uint32_t>(m.next), 0, m.ctx->out(off), len * es, r);
-      }
-      st.slots.push_back({&m, m.next});
-      ++m.next;
-    }
-  };
-  // A stream's window is done: the ledger learns each member's progress.
-  auto settle = [](Stream& st) -> Status {
-    for (size_t k = 0; k < st.slots.size(); ++k) {
-      const Slot& slot = st.slots[k];
-      if (st.reqs[k].failed()) return slot.member->ctx->fail(st.reqs[k].status);
-      OpRecord& rec = *slot.member->rec;
-      rec.done = std::max(rec.done, slot.slice + 1);
-    }
-    for (size_t k = 0; k < st.slots.size(); ++k) {
-      // Once per member (its last slot): the mid-op fault injection hooks here.
-      if (k + 1 == st.slots.size() || st.slots[k + 1].member != st.slots[k].member) {
-        st.slots[k].member->ctx->slices_done(st.slots[k].slice + 1);
-      }
-    }
-    st.slots.clear();
-    return Status();
-  };
-
   Status s;
-  for (Stream& st : streams) post(st);
+  for (Stream& st : streams) post_window(st, window);
   std::vector<Request*> waiting;
   for (;;) {
     bool active = false, moved = false;
@@ -220,9 +245,9 @@ Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<co
       const auto reqs = st.reqs.first(st.slots.size());
       if (std::any_of(reqs.begin(), reqs.end(), [](const Request& r) { return r.failed(); }) ||
           std::all_of(reqs.begin(), reqs.end(), [](const Request& r) { return r.finished(); })) {
-        if (s = settle(st); !s.ok()) break;
+        if (s = settle_window(st); !s.ok()) break;
         ms.front().ctx->forget_finished();
-        post(st);
+        post_window(st, window);
         moved = true;
       }
       if (st.slots.empty()) continue;
@@ -232,18 +257,7 @@ Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<co
     }
     if (!s.ok() || !active) break;
     if (moved || waiting.empty()) continue;
-    // Whom the group waits on now, for the peers that follow chains of waits:
-    // a receive still open (what a pipeline stage waits for upstream), else
-    // a send.
-    const Stream* awaited = nullptr;
-    for (const Stream& st : streams) {
-      if (st.slots.empty()) continue;
-      if (awaited == nullptr ||
-          (!st.members.front()->rec->op.is_send && awaited->members.front()->rec->op.is_send)) {
-        awaited = &st;
-      }
-    }
-    if (awaited != nullptr) publish_awaited(awaited->slots.front().member->rec->op);
+    if (const Op* awaited = awaited_member(streams)) publish_awaited(*awaited);
     if (s = ms.front().ctx->wait_any(waiting); !s.ok()) break;
   }
   for (auto& m : ms) injected_ += m.ctx->faults_fired();

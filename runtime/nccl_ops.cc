@@ -260,7 +260,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_.comm;
-  const uint32_t epoch = epoch_.load();
   const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
   NcclWatch watch(*this, op);
 
@@ -273,11 +272,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   bool backup = false;
   if (in_place_backup) {
     auto prepared = prepare_nccl_backup(op, comm);
-    if (!prepared.ok()) {
-      comm.abort(prepared.status());
-      return Status(prepared.status().code(), ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
-                    op.describe() + " on nccl: " + prepared.status().message());
-    }
+    if (!prepared.ok()) return nccl_op_failure(op, comm, prepared.status(), false);
     backup = prepared.value();
   }
   const bool unbacked = in_place_backup && !backup;
@@ -310,22 +305,27 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   if (op.gated && rec.work != nullptr && !rec.work->issued) {
     if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
-  if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, abort_after_first); !s.ok()) return fail(s);
-
+  if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, abort_after_first); !s.ok())
+    return fail(s);
   if (confirms) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
-    if (!comm.fingerprints_agree()) {
-      return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch, "nccl"},
-                    op.describe() + " on nccl: the ranks did not all run this op at collective seq " +
-                        std::to_string(op.match_seq) + " (their fingerprints differ: kind, dtype, count, reduce op or root); "
-                        "the result is not valid");
-    }
+    if (Status s = check_nccl_fingerprints(op, comm); !s.ok()) return s;
     rec.confirmed = true;
   }
   ++nccl_.ops;
   // The host saw every call of the op finish: work the caller queues from
   // here on sees the result without waiting on the GPU for it.
   return Status();
+}
+
+// The confirmation came back: did every rank run this op?
+Status CommunicatorImpl::check_nccl_fingerprints(const Op& op, nccl::Comm& comm) const {
+  if (comm.fingerprints_agree()) return Status();
+  return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+                op.describe() + " on nccl: the ranks did not all run this op at collective seq " +
+                    std::to_string(op.match_seq) +
+                    " (their fingerprints differ: kind, dtype, count, reduce op or root); the "
+                    "result is not valid");
 }
 
 // The op's failure on NCCL, in its words: the communicator is aborted (every

@@ -46,6 +46,28 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
+// Every setting in which rank `first`'s settings (`other`) differ from rank
+// 0's (`zero`), worded for the error.
+std::string describe_difference(const std::string& zero, const std::string& other, int first) {
+  const std::vector<std::string> a = lines_of(zero), b = lines_of(other);
+  std::string what;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
+    if (x == y) continue;
+    const size_t eq = x.rfind('=');
+    const std::string name = eq == std::string::npos ? x : x.substr(0, eq);
+    what += what.empty() ? "" : "; ";
+    if (eq != std::string::npos && y.compare(0, name.size() + 1, name + "=") == 0) {
+      what += name + " is " + x.substr(eq + 1) + " on rank 0 but " + y.substr(name.size() + 1) +
+              " on rank " + std::to_string(first);
+    } else {
+      what += "rank 0 has '" + x + "' where rank " + std::to_string(first) + " has '" + y +
+              "' (another rcoll version?)";
+    }
+  }
+  return what;
+}
+
 }  // namespace
 
 Status CommunicatorImpl::agree_settings(Deadline deadline) {
@@ -62,9 +84,30 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
     return Status(s.code(), ctx,
                   "could not publish this rank's settings in the store: " + s.message());
   }
+  Result<std::vector<std::string>> gathered = gather_settings(exchange, deadline);
+  if (!gathered.ok()) return gathered.status();
   // Every rank reads every rank's, so all find the same first difference.
-  // This is where a rank that starts late is first missed: it is waited for
-  // up to the join timeout, and said so, as a straggler is.
+  const std::vector<std::string>& theirs = gathered.value();
+  int differing = 0, first = -1;
+  for (int q = 1; q < size_; ++q) {
+    if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;
+    ++differing;
+    if (first < 0) first = q;
+  }
+  if (first < 0) return Status();
+  return Status(ErrorCode::kInvalidArgument, ctx,
+                "the ranks' settings differ: " +
+                    describe_difference(theirs[0], theirs[static_cast<size_t>(first)], first) +
+                    " (" + std::to_string(differing) + " of " + std::to_string(size_) +
+                    " ranks differ from rank 0); every rank must set these alike (they decide "
+                    "which frames a rank sends and expects), so no rank creates the communicator");
+}
+
+// Every rank's settings, by rank. This is where a rank that starts late is
+// first missed: it is waited for up to the join timeout, and said so, as a
+// straggler is.
+Result<std::vector<std::string>> CommunicatorImpl::gather_settings(const StoreExchange& exchange,
+                                                                   Deadline deadline) {
   const Clock::time_point arrived = Clock::now();
   Clock::time_point next_note = arrived + std::chrono::seconds(5);
   std::vector<int> late;
@@ -105,41 +148,13 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
               options_.name.c_str(), rank_list(late).c_str(), waited);
   }
   if (!gathered.ok()) {
-    return Status(gathered.status.code(), ctx,
-                  "could not read the ranks' settings from the store: " + gathered.status.message());
+    return Status(
+        gathered.status.code(), ErrorContext{rank_, -1, 0, 0, ""},
+        "could not read the ranks' settings from the store: " + gathered.status.message());
   }
   std::vector<std::string> theirs;
   for (const Bytes& b : gathered.values) theirs.emplace_back(b.begin(), b.end());
-  int differing = 0, first = -1;
-  for (int q = 1; q < size_; ++q) {
-    if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;
-    ++differing;
-    if (first < 0) first = q;
-  }
-  if (first < 0) return Status();
-  const std::vector<std::string> a = lines_of(theirs[0]),
-                                 b = lines_of(theirs[static_cast<size_t>(first)]);
-  // Every setting in which the first differing rank differs from rank 0.
-  std::string what;
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    const std::string x = i < a.size() ? a[i] : "", y = i < b.size() ? b[i] : "";
-    if (x == y) continue;
-    const size_t eq = x.rfind('=');
-    const std::string name = eq == std::string::npos ? x : x.substr(0, eq);
-    what += what.empty() ? "" : "; ";
-    if (eq != std::string::npos && y.compare(0, name.size() + 1, name + "=") == 0) {
-      what += name + " is " + x.substr(eq + 1) + " on rank 0 but " + y.substr(name.size() + 1) +
-              " on rank " + std::to_string(first);
-    } else {
-      what += "rank 0 has '" + x + "' where rank " + std::to_string(first) + " has '" + y +
-              "' (another rcoll version?)";
-    }
-  }
-  return Status(ErrorCode::kInvalidArgument, ctx,
-                "the ranks' settings differ: " + what + " (" + std::to_string(differing) + " of " +
-                    std::to_string(size_) +
-                    " ranks differ from rank 0); every rank must set these alike (they decide "
-                    "which frames a rank sends and expects), so no rank creates the communicator");
+  return theirs;
 }
 
 }  // namespace rcoll

@@ -180,52 +180,71 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
                       "rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) + " is not a valid NCCL rank");
   }
   std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  if (Status s = c->prepare_device(); !s.ok()) return s;
+  if (Status s = c->init(&id); !s.ok()) return s;
+  return c;
+}
+
+// The device, the stream, the fence event, the confirmation word and its
+// host pair: what every call on the communicator uses.
+Status Comm::prepare_device() {
   int devices = 0;
   if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
     (void)cudaGetLastError();
-    return c->failure(ErrorCode::kUnsupported,
-                      "no usable CUDA device for NCCL: " + (e != cudaSuccess ? cuda_error(e) : std::string("no device")));
+    return failure(ErrorCode::kUnsupported,
+                   "no usable CUDA device for NCCL: " +
+                       (e != cudaSuccess ? cuda_error(e) : std::string("no device")));
   }
-  if (config.device < 0 || config.device >= devices) {
-    return c->failure(ErrorCode::kInvalidArgument, "CUDA device " + std::to_string(config.device) + " does not exist (this host has " +
-                                                       std::to_string(devices) + ")");
+  if (config_.device < 0 || config_.device >= devices) {
+    return failure(ErrorCode::kInvalidArgument, "CUDA device " + std::to_string(config_.device) +
+                                                    " does not exist (this host has " +
+                                                    std::to_string(devices) + ")");
   }
-  if (cudaError_t e = cudaSetDevice(config.device); e != cudaSuccess) {
-    return c->failure(ErrorCode::kTransport, "cudaSetDevice(" + std::to_string(config.device) + ") failed: " + cuda_error(e));
+  if (cudaError_t e = cudaSetDevice(config_.device); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaSetDevice(" + std::to_string(config_.device) +
+                                              ") failed: " + cuda_error(e));
   }
-  Impl& m = *c->impl_;
-  m.stream = static_cast<cudaStream_t>(config.stream);
+  Impl& m = *impl_;
+  m.stream = static_cast<cudaStream_t>(config_.stream);
   if (m.stream == nullptr) {
     if (cudaError_t e = cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking); e != cudaSuccess) {
-      return c->failure(ErrorCode::kTransport, "cudaStreamCreateWithFlags failed: " + cuda_error(e));
+      return failure(ErrorCode::kTransport, "cudaStreamCreateWithFlags failed: " + cuda_error(e));
     }
     m.own_stream = true;
   }
   if (cudaError_t e = cudaEventCreateWithFlags(&m.fence, cudaEventDisableTiming); e != cudaSuccess) {
-    return c->failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
+    return failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
   }
   if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&m.word), 2 * sizeof(int64_t), m.stream); e != cudaSuccess) {
-    return c->failure(ErrorCode::kTransport, "cudaMallocAsync of 16 bytes failed: " + cuda_error(e));
+    return failure(ErrorCode::kTransport, "cudaMallocAsync of 16 bytes failed: " + cuda_error(e));
   }
-  m.pair = static_cast<int64_t*>(config.confirm_host);
+  m.pair = static_cast<int64_t*>(config_.confirm_host);
   if (m.pair == nullptr) {
-    if (cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&m.pair), 2 * sizeof(int64_t), cudaHostAllocPortable); e != cudaSuccess) {
-      return c->failure(ErrorCode::kTransport, "cudaHostAlloc of 16 bytes failed: " + cuda_error(e));
+    if (cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&m.pair), 2 * sizeof(int64_t),
+                                      cudaHostAllocPortable);
+        e != cudaSuccess) {
+      return failure(ErrorCode::kTransport, "cudaHostAlloc of 16 bytes failed: " + cuda_error(e));
     }
     m.own_pair = true;
   }
+  return Status();
+}
 
+// NCCL's init, polled until it settles: the other ranks must join by the
+// deadline, and a rank that gave up on it (config.cancelled) cuts it short.
+Status Comm::init(const void* unique_id) {
+  Impl& m = *impl_;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   // Non-blocking unless asked: init and every call then return at once and
   // are polled, so a deadline or an abort from another thread cuts in. A
   // blocking communicator's init is bounded by its peers alone.
-  cfg.blocking = config.blocking ? 1 : 0;
-  const std::string name = "rcoll epoch " + std::to_string(config.epoch);
+  cfg.blocking = config_.blocking ? 1 : 0;
+  const std::string name = "rcoll epoch " + std::to_string(config_.epoch);
   cfg.commName = name.c_str();
   const auto started = Clock::now();
   auto last_asked = started;
-  ncclResult_t r = ncclCommInitRankConfig(&m.comm, config.size, id, config.rank, &cfg);
-  // Poll the init until it settles; the other ranks must join by the deadline.
+  const ncclUniqueId& id = *static_cast<const ncclUniqueId*>(unique_id);
+  ncclResult_t r = ncclCommInitRankConfig(&m.comm, config_.size, id, config_.rank, &cfg);
   while (r == ncclInProgress || r == ncclSuccess) {
     ncclResult_t state = ncclSuccess;
     if (m.comm == nullptr) {
@@ -238,21 +257,22 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
       r = state;
       break;
     }
-    if (config.cancelled && Clock::now() - last_asked >= std::chrono::milliseconds(10)) {
+    if (config_.cancelled && Clock::now() - last_asked >= std::chrono::milliseconds(10)) {
       last_asked = Clock::now();
-      if (config.cancelled()) {
+      if (config_.cancelled()) {
         abort_or_defer(m.comm);
         m.comm = nullptr;
-        return c->failure(ErrorCode::kAborted, "NCCL init cancelled: another rank gave up on it");
+        return failure(ErrorCode::kAborted, "NCCL init cancelled: another rank gave up on it");
       }
     }
-    if (config.init_deadline.expired()) {
+    if (config_.init_deadline.expired()) {
       abort_or_defer(m.comm);
       m.comm = nullptr;
-      return c->failure(ErrorCode::kTimeout,
-                        "NCCL init of " + std::to_string(config.size) + " ranks did not finish within " +
-                            std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) +
-                            " ms (a rank missing or stuck?); aborted it");
+      return failure(
+          ErrorCode::kTimeout,
+          "NCCL init of " + std::to_string(config_.size) + " ranks did not finish within " +
+              std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) +
+              " ms (a rank missing or stuck?); aborted it");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -260,10 +280,10 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
     const std::string why = nccl_error(r, m.comm);
     if (m.comm) abort_or_defer(m.comm);
     m.comm = nullptr;
-    return c->failure(r == ncclUnhandledCudaError ? ErrorCode::kUnsupported : ErrorCode::kTransport,
-                      "NCCL init of " + std::to_string(config.size) + " ranks failed: " + why);
+    return failure(r == ncclUnhandledCudaError ? ErrorCode::kUnsupported : ErrorCode::kTransport,
+                   "NCCL init of " + std::to_string(config_.size) + " ranks failed: " + why);
   }
-  return c;
+  return Status();
 }
 
 Comm::~Comm() {

@@ -160,6 +160,8 @@ class Comm {
   struct Impl;
   explicit Comm(const Config& config);
   Status failure(ErrorCode code, const std::string& what) const;
+  Status prepare_device();
+  Status init(const void* unique_id);  // an ncclUniqueId
   Result<uint64_t> record_ticket();  // under mu_
 
   Config config_;
