@@ -460,10 +460,22 @@ class CommunicatorImpl : public ProgressGuard {
     Clock::time_point hung_seen{};
     bool look_again = false;
     std::vector<ChainMember> chain;  // the chain of waits as seen at hung_seen
-    // Is this stall, `stalled_for` long, the one judged hung before? (A
-    // stall that began after hung_seen is a new one.)
-    bool second_look(Clock::duration stalled_for) const {
-      return hung_seen != Clock::time_point{} && Clock::now() - hung_seen < stalled_for;
+    // Progress of the op (bytes moved, an NCCL slice done), counted: the
+    // stall looked at again is the one judged hung before only if nothing
+    // moved in between, in the same epoch.
+    uint64_t moves = 0;
+    uint64_t moves_at_look = 0;
+    uint32_t epoch_at_look = 0;
+    Clock::time_point stall_began_at_look{};  // when the stall judged hung at hung_seen began
+    void look_at(Clock::time_point stall_began, uint32_t epoch) {
+      hung_seen = Clock::now();
+      look_again = true;
+      moves_at_look = moves;
+      epoch_at_look = epoch;
+      stall_began_at_look = stall_began;
+    }
+    bool second_look(uint32_t epoch) const {
+      return hung_seen != Clock::time_point{} && moves == moves_at_look && epoch == epoch_at_look;
     }
   };
   OpInFlight in_flight_;

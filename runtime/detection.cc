@@ -158,6 +158,7 @@ Clock::duration CommunicatorImpl::next_look() const {
 }
 
 void CommunicatorImpl::moved(uint64_t bytes) {
+  ++in_flight_.moves;
   if (liveness_) liveness_->note_progress(bytes);
 }
 
@@ -185,7 +186,8 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
                     op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and " + who +
                         " is silent (no heartbeat); recovering and waiting for it");
     case Stall::kWait:
-      return Status();  // a live straggler: wait on (interrupted() logs it)
+      in_flight_.cycle.clear();  // what a cycle seen before would be is judged afresh
+      return Status();           // a live straggler: wait on (interrupted() logs it)
     case Stall::kStragglerExpired: {
       in_flight_.straggler_expired = true;
       const PeerView late_view = liveness_->peer(verdict.peer);
@@ -207,13 +209,14 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
         // meanwhile (a receiver still working through what was queued for it
         // before this send), it is busy, not hung: wait on, as for a
         // straggler, up to the straggler timeout.
+        // A busy look counts the stall afresh from here, as a straggler's
+        // wait does.
         const std::vector<ChainMember> chain = wait_chain(stall_view(op, peer), peer);
-        const bool busy = in_flight_.second_look(stalled_for) &&
-                          chain_moved(in_flight_.chain, chain) &&
-                          rules.late < rules.straggler_timeout;
-        if (!in_flight_.second_look(stalled_for) || busy) {
-          in_flight_.hung_seen = Clock::now();
-          in_flight_.look_again = true;
+        const bool again = in_flight_.second_look(epoch_.load());
+        const bool busy =
+            again && chain_moved(in_flight_.chain, chain) && rules.late < rules.straggler_timeout;
+        if (!again || busy) {
+          in_flight_.look_at(busy ? Clock::now() : Clock::now() - stalled_for, epoch_.load());
           in_flight_.chain = chain;
           if (busy) {
             RCOLL_LOG(kDebug,
@@ -224,14 +227,27 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
           }
           return Status();
         }
+      } else if (transport_->retransmission_wait() > Clock::duration::zero() &&
+                 !in_flight_.second_look(epoch_.load())) {
+        // A collective: every rank in it and nothing moving. A link that
+        // dropped segments while a straggler's buffer was full may still be
+        // waiting out its retransmission timeout: look once more after it.
+        in_flight_.look_at(Clock::now() - stalled_for, epoch_.load());
+        return Status();
       }
       break;
   }
   ctx.peer = peer;
+  // Judged on a second look, the stall began before the first.
+  const Clock::time_point began = in_flight_.second_look(epoch_.load())
+                                      ? in_flight_.stall_began_at_look
+                                      : Clock::now() - stalled_for;
   // The hang timeout's clock: a stall of the op in flight, not of a replay.
-  if (in_flight_.holds(op.seq)) in_flight_.stall_began = Clock::now() - stalled_for;
+  if (in_flight_.holds(op.seq)) in_flight_.stall_began = began;
+  const auto stalled_ms = std::chrono::duration_cast<Millis>(Clock::now() - began).count();
   return Status(ErrorCode::kTimeout, ctx,
-                op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms (the op's progress deadline)");
+                op.describe() + ": no bytes moved for " + std::to_string(stalled_ms) +
+                    " ms (the op's progress deadline)");
 }
 
 Status CommunicatorImpl::interrupted() {

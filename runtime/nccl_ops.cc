@@ -378,6 +378,7 @@ Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Co
     if (Status s = watch.wait_for(comm, ticket); !s.ok()) return s;
     rec.done = slice + 1;
     watch.last_progress = Clock::now();
+    ++in_flight_.moves;
     if (abort_after_first && rec.done == first + 1) {
       ++injected_;
       return Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)");

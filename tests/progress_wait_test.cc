@@ -1,7 +1,7 @@
 // AlgoContext's wait, alone: a transport whose requests never finish and a
 // guard that records when it is asked. The guard may ask for its next look
-// later than a progress budget (a link that may be retransmitting): the wait
-// asks it then, and the stall goes on counting meanwhile.
+// sooner or later than a progress budget (a cycle to confirm, a link that may
+// be retransmitting): the wait asks it then.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -86,12 +86,10 @@ void expect_second_look_after(Clock::duration budget, Clock::duration look) {
   EXPECT_EQ(s.code(), ErrorCode::kTimeout) << s.to_string();
   ASSERT_EQ(guard.asked_.size(), 2u);
   EXPECT_GE(guard.asked_[0] - began, budget);
-  // Asked again when it wanted, not a budget later.
-  EXPECT_GE(guard.asked_[1] - guard.asked_[0], look);
-  EXPECT_LT(guard.asked_[1] - guard.asked_[0], look + 2 * budget);
-  // The stall it is told of the second time is the whole of it, first look
-  // included: it did not start over.
-  EXPECT_GE(guard.stalled_[1], budget + look);
+  // Asked again when it wanted, not a budget later, with the stall counted
+  // afresh from the first look (the guard keeps what it saw).
+  EXPECT_GE(guard.stalled_[1], look);
+  EXPECT_LT(guard.stalled_[1], look + budget);
 }
 
 TEST(ProgressWait, ALookLaterThanTheBudgetWaitsForIt) { expect_second_look_after(200ms, 700ms); }

@@ -172,5 +172,39 @@ TEST(TcpTransport, EveryLinkCapsItsRetransmissionTimeout) {
                  [](Transport& t) { EXPECT_EQ(t.retransmission_wait(), Clock::duration(1000ms)); });
 }
 
+// The mesh's sockets, as the kernel reports them: the retransmission timeout
+// capped at 1 s, and the give-up time for unacknowledged data set back to 15
+// minutes (capped alone, the kernel would give up after 14.4 s).
+TEST(TcpTransport, MeshSocketsCapTheTimeoutAndKeepTheGiveUpTime) {
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  const int ms = 1000;
+  const bool allowed = setsockopt(probe, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof(ms)) == 0;
+  ::close(probe);
+  if (!allowed) GTEST_SKIP() << "this kernel has no TCP_RTO_MAX_MS (before Linux 6.15)";
+  testing_support::run_thread_ranks(2, [&](int r, std::shared_ptr<Store> store) {
+    MeshParams p;
+    p.rank = r;
+    p.size = 2;
+    p.store = std::move(store);
+    p.key_prefix = "mesh/";
+    p.ifname_spec = "=lo";
+    p.deadline = Deadline::after(5000ms);
+    p.purpose = "test";
+    boost::asio::io_context io;
+    auto socks = build_tcp_mesh(io, p);
+    ASSERT_TRUE(socks.ok()) << socks.status().to_string();
+    const int fd = socks.value()[static_cast<size_t>(1 - r)]->native_handle();
+    int rto_max = 0;
+    unsigned user_timeout = 0;
+    socklen_t len = sizeof(rto_max);
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max, &len), 0);
+    len = sizeof(user_timeout);
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, &len), 0);
+    EXPECT_EQ(rto_max, kTcpRtoMaxMs);
+    EXPECT_EQ(user_timeout, kTcpUserTimeoutMs);
+  });
+}
+
 }  // namespace
 }  // namespace rcoll

@@ -184,17 +184,13 @@ Status AlgoContext::wait_until(const Done& done) {
         }
         return fail(std::move(verdict));
       }
-      // A live straggler: keep waiting another budget, and count the stall
-      // afresh. Or the guard wants another look at what it saw, sooner or
-      // later than a budget (a cycle to confirm, a link that may be
-      // retransmitting): the stall goes on meanwhile.
+      // Keep waiting, the stall counted afresh (the guard keeps what it saw):
+      // another budget for a live straggler, or as long as the guard wants
+      // before it looks again, sooner or later than a budget (a cycle to
+      // confirm, a link that may be retransmitting).
       const Clock::duration look = guard_->next_look();
-      if (look == Clock::duration::max()) {
-        last_progress = now;
-        check_at = now + budget_;
-      } else {
-        check_at = now + look;
-      }
+      last_progress = now;
+      check_at = now + (look == Clock::duration::max() ? budget_ : look);
     }
     // Wake at least every 20 ms to look at the guard (peer abort notices).
     const Clock::time_point until = std::min(check_at, now + std::chrono::milliseconds(20));

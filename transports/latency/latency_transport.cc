@@ -57,6 +57,7 @@ class LatencyTransport final : public Transport {
   void break_link(int peer) override { inner_->break_link(peer); }
   uint64_t bytes_sent() const override { return inner_->bytes_sent(); }
   uint64_t bytes_received() const override { return inner_->bytes_received(); }
+  Clock::duration retransmission_wait() const override { return inner_->retransmission_wait(); }
 
  private:
   struct Held {

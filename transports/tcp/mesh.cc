@@ -46,8 +46,11 @@ AppliedOptions set_socket_options(tcp::socket& s, const MeshParams& p) {
     applied.congestion.assign(name, strnlen(name, len));
   }
   if (setsockopt(s.native_handle(), IPPROTO_TCP, TCP_RTO_MAX_MS, &kTcpRtoMaxMs,
-                 sizeof(kTcpRtoMaxMs)) == 0)
+                 sizeof(kTcpRtoMaxMs)) == 0) {
     applied.rto_max_ms = kTcpRtoMaxMs;
+    (void)setsockopt(s.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &kTcpUserTimeoutMs,
+                     sizeof(kTcpUserTimeoutMs));
+  }
   return applied;
 }
 

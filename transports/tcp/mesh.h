@@ -46,6 +46,13 @@ namespace rcoll {
 // nothing to read; the 1 s progress deadline called it hung and recovered.
 // Capped, the link resumes within a second of the receiver draining.
 inline constexpr int kTcpRtoMaxMs = 1000;
+// The cap also shortens how long the kernel keeps retransmitting before it
+// gives up on the connection: it models tcp_retries2 (15) retransmissions on
+// the cap (tcp_model_timeout), 14.4 s instead of 924.6 s. A receiver may stop
+// reading for longer than 14 s (a checkpoint restore) while its full buffer
+// keeps dropping the retransmissions. Where the cap is set, TCP_USER_TIMEOUT
+// sets the give-up time back to 15 minutes.
+inline constexpr unsigned kTcpUserTimeoutMs = 15 * 60 * 1000;
 
 struct MeshParams {
   int rank = 0;
