@@ -155,6 +155,16 @@ TEST(TcpTransportTest, BackgroundReceiveMatchesInOrderWithThePeersOtherReceives)
   });
 }
 
+// Does this kernel take TCP_RTO_MAX_MS (Linux 6.15)?
+bool kernel_caps_retransmission_timeout() {
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (probe < 0) return false;
+  const int ms = kTcpRtoMaxMs;
+  const bool allowed = setsockopt(probe, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof(ms)) == 0;
+  ::close(probe);
+  return allowed;
+}
+
 // Every connection caps its retransmission timeout at 1 s where the kernel
 // allows it (TCP_RTO_MAX_MS, Linux 6.15), and the transport says so: a
 // segment dropped while a receiver was not reading is sent again within a
@@ -162,12 +172,8 @@ TEST(TcpTransportTest, BackgroundReceiveMatchesInOrderWithThePeersOtherReceives)
 // seconds, and the stall judge waits that long before it calls a quiet link
 // hung.
 TEST(TcpTransport, EveryLinkCapsItsRetransmissionTimeout) {
-  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(probe, 0);
-  const int ms = 1000;
-  const bool allowed = setsockopt(probe, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof(ms)) == 0;
-  ::close(probe);
-  if (!allowed) GTEST_SKIP() << "this kernel has no TCP_RTO_MAX_MS (before Linux 6.15)";
+  if (!kernel_caps_retransmission_timeout())
+    GTEST_SKIP() << "this kernel has no TCP_RTO_MAX_MS (before Linux 6.15)";
   run_transports(3,
                  [](Transport& t) { EXPECT_EQ(t.retransmission_wait(), Clock::duration(1000ms)); });
 }
@@ -176,12 +182,8 @@ TEST(TcpTransport, EveryLinkCapsItsRetransmissionTimeout) {
 // capped at 1 s, and the give-up time for unacknowledged data set back to 15
 // minutes (capped alone, the kernel would give up after 14.4 s).
 TEST(TcpTransport, MeshSocketsCapTheTimeoutAndKeepTheGiveUpTime) {
-  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(probe, 0);
-  const int ms = 1000;
-  const bool allowed = setsockopt(probe, IPPROTO_TCP, TCP_RTO_MAX_MS, &ms, sizeof(ms)) == 0;
-  ::close(probe);
-  if (!allowed) GTEST_SKIP() << "this kernel has no TCP_RTO_MAX_MS (before Linux 6.15)";
+  if (!kernel_caps_retransmission_timeout())
+    GTEST_SKIP() << "this kernel has no TCP_RTO_MAX_MS (before Linux 6.15)";
   testing_support::run_thread_ranks(2, [&](int r, std::shared_ptr<Store> store) {
     MeshParams p;
     p.rank = r;
