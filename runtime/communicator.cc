@@ -129,22 +129,11 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
       size_(boot_.size),
       chain_(std::move(chain)),
       log_(options_.backup_bytes, sends_kept_bytes(options_)),
-      send_seq_(static_cast<size_t>(size_), 0),
-      recv_seq_(static_cast<size_t>(size_), 0) {
+      numbering_(size_) {
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
   credits_.reset(rank_, size_);
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
-  pins_.piece = options_.chunk_bytes > 0;
-  pins_.window = options_.pipeline_depth > 0;
-  if (pins_.piece) base_tuning_.piece_bytes = options_.chunk_bytes;
-  if (pins_.window) base_tuning_.window = options_.pipeline_depth;
-  base_tuning_.allreduce = options_.allreduce_algorithm;
-  base_tuning_.broadcast = options_.broadcast_algorithm;
-  base_tuning_.small_allreduce_bytes = options_.small_allreduce_bytes;
-  schedule_.reset(base_tuning_);
-  tuned_piece_ = base_tuning_.piece_bytes;
-  tuned_window_ = base_tuning_.window;
 }
 
 CommunicatorImpl::~CommunicatorImpl() { close(); }
@@ -177,21 +166,14 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   std::unique_lock<std::mutex> lock(mu_);
   std::shared_ptr<WorkState> work = reuse_work();
   op.work = work;
-  // A group numbers each of its members, in order; the carrier has the first's seq.
-  const uint64_t taken = op.group ? op.group->size() : 1;
-  op.seq = next_seq_ + 1;
-  next_seq_ += taken;
-  if (op.group) {
-    for (size_t i = 0; i < op.group->size(); ++i) (*op.group)[i].seq = op.seq + i;
-  }
-  work->seq = op.seq;
+  work->seq = numbering_.take(op);
   work->rank = rank_;
   if (!shrink_unreported_.ok()) {
     // The group shrank while this rank was idle: tell the caller with this op,
     // before it is numbered (it was meant for the old group).
     Status why = shrink_unreported_;
     shrink_unreported_ = Status();
-    next_seq_ -= taken;
+    numbering_.give_back(op);
     ErrorContext at = why.context();  // the death's, about this op (not the one before)
     at.op_seq = op.seq;
     work->finish(Status(ErrorCode::kPeerDead, at,
@@ -213,21 +195,14 @@ Work CommunicatorImpl::submit(Op op, Issue how) {
   if (valid.ok()) valid = prepare_device_op(op);
   if (Status s = std::move(valid); !s.ok()) {
     // Bad input never consumes a sequence number peers would wait for.
-    next_seq_ -= taken;
+    numbering_.give_back(op);
     work->finish(std::move(s));
     return Work(work);
   }
-  auto number = [this](Op& p2p) {
-    p2p.match_seq = p2p.is_send ? ++send_seq_[static_cast<size_t>(p2p.peer)]
-                                : ++recv_seq_[static_cast<size_t>(p2p.peer)];
-    recorder_.issued(p2p);
-  };
+  numbering_.match(op);
   if (op.group) {
-    for (Op& m : *op.group) number(m);
-  } else if (op.kind == OpKind::kSendRecv) {
-    number(op);
+    for (const Op& m : *op.group) recorder_.issued(m);
   } else {
-    op.match_seq = ++collective_seq_;
     recorder_.issued(op);
   }
   if (how == Issue::kHereIfIdle && queue_.empty() && !running_) {
@@ -345,7 +320,7 @@ void CommunicatorImpl::close() {
   {
     // No stream may wait for an op that will never run.
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto* g = nccl_.gate.load()) g->open_through(next_seq_);
+    if (auto* g = nccl_.gate.load()) g->open_through(numbering_.last());
   }
   release_device_resources();
   std::lock_guard<std::mutex> lock(mu_);
@@ -403,34 +378,20 @@ std::string CommunicatorImpl::diagnostics() const {
       static_cast<unsigned long long>(c.recoveries), c.recovery_seconds,
       static_cast<unsigned long long>(c.bytes_sent),
       static_cast<unsigned long long>(c.bytes_received),
-      std::chrono::duration<double>(derived_budget(Op{}, tuned_piece_.load(), tuned_window_.load()))
+      std::chrono::duration<double>(derived_budget(Op{}, tuner_.piece_bytes(), tuner_.window()))
           .count());
   return head + recorder_.dump(16);
 }
 
 Counters CommunicatorImpl::counters() const {
   Counters c;
-  c.ops = ops_done_;
-  c.held_bytes = held_bytes_;
-  c.bytes_sent = bytes_sent_before_ + bytes_sent_;
-  c.bytes_received = bytes_received_before_ + bytes_received_;
-  c.recoveries = recoveries_;
-  c.recovery_seconds = static_cast<double>(recovery_micros_.load()) / 1e6;
+  tally_.fill(c);
   c.epoch = epoch_;
-  c.faults_injected = injected_;
-  c.delays_injected = delays_injected_;
-  c.shrinks = shrinks_;
-  c.recoveries_at_shrink = recoveries_at_shrink_;
-  c.faults_at_shrink = faults_at_shrink_;
   c.transport = transport_name_.load();
-  c.fallbacks = fallbacks_ + nccl_.fallbacks;
+  c.fallbacks += nccl_.fallbacks;
   c.device_transport = !chain_.nccl() || nccl_.dropped ? "staged" : "nccl";
   c.nccl_ops = nccl_.ops;
-  c.probes = probes_;
-  c.chunk_bytes = tuned_piece_;
-  c.pipeline_depth = tuned_window_;
-  c.link_latency_us = link_latency_s_ * 1e6;
-  c.link_bandwidth = link_bandwidth_;
+  tuner_.fill(c);
   return c;
 }
 

@@ -27,20 +27,21 @@
 #include "runtime/inject.h"
 #include "runtime/ledger.h"
 #include "runtime/link_model.h"
+#include "runtime/link_tuning.h"
 #include "runtime/liveness.h"
 #include "runtime/nccl_plane.h"
 #include "runtime/op.h"
+#include "runtime/op_in_flight.h"
+#include "runtime/op_numbering.h"
 #include "runtime/shrink_rule.h"
 #include "runtime/stall_judge.h"
 #include "runtime/store/exchange.h"
+#include "runtime/tally.h"
 #include "runtime/transport_chain.h"
 #include "transports/nccl/nccl_comm.h"
 #include "transports/transport.h"
 
 namespace rcoll {
-
-// The longest timeout taken as written; longer ones ("never") are a year.
-inline constexpr std::chrono::hours kYear{24 * 365};
 
 class CommunicatorImpl : public ProgressGuard {
  public:
@@ -113,7 +114,6 @@ class CommunicatorImpl : public ProgressGuard {
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
   Result<std::vector<LinkSample>> exchange_link_samples(uint32_t epoch, Deadline deadline);
-  void adopt_link_tuning(uint32_t epoch, const std::vector<LinkSample>& samples, double ms);
   // Called while an exception is being handled, thrown by `op` (nullptr: by
   // an idle check or a recovery while no op ran): the communicator gives up
   // (fatal_), telling the peers; std::bad_alloc is kOutOfMemory, anything
@@ -308,18 +308,9 @@ class CommunicatorImpl : public ProgressGuard {
   Status shrink_unreported_;  // a shrink done while idle, not yet told to the caller (under mu_)
   std::shared_ptr<Store> instance_store_;  // this communicator instance's namespace
   std::shared_ptr<Store> store_;  // namespaced for this communicator instance
-  // Adaptive chunking (link_model.h): the defaults and what the user pinned,
-  // the tuning each op takes, and what the current epoch's links measured.
-  Tuning base_tuning_;
-  TuningPins pins_;
+  // Adaptive chunking: the tuning each op takes (runtime/link_tuning.h).
+  LinkTuner tuner_{options_};
   bool settings_agreed_ = false;  // agree_settings ran (at creation; not again after a shrink)
-  TuningSchedule schedule_;
-  uint64_t tune_from_seq_ = 0;  // set by recover(): first collective no rank has started
-  std::atomic<uint64_t> tuned_piece_{0};
-  std::atomic<int> tuned_window_{0};
-  std::atomic<double> link_latency_s_{0};
-  std::atomic<double> link_bandwidth_{0};
-  std::string link_note_ = "one rank, no links";  // for the log
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
   // Device collectives on NCCL (runtime/nccl_plane.h); owned by the thread
@@ -335,15 +326,8 @@ class CommunicatorImpl : public ProgressGuard {
   std::unique_ptr<Transport> transport_;
   TransportChain chain_;                         // progress thread (and create())
   std::atomic<const char*> transport_name_{""};  // for counters(), from any thread
-  std::atomic<uint64_t> fallbacks_{0};
-  std::atomic<uint64_t> probes_{0};
   std::atomic<uint32_t> epoch_{0};
   std::vector<Fault> faults_;  // from RCOLL_INJECT
-  std::atomic<uint64_t> injected_{0};
-  std::atomic<uint64_t> delays_injected_{0};
-  std::atomic<uint64_t> shrinks_{0};
-  std::atomic<uint64_t> recoveries_at_shrink_{0};
-  std::atomic<uint64_t> faults_at_shrink_{0};
   uint64_t injected_through_seq_ = 0;
 
   // The heartbeat side channel (null for a single rank) and what it told us.
@@ -405,79 +389,8 @@ class CommunicatorImpl : public ProgressGuard {
   static constexpr Clock::duration kIdleTrimAfter = std::chrono::seconds(5);
   Clock::time_point last_op_end_ = Clock::now();
   bool idle_trimmed_ = false;
-  std::atomic<uint64_t> held_bytes_{0};  // for counters()
-  // The op this rank runs now, as detection and recovery see it: one record
-  // per op, reset when the op starts (run_op).
-  struct OpInFlight {
-    OpRecord* record = nullptr;    // null while no op runs; a group's first member
-    std::span<OpRecord> group;     // a group's members (record is the first); empty otherwise
-    const Op* group_op = nullptr;  // the group's carrier (Op::group), while one runs
-    // The records of the op in flight: a group's members, the op's, or none.
-    std::span<OpRecord> current() const {
-      if (!group.empty()) return group;
-      return record ? std::span<OpRecord>(record, 1) : std::span<OpRecord>();
-    }
-    // "allreduce seq 7 (...)", "group of seq 7..9 (...)", or `none`.
-    std::string what(const char* none) const {
-      if (group_op) return group_op->describe();
-      return record ? record->op.describe() : std::string(none);
-    }
-    Clock::time_point started{};
-    int straggler = -1;                   // the late rank logged for this op (-1: none)
-    Clock::time_point straggler_noted{};  // when it was last logged
-    bool straggler_expired = false;       // the last stall was a straggler past its timeout
-    int recoveries = 0;                   // recoveries of this op so far
-    // The hang timeout's clock (Options::hang_timeout): when the stall last
-    // judged hung began (stall_began), and when the spell of hangs began
-    // (hang_since), which lasts across recoveries while no slice of the op
-    // completes (hang_done: the op's slices done when it began;
-    // recoveries_at_hang: its recoveries then).
-    Clock::time_point stall_began{};
-    Clock::time_point hang_since{};
-    size_t hang_done = 0;
-    int recoveries_at_hang = 0;
-    // Is op `seq` (one of) the op in flight?
-    bool holds(uint64_t seq) const {
-      for (const OpRecord& r : current())
-        if (r.op.seq == seq) return true;
-      return false;
-    }
-    // The hang timeout as a duration (a year at most: "never" written as a
-    // huge timeout must not overflow).
-    static Clock::duration hang_limit(std::chrono::milliseconds hang_timeout) {
-      return hang_timeout >= kYear ? Clock::duration(kYear) : Clock::duration(hang_timeout);
-    }
-    // What is left of the hang timeout, or max() when there is none.
-    Clock::duration hang_left(std::chrono::milliseconds hang_timeout) const {
-      if (hang_timeout.count() <= 0) return Clock::duration::max();
-      if (hang_since == Clock::time_point{}) return hang_limit(hang_timeout);
-      return std::max<Clock::duration>(Clock::duration::zero(),
-                                       hang_limit(hang_timeout) - (Clock::now() - hang_since));
-    }
-    std::vector<WaitLink> cycle;  // a cycle of waits seen at the last stall (judge_cycle)
-    // A send or receive judged hung once, at hung_seen: looked at again
-    // (look_again, next_look) before it counts.
-    Clock::time_point hung_seen{};
-    bool look_again = false;
-    std::vector<ChainMember> chain;  // the chain of waits as seen at hung_seen
-    // Progress of the op (bytes moved, an NCCL slice done), counted: the
-    // stall looked at again is the one judged hung before only if nothing
-    // moved in between, in the same epoch.
-    uint64_t moves = 0;
-    uint64_t moves_at_look = 0;
-    uint32_t epoch_at_look = 0;
-    Clock::time_point stall_began_at_look{};  // when the stall judged hung at hung_seen began
-    void look_at(Clock::time_point stall_began, uint32_t epoch) {
-      hung_seen = Clock::now();
-      look_again = true;
-      moves_at_look = moves;
-      epoch_at_look = epoch;
-      stall_began_at_look = stall_began;
-    }
-    bool second_look(uint32_t epoch) const {
-      return hung_seen != Clock::time_point{} && moves == moves_at_look && epoch == epoch_at_look;
-    }
-  };
+  // The op this rank runs now, as detection and recovery see it
+  // (runtime/op_in_flight.h): reset when the op starts (run_op).
   OpInFlight in_flight_;
   Status fatal_;
   bool epoch_failed_seen_ = false;
@@ -493,23 +406,14 @@ class CommunicatorImpl : public ProgressGuard {
   bool running_ = false;
   bool closing_ = false;
   bool closed_ = false;
-  uint64_t next_seq_ = 0;
-  uint64_t collective_seq_ = 0;
-  std::vector<uint64_t> send_seq_;
-  std::vector<uint64_t> recv_seq_;
+  OpNumbering numbering_;  // under mu_ (runtime/op_numbering.h)
   std::thread progress_;
   // Completion states whose Work handles are all gone are handed out again
   // (under mu_): a blocking op allocates none.
   std::array<std::shared_ptr<WorkState>, 4> spare_work_;
   std::shared_ptr<WorkState> reuse_work();
 
-  std::atomic<uint64_t> ops_done_{0};
-  std::atomic<uint64_t> bytes_sent_{0};
-  std::atomic<uint64_t> bytes_received_{0};
-  std::atomic<uint64_t> bytes_sent_before_{0};  // by transports of earlier epochs
-  std::atomic<uint64_t> bytes_received_before_{0};
-  std::atomic<uint64_t> recoveries_{0};
-  std::atomic<int64_t> recovery_micros_{0};
+  Tally tally_;  // for counters() (runtime/tally.h)
 };
 
 }  // namespace rcoll

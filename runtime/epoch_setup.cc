@@ -70,10 +70,12 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
     const bool has_next = chain_.has_next();
     if (!has_next || outcome.code() == ErrorCode::kTimeout) return outcome;
     chain_.drop_current(Clock::now());
-    fallbacks_ = chain_.fallbacks();
-    RCOLL_LOG(kWarn, "transport %s could not connect epoch %u (%s); falling back to %s for epoch %u (fallback #%llu; chain %s)",
+    tally_.fallbacks = chain_.fallbacks();
+    RCOLL_LOG(kWarn,
+              "transport %s could not connect epoch %u (%s); falling back to %s for epoch %u "
+              "(fallback #%llu; chain %s)",
               name.c_str(), epoch, outcome.to_string().c_str(), chain_.current().c_str(), epoch,
-              static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
+              static_cast<unsigned long long>(tally_.fallbacks.load()), chain_.describe().c_str());
   }
   if (Status s = tune_links(epoch, deadline); !s.ok()) return s;
   if (epoch > 0) return Status();
@@ -85,7 +87,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
             "slowest link: %s",
             options_.name.c_str(), size_.load(), epoch, transport_->name(),
             chain_.describe().c_str(), why.c_str(), boot_.store_description.c_str(),
-            boot_.identity_source.c_str(), link_note_.c_str());
+            boot_.identity_source.c_str(), tuner_.note().c_str());
   return Status();
 }
 
@@ -98,7 +100,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     if (f.kind == FaultKind::kFailConnect && f.transport == name && f.count > 0 && epoch >= f.epoch &&
         (f.rank == -1 || f.rank == rank_)) {
       --f.count;
-      ++injected_;
+      ++tally_.injected;
       return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name},
                     "connect of epoch " + std::to_string(epoch) + " failed by fault injection (fail-connect)");
     }
@@ -183,13 +185,14 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   // can take most of it) must not leave the timing too little to finish in.
   const Deadline deadline = own_budget(connect_deadline);
   if (size_ == 1) {
-    if (epoch == 0) schedule_.reset(base_tuning_);  // a group shrunk to one rank starts over
+    if (epoch == 0) tuner_.start_over();  // a group shrunk to one rank
     return Status();
   }
   const auto started = Clock::now();
   auto samples = exchange_link_samples(epoch, deadline);
   if (!samples.ok()) return samples.status();
-  adopt_link_tuning(epoch, samples.value(), std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+  tuner_.adopt(epoch, samples.value(), transport_->name(), size_,
+               std::chrono::duration<double, std::milli>(Clock::now() - started).count());
   return Status();
 }
 
@@ -261,55 +264,10 @@ Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t
   return samples;
 }
 
-// The tuning of the ops to come, from the slowest link every rank measured.
-void CommunicatorImpl::adopt_link_tuning(uint32_t epoch, const std::vector<LinkSample>& samples, double ms) {
-  const char* tname = transport_->name();
-  const LinkSample worst = worst_link(samples);
-  Tuning tuned = tune_for_link(worst, base_tuning_, pins_);
-  // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
-  tuned.doubling_blocks = std::string(tname) == "tcp";
-  // Whether the ranks share so few CPUs that the star broadcast wins
-  // (broadcast_is_star).
-  const int cpus = shared_cpus(samples);
-  tuned.few_shared_cpus = cpus > 0 && cpus <= kStarBroadcastCpus;
-  // Likewise the eager broadcast range (broadcast_is_eager): over TCP above 2
-  // ranks, up to where the acknowledged chain or star takes over.
-  const bool star = large_broadcasts_by_star(size_, tuned);
-  tuned.eager_broadcast_bytes = std::string(tname) != "tcp" || size_ <= 2 ? kEagerBroadcastBytes
-                                : star                                     ? kEagerBroadcastBytesTcpStar
-                                                                           : kEagerBroadcastBytesTcp;
-  const uint64_t from = epoch == 0 ? 0 : tune_from_seq_;
-  if (epoch == 0) {
-    schedule_.reset(tuned);
-  } else {
-    schedule_.adopt(from, tuned);
-  }
-  tuned_piece_ = tuned.piece_bytes;
-  tuned_window_ = tuned.window;
-  link_latency_s_ = worst.latency_s;
-  link_bandwidth_ = worst.bandwidth;
-  const char* pinned = pins_.piece && pins_.window ? " (pinned by options)" : "";
-  if (epoch > 0) {
-    RCOLL_LOG(kInfo, "epoch %u over %s: slowest link %s (timed in %.1f ms); collectives from collective seq %llu on use %s%s",
-              epoch, tname, describe_link(worst).c_str(), ms, static_cast<unsigned long long>(from),
-              describe_tuning(tuned).c_str(), pinned);
-  }
-  link_note_ = describe_link(worst) + " (timed in " + std::to_string(static_cast<int>(ms + 0.5)) + " ms) -> " +
-               describe_tuning(tuned) + pinned;
-  if (size_ > 2 && tuned.broadcast != BroadcastAlgorithm::kAuto) {
-    link_note_ += star ? "; broadcasts by star (pinned)" : "; broadcasts by chain (pinned)";
-  } else if (star) {
-    link_note_ += "; broadcasts by star (the ranks share " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s") + ")";
-  }
-}
-
 // Folds the bytes of the transport being replaced into the running totals.
 void CommunicatorImpl::retire_transport() {
   if (!transport_) return;
-  bytes_sent_before_ += transport_->bytes_sent();
-  bytes_received_before_ += transport_->bytes_received();
-  bytes_sent_ = 0;
-  bytes_received_ = 0;
+  tally_.retire_transport(transport_->bytes_sent(), transport_->bytes_received());
 }
 
 // A state is free again once its pool slot holds the only reference: the

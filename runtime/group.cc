@@ -260,9 +260,8 @@ Status CommunicatorImpl::run_group_slices(std::span<OpRecord> recs, std::span<co
     if (const Op* awaited = awaited_member(streams)) publish_awaited(*awaited);
     if (s = ms.front().ctx->wait_any(waiting); !s.ok()) break;
   }
-  for (auto& m : ms) injected_ += m.ctx->faults_fired();
-  bytes_sent_ = transport_->bytes_sent();
-  bytes_received_ = transport_->bytes_received();
+  for (auto& m : ms) tally_.injected += m.ctx->faults_fired();
+  tally_.transport_moved(transport_->bytes_sent(), transport_->bytes_received());
   return s;
 }
 

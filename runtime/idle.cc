@@ -18,7 +18,7 @@ void CommunicatorImpl::idle_checks() {
     // Device and pinned memory stay until close: freeing either can wait for
     // the whole GPU (other communicators' kernels included).
     const size_t freed = scratch_.release() + log_.trim();
-    held_bytes_ = log_.bytes();
+    tally_.held_bytes = log_.bytes();
     if (freed > 0) {
       RCOLL_LOG(kDebug, "idle for %lld ms: released %zu bytes of staging and backup memory",
                 static_cast<long long>(std::chrono::duration_cast<Millis>(kIdleTrimAfter).count()),

@@ -59,7 +59,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
     switch (f.kind) {
       case FaultKind::kStall:  // a planned stall is applied in run_op, before the op is announced
         if (planned.kind == FaultKind::kRandom) {
-          ++delays_injected_;
+          ++tally_.delays_injected;
           std::this_thread::sleep_for(Millis(f.ms));
         }
         break;
@@ -85,7 +85,7 @@ void CommunicatorImpl::inject_before(const Op& op, AlgoContext& ctx, size_t slic
         break;
       }
       case FaultKind::kDelayChunk:
-        ++delays_injected_;
+        ++tally_.delays_injected;
         ctx.inject_first_send(f.ms, false);
         break;
       case FaultKind::kDropChunk:
@@ -132,7 +132,7 @@ Status CommunicatorImpl::inject_hang(const Op& op) {
               "fault injection: hang: this rank moves no bytes in %s (epoch %u), heartbeating, "
               "until a peer aborts the epoch",
               op.describe().c_str(), epoch_.load());
-    if (hang_counted_seq_ != op.seq) ++injected_;
+    if (hang_counted_seq_ != op.seq) ++tally_.injected;
     hang_counted_seq_ = op.seq;
     const Deadline bound = Deadline::after(straggler_timeout(op));
     while (!bound.expired()) {
@@ -161,7 +161,7 @@ void CommunicatorImpl::inject_in_confirmation(const Op& op, AlgoContext& ctx) {
 void CommunicatorImpl::inject_late_start(const Op& op) {
   for (const Fault& f : faults_) {
     if (f.kind == FaultKind::kStall && (f.rank == -1 || f.rank == rank_) && f.op == op.seq && op.seq > injected_through_seq_) {
-      ++delays_injected_;
+      ++tally_.delays_injected;
       RCOLL_LOG(kWarn, "fault injection: stalling %lld ms before %s", static_cast<long long>(f.ms), op.describe().c_str());
       std::this_thread::sleep_for(Millis(f.ms));
     }

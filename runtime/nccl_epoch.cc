@@ -79,7 +79,7 @@ void CommunicatorImpl::drop_nccl(const std::string& why, uint32_t epoch) {
             "staged through "
             "pinned host memory over %s instead (fallback #%llu)",
             epoch, why.c_str(), transport_name_.load(),
-            static_cast<unsigned long long>(fallbacks_ + nccl_.fallbacks));
+            static_cast<unsigned long long>(tally_.fallbacks + nccl_.fallbacks));
 }
 
 StoreExchange::Gathered CommunicatorImpl::wait_for_ranks(const StoreExchange& exchange, const Op& op, Deadline until,
@@ -186,7 +186,7 @@ std::string CommunicatorImpl::nccl_refusal(uint32_t epoch) {
     if (refuse.empty() && f.kind == FaultKind::kFailConnect && f.transport == "nccl" && f.count > 0 && epoch >= f.epoch &&
         (f.rank == -1 || f.rank == rank_)) {
       --f.count;
-      ++injected_;
+      ++tally_.injected;
       refuse = "rank " + std::to_string(rank_) + ": NCCL init of epoch " + std::to_string(epoch) +
                " failed by fault injection (fail-connect)";
     }

@@ -151,7 +151,7 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
         abort_after_first = true;
         break;
       case FaultKind::kDelayChunk:
-        ++delays_injected_;
+        ++tally_.delays_injected;
         std::this_thread::sleep_for(Millis(f.ms));
         break;
       case FaultKind::kBadAlloc:
@@ -380,7 +380,7 @@ Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Co
     watch.last_progress = Clock::now();
     ++in_flight_.moves;
     if (abort_after_first && rec.done == first + 1) {
-      ++injected_;
+      ++tally_.injected;
       return Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)");
     }
   }

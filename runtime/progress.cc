@@ -53,8 +53,8 @@ void CommunicatorImpl::progress_loop() {
           closing_barrier_done = closing_barrier = true;
           op.kind = OpKind::kBarrier;
           op.in = op.out = Buffer{nullptr, 0, DataType::kUint8};
-          op.seq = ++next_seq_;
-          op.match_seq = ++collective_seq_;
+          numbering_.take(op);
+          numbering_.match(op);
           op.work = std::make_shared<WorkState>();
           op.options.timeout = options_.recovery_timeout;
           running_ = true;
@@ -103,8 +103,8 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   closing_barrier_running_ = false;
   last_op_end_ = Clock::now();
   idle_trimmed_ = false;
-  held_bytes_ = scratch_.held() + log_.bytes() + log_.pool()->free_bytes() + staging_.held();
-  if (!closing_barrier) ++ops_done_;
+  tally_.held_bytes = scratch_.held() + log_.bytes() + log_.pool()->free_bytes() + staging_.held();
+  if (!closing_barrier) ++tally_.ops_done;
   if (!s.ok() && closing_barrier) {
     RCOLL_LOG(kInfo, "closing barrier did not complete (%s); closing anyway", s.to_string().c_str());
   }
@@ -331,12 +331,7 @@ OpRecord CommunicatorImpl::new_record(const Op& op) {
   rec.op.stream_ready.reset();  // used before the op runs; it would keep the work state alive in the log
   rec.pool = log_.pool();
   // The tuning this op keeps, replays included (link_model.h).
-  if (op.kind == OpKind::kSendRecv) {
-    rec.tuning = schedule_.for_point_to_point();
-  } else {
-    schedule_.prune_before(op.match_seq);
-    rec.tuning = schedule_.for_collective(op.match_seq);
-  }
+  rec.tuning = tuner_.for_op(op);
   // Device buffers reach run_op only to run on NCCL (else they are staged).
   rec.nccl = op.on_device();
   rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, 0).slices;  // the count alone
@@ -567,9 +562,8 @@ Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
     s = ctx.confirm_completion(static_cast<uint32_t>(rec.total));
     rec.confirmed = s.ok();
   }
-  injected_ += ctx.faults_fired();
-  bytes_sent_ = transport_->bytes_sent();
-  bytes_received_ = transport_->bytes_received();
+  tally_.injected += ctx.faults_fired();
+  tally_.transport_moved(transport_->bytes_sent(), transport_->bytes_received());
   return s;
 }
 

@@ -83,8 +83,8 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
 
   // A fresh data plane: new connections, and frames of the old epoch can no
   // longer arrive anywhere.
-  tune_from_seq_ = plan.value().collectives_started + 1;
-  credits_.restart_from(tune_from_seq_);
+  tuner_.resume_from(plan.value().collectives_started + 1);
+  credits_.restart_from(plan.value().collectives_started + 1);
   inject_in_recovery(round.seq, round.failed, "connect");
   // Connecting waits for every rank: a death or a give-up meanwhile ends it
   // at once (polled at most every 20 ms), and is the error, not the connect's.
@@ -108,14 +108,14 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   }
   epoch_failed_seen_ = false;
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - round.started).count();
-  ++recoveries_;
-  recovery_micros_ += micros;
+  tally_.note_recovery(micros);
   std::string resume;
   for (const auto& e : plan.value().entries) {
     resume += (resume.empty() ? "" : ", ") + std::string("op ") + std::to_string(e.local_seq) + " from slice " + std::to_string(e.resume);
   }
-  RCOLL_LOG(kWarn, "recovered: epoch %u over %s after %.1f ms (recovery #%llu); resuming %s", round.failed + 1,
-            transport_name_.load(), static_cast<double>(micros) / 1000.0, static_cast<unsigned long long>(recoveries_.load()),
+  RCOLL_LOG(kWarn, "recovered: epoch %u over %s after %.1f ms (recovery #%llu); resuming %s",
+            round.failed + 1, transport_name_.load(), static_cast<double>(micros) / 1000.0,
+            static_cast<unsigned long long>(tally_.recoveries.load()),
             resume.empty() ? "nothing (no op in flight here)" : resume.c_str());
   return plan;
 }
@@ -273,18 +273,29 @@ Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round) {
     const std::string from = chain_.current();
     const size_t from_index = chain_.index();
     if (chain_.adopt(agreed, Clock::now())) {
-      fallbacks_ = chain_.fallbacks();
-      probes_ = chain_.probes();
+      tally_.fallbacks = chain_.fallbacks();
+      tally_.probes = chain_.probes();
       if (chain_.index() > from_index) {
-        RCOLL_LOG(kWarn, "transport %s failed %d times within %lld s; every rank moves to %s for epoch %u (fallback #%llu; chain %s)",
-                  from.c_str(), options_.transport_failures_to_drop,
-                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window).count()),
-                  chain_.current().c_str(), round.failed + 1, static_cast<unsigned long long>(fallbacks_.load()), chain_.describe().c_str());
+        RCOLL_LOG(
+            kWarn,
+            "transport %s failed %d times within %lld s; every rank moves to %s for epoch %u "
+            "(fallback #%llu; chain %s)",
+            from.c_str(), options_.transport_failures_to_drop,
+            static_cast<long long>(
+                std::chrono::duration_cast<std::chrono::seconds>(options_.transport_failure_window)
+                    .count()),
+            chain_.current().c_str(), round.failed + 1,
+            static_cast<unsigned long long>(tally_.fallbacks.load()), chain_.describe().c_str());
       } else {
-        RCOLL_LOG(kWarn, "transport %s unused for %lld s since it was dropped; every rank probes back up to it for epoch %u (probe #%llu; chain %s)",
+        RCOLL_LOG(kWarn,
+                  "transport %s unused for %lld s since it was dropped; every rank probes back up "
+                  "to it for epoch %u (probe #%llu; chain %s)",
                   chain_.current().c_str(),
-                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(options_.transport_probe_after).count()),
-                  round.failed + 1, static_cast<unsigned long long>(probes_.load()), chain_.describe().c_str());
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                             options_.transport_probe_after)
+                                             .count()),
+                  round.failed + 1, static_cast<unsigned long long>(tally_.probes.load()),
+                  chain_.describe().c_str());
       }
     }
   }

@@ -100,9 +100,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
   *stale_count = leave_old_group(why, new_rank, new_size);
   if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
   if (Status s = start_liveness(own_budget(deadline)); !s.ok()) return s;  // as in create()
-  recoveries_at_shrink_ = recoveries_.load();
-  faults_at_shrink_ = injected_.load();
-  ++shrinks_;
+  tally_.note_shrink();
   RCOLL_LOG(kWarn,
             "shrink mode: the group is now old ranks {%s}: this rank was %d of %d and is %d of %d",
             members.c_str(), old_rank, old_size, new_rank, new_size);
@@ -154,9 +152,7 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
     stale.swap(queue_);
     rank_ = new_rank;
     size_ = new_size;
-    collective_seq_ = 0;
-    send_seq_.assign(static_cast<size_t>(new_size), 0);
-    recv_seq_.assign(static_cast<size_t>(new_size), 0);
+    numbering_.new_group(new_size);
   }
   for (size_t i = 0; i < stale.size(); ++i) {
     Op& op = stale[i];
