@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/ring_queue.h"
+#include "base/store_exchange.h"
 #include "kernels/stream_gate.h"
 #include "rcoll/communicator.h"
 #include "runtime/algorithms/context.h"
@@ -35,7 +36,7 @@
 #include "runtime/op_numbering.h"
 #include "runtime/shrink_rule.h"
 #include "runtime/stall_judge.h"
-#include "runtime/store/exchange.h"
+#include "runtime/store/janitor.h"
 #include "runtime/tally.h"
 #include "runtime/transport_chain.h"
 #include "transports/nccl/nccl_comm.h"
@@ -308,6 +309,7 @@ class CommunicatorImpl : public ProgressGuard {
   Status shrink_unreported_;  // a shrink done while idle, not yet told to the caller (under mu_)
   std::shared_ptr<Store> instance_store_;  // this communicator instance's namespace
   std::shared_ptr<Store> store_;  // namespaced for this communicator instance
+  KeyJanitor janitor_;            // the keys of finished epochs (runtime/store/janitor.h)
   // Adaptive chunking: the tuning each op takes (runtime/link_tuning.h).
   LinkTuner tuner_{options_};
   bool settings_agreed_ = false;  // agree_settings ran (at creation; not again after a shrink)

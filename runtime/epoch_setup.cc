@@ -6,9 +6,9 @@
 #include <string>
 
 #include "base/log.h"
+#include "base/store_exchange.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/store/call_deadline.h"
-#include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"
 #include "transports/factory.h"
 #include "transports/latency/latency_transport.h"
@@ -107,6 +107,7 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
   }
   HostConnectParams p;
   p.key_prefix = keys::transport_addresses(name, epoch);
+  janitor_.note_exchange(p.key_prefix);
   p.rank = rank_;
   p.size = size_;
   p.epoch = epoch;
@@ -145,8 +146,10 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
     const std::string text = "rank " + std::to_string(rank_) + ": " + mine.message();
     if (auto there = store_->check(failed_key); !there.ok() || !there.value()) {
       (void)store_->set(failed_key, Bytes(text.begin(), text.end()));
+      janitor_.note_key(failed_key);
     }
   }
+  janitor_.note_exchange(keys::connect(epoch, name));
   if (Status s = exchange.publish(rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
   // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
   auto failure = [&](const std::vector<int>&) -> Status {
@@ -210,6 +213,7 @@ Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t
     RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
               epoch, tname, probed.status().to_string().c_str());
   }
+  janitor_.note_exchange(keys::tune(epoch));
   const StoreExchange exchange(*store_, keys::tune(epoch), size_);
   const std::string text = encode_sample(mine);
   if (Status s = exchange.publish(rank_, Bytes(text.begin(), text.end())); !s.ok()) {

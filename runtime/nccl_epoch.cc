@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/communicator_impl.h"
 #include "base/log.h"
-#include "runtime/store/exchange.h"
+#include "base/store_exchange.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/store/keys.h"
 
 namespace rcoll {
@@ -205,13 +205,16 @@ Result<std::string> CommunicatorImpl::nccl_arrive(const Op& op, uint32_t epoch, 
   if (size_ == 1) return id;
   if (rank_ == 0) {
     if (Status s = store_->set(keys::nccl_id(epoch), Bytes(id.begin(), id.end())); !s.ok()) return Status(s.code(), ctx, s.message());
+    janitor_.note_key(keys::nccl_id(epoch));
   }
   // Arrivals are waited for as an op waits for its peers: a straggler is
   // waited for, a frozen rank recovered from.
   const StoreExchange arrivals(*store_, keys::nccl_arrived(epoch), size_);
+  janitor_.note_exchange(keys::nccl_arrived(epoch));
   if (Status s = arrivals.publish(rank_, Bytes{1}); !s.ok()) return Status(s.code(), ctx, s.message());
   if (auto s = wait_for_ranks(arrivals, op, Deadline::never(), "waiting for every rank at NCCL init", true); !s.ok()) {
     (void)store_->set(keys::nccl_gave_up(epoch), Bytes{0});  // peers already in init stop waiting for this rank
+    janitor_.note_key(keys::nccl_gave_up(epoch));
     return s.status;
   }
   if (rank_ != 0) {
@@ -278,6 +281,7 @@ Status CommunicatorImpl::nccl_agree(const Op& op, uint32_t epoch, Result<std::un
     }
   }};
   const StoreExchange outcomes(*store_, keys::nccl_outcomes(epoch), size_);
+  janitor_.note_exchange(keys::nccl_outcomes(epoch));
   if (Status s = outcomes.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) return Status(s.code(), ctx, s.message());
   // Peers still inside NCCL's init are at this op, not hung: no stall rule
   // here, only the init's own bound (and dead peers, abort notices).

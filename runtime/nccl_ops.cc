@@ -35,9 +35,9 @@
 #include <string>
 #include <thread>
 
-#include "runtime/communicator_impl.h"
 #include "base/log.h"
-#include "runtime/store/exchange.h"
+#include "base/store_exchange.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/store/keys.h"
 
 namespace rcoll {

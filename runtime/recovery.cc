@@ -9,10 +9,10 @@
 #include <string>
 #include <thread>
 
-#include "runtime/communicator_impl.h"
 #include "base/log.h"
+#include "base/store_exchange.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/store/call_deadline.h"
-#include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"
 #include "runtime/store/notices.h"
 
@@ -73,10 +73,13 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // even on a stalled store host.
   const ScopedStoreDeadline store_bound(Deadline::after(options_.recovery_timeout + Millis(1000)));
 
+  janitor_.retire();  // the setup of this epoch and the recovery before it
   if (Status s = announce_and_publish(round, cause); !s.ok()) return s;
   inject_in_recovery(round.seq, round.failed, "ledgers");
   auto ledgers = gather_ledgers(round);
   if (!ledgers.ok()) return ledgers.status();
+  // Every rank published its ledger: none reads what was retired again.
+  janitor_.erase_retired(*store_, rank_, size_);
   auto plan = agree_resume(rank_, size_, log_, in_flight_.current(), ledgers.value());
   if (!plan.ok()) return plan.status();
   if (Status s = adopt_ballots(round); !s.ok()) return s;
@@ -129,6 +132,7 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
   if (Status s = store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end())); !s.ok()) {
     return round.gave_up(*this, s, "could not announce the failed epoch in the store");
   }
+  if (rank_ == 0) janitor_.note_key(keys::epoch_failed(round.failed));
   // The ballot: the next epoch's transport, and with NCCL in use whether to
   // stop using it for device collectives (and why): a rank that cannot join
   // its communicator, or saw it fail too often. A failure on NCCL does not
@@ -141,12 +145,14 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
     const std::string drop = round.nccl_votes ? nccl_vote() : std::string();
     const store::Ballot ballot{static_cast<uint8_t>(vote), !drop.empty(), drop};
     const StoreExchange ballots(*store_, keys::recovery_ballots(round.failed), size_);
+    janitor_.note_exchange(keys::recovery_ballots(round.failed));
     if (Status s = ballots.publish(rank_, store::encode(ballot)); !s.ok()) {
       return round.gave_up(*this, s, "could not publish this rank's transport vote in the store");
     }
   }
   const std::string ledger = serialize_ledger(log_, in_flight_.current(), size_);
   const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
+  janitor_.note_exchange(keys::recovery_ledgers(round.failed));
   if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
     return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
   }

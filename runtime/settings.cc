@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/communicator_impl.h"
 #include "base/log.h"
+#include "base/store_exchange.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/store/call_deadline.h"
-#include "runtime/store/exchange.h"
 #include "runtime/store/keys.h"
 
 namespace rcoll {

@@ -1,9 +1,10 @@
 // The store exchange (runtime/store/exchange.h) and what travels through it
 // (runtime/store/notices.h), on an in-memory store: no sockets.
-#include "runtime/store/exchange.h"
+#include "base/store_exchange.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -23,6 +24,7 @@ class MemoryStore : public Store {
   Status set(const std::string& key, const Bytes& value) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      ++calls;
       kv_[key] = value;
     }
     cv_.notify_all();
@@ -30,12 +32,22 @@ class MemoryStore : public Store {
   }
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
+    ++calls;
+    if (key.size() < 4 || key.compare(key.size() - 4, 4, "/all") != 0) ++key_reads;
     if (!cv_.wait_for(lock, timeout, [&] { return kv_.count(key) > 0; })) return Status(ErrorCode::kTimeout, "no " + key);
     return kv_[key];
   }
-  Result<int64_t> add(const std::string&, int64_t) override { return Status(ErrorCode::kUnsupported, "add"); }
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls;
+    if (!can_add) return Status(ErrorCode::kUnsupported, "add");
+    if (stalled)
+      return Status(ErrorCode::kTimeout, "the store did not answer add(\"" + key + "\") in time");
+    return counters_[key] += delta;
+  }
   Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
+    ++calls;
     ++waits;
     auto all = [&] {
       for (const auto& k : keys)
@@ -47,6 +59,7 @@ class MemoryStore : public Store {
   }
   Result<bool> check(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++calls;
     ++checks;
     if (stalled) return Status(ErrorCode::kTimeout, "the store did not answer check(\"" + key + "\") in time");
     return kv_.count(key) > 0;
@@ -54,16 +67,30 @@ class MemoryStore : public Store {
   Status erase(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
     kv_.erase(key);
+    counters_.erase(key);
     return Status();
   }
+  bool has(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kv_.count(key) > 0;
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kv_.size() + counters_.size();
+  }
+  // Requests of every kind; reads of a rank's own key (not the combined value).
+  std::atomic<int> calls{0};
+  std::atomic<int> key_reads{0};
   int waits = 0;
   int checks = 0;
-  bool stalled = false;  // checks time out, as a stalled store host's do
+  bool stalled = false;  // checks and adds time out, as a stalled store host's do
+  bool can_add = true;   // a store without add (kUnsupported)
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, Bytes> kv_;
+  std::map<std::string, int64_t> counters_;
 };
 
 TEST(StoreExchange, EveryRanksValueInRankOrder) {
@@ -130,13 +157,99 @@ TEST(StoreExchange, NoJudgeNoPerKeyReadsWhileWaiting) {
   ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
   std::thread late([&] {
     std::this_thread::sleep_for(100ms);
-    (void)x.publish(1, Bytes{2});
+    (void)x.publish(1, Bytes{2});  // the last in: combines (2 reads)
   });
   auto all = x.gather(Deadline::after(5s), {}, 10ms);
   late.join();
   ASSERT_TRUE(all.ok());
-  EXPECT_GE(store.waits, 2);  // it kept waiting on the whole set...
-  EXPECT_EQ(store.checks, 0);  // ...without asking about each key
+  EXPECT_EQ(all.values[1], Bytes{2});
+  EXPECT_EQ(store.checks, 0);     // it waited on the combined value...
+  EXPECT_EQ(store.key_reads, 2);  // ...and read no rank's key itself
+}
+
+// What the combined value saves: P ranks cost the store O(P) requests, not P^2.
+TEST(StoreExchange, EveryRankReadsOneCombinedValue) {
+  constexpr int kRanks = 64;
+  MemoryStore store;
+  const StoreExchange x(store, keys::recovery_ledgers(5), kRanks);
+  std::vector<std::thread> ranks;
+  std::atomic<int> right{0};
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      if (!x.publish(r, Bytes(static_cast<size_t>(r), static_cast<uint8_t>(r))).ok()) return;
+      auto all = x.gather(Deadline::after(10s));
+      if (!all.ok()) return;
+      for (int q = 0; q < kRanks; ++q) {
+        if (all.values[static_cast<size_t>(q)] !=
+            Bytes(static_cast<size_t>(q), static_cast<uint8_t>(q)))
+          return;
+      }
+      ++right;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(right, kRanks);
+  EXPECT_EQ(store.key_reads, kRanks) << "only the combiner reads the ranks' keys";
+  // P sets, P adds, P reads, one write, P reads of the combined value (more
+  // while a rank waits for the last, in slices), and a count now and then.
+  EXPECT_LE(store.calls, 10 * kRanks) << "flat, it was " << kRanks * kRanks;
+  for (int r = 0; r < kRanks; ++r) x.erase(r);
+  EXPECT_EQ(store.size(), 0u) << "erased: nothing of the exchange is left";
+}
+
+// A rank that publishes twice counts twice: the combined value may be built
+// before the last rank is in, or never. The gather still reads every rank's
+// own value.
+TEST(StoreExchange, APublishTwiceStillGathersEveryValue) {
+  MemoryStore store;
+  const StoreExchange x(store, "tune/1/", 3);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  std::thread last([&] {
+    std::this_thread::sleep_for(50ms);
+    (void)x.publish(2, Bytes{3});
+  });
+  ASSERT_TRUE(
+      x.publish(1, Bytes{2}).ok());  // the count reaches 3 with rank 2 not in: no combined value
+  auto all = x.gather(Deadline::after(10s), {}, 20ms);
+  last.join();
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.values, (std::vector<Bytes>{{1}, {2}, {3}}));
+}
+
+TEST(StoreExchange, AStoreWithoutAddIsReadKeyByKey) {
+  MemoryStore store;
+  store.can_add = false;
+  const StoreExchange x(store, "settings/", 3);
+  for (int q = 0; q < 3; ++q) ASSERT_TRUE(x.publish(q, Bytes{static_cast<uint8_t>(q)}).ok());
+  auto all = x.gather(Deadline::after(5s), {}, 20ms);
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.values, (std::vector<Bytes>{{0}, {1}, {2}}));
+  EXPECT_FALSE(store.has(x.combined_key()));
+}
+
+// A combined value that does not decode as `size` values is not trusted.
+TEST(StoreExchange, AMalformedCombinedValueIsReadKeyByKey) {
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", 2);
+  ASSERT_TRUE(store.set(x.key(0), Bytes{7}).ok());
+  ASSERT_TRUE(store.set(x.key(1), Bytes{8}).ok());
+  ASSERT_TRUE(store.set(x.combined_key(), encode_values({Bytes{7}})).ok());  // one value, not two
+  auto all = x.gather(Deadline::after(5s), {}, 20ms);
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.values, (std::vector<Bytes>{{7}, {8}}));
+}
+
+TEST(StoreExchange, CombinedValuesRoundTripAndRefuseWhatIsNotExactlyP) {
+  const std::vector<Bytes> v = {{}, {1, 2, 3}, Bytes(300, 9)};
+  std::vector<Bytes> back;
+  ASSERT_TRUE(decode_values(encode_values(v), 3, &back));
+  EXPECT_EQ(back, v);
+  EXPECT_FALSE(decode_values(encode_values(v), 2, &back));
+  Bytes cut = encode_values(v);
+  cut.pop_back();
+  EXPECT_FALSE(decode_values(cut, 3, &back));
+  EXPECT_FALSE(decode_values(Bytes{1, 0}, 1, &back));
 }
 
 // A judge that says "go on" sees who is missing, looked up at most once a second.

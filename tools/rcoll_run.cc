@@ -38,11 +38,16 @@ void ensure_standard_fds() {
   }
 }
 
-// Two pipes per rank: -n 1024 needs more descriptors than the common soft limit of 1024.
-// Raised only when needed (the ranks inherit it), never past the hard limit.
+// What the launcher and each rank it starts (they inherit the limit) hold:
+// the launcher two pipes per rank and, hosting the store, up to two
+// connections per rank (its client and its epoch watch); a rank one data-plane
+// and one liveness socket per peer, plus its own few (store, listeners, UCX).
+// Either way about 4 per rank: -n 64 needed more than a soft limit of 240
+// ("accept failed: Too many open files"). Raised only when needed, never past
+// the hard limit.
 void raise_fd_limit(int num_ranks) {
   rlimit lim{};
-  const rlim_t want = 2 * static_cast<rlim_t>(num_ranks) + 64;
+  const rlim_t want = 4 * static_cast<rlim_t>(num_ranks) + 128;
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= want) return;
   lim.rlim_cur = std::min(want, lim.rlim_max);
   ::setrlimit(RLIMIT_NOFILE, &lim);

@@ -180,7 +180,8 @@ class ServerImpl final : public TcpStoreServer {
       }
     }
     waiters_.clear();
-    RCOLL_LOG(kInfo, "rcoll store on %s stopped; %zu keys dropped", address_.c_str(), data_.size());
+    RCOLL_LOG(kInfo, "rcoll store on %s stopped after %llu requests; %zu keys dropped",
+              address_.c_str(), static_cast<unsigned long long>(requests_), data_.size());
   }
 
   const std::string& token() const { return options_.token; }
@@ -243,6 +244,7 @@ class ServerImpl final : public TcpStoreServer {
   tcp::acceptor acceptor_;
   uint16_t port_ = 0;
   std::string address_;
+  uint64_t requests_ = 0;  // served (the server's thread only), logged at stop
   std::thread thread_;
   std::mutex stop_mu_;
   bool stopped_ = false;
@@ -413,6 +415,7 @@ std::vector<std::string> ServerImpl::missing(const std::vector<std::string>& key
 }
 
 void ServerImpl::handle(const std::shared_ptr<Session>& session, Request&& q, Waiter*& parked) {
+  ++requests_;
   Response r;
   switch (q.op) {
     case Op::kSet: {

@@ -1,16 +1,17 @@
 #include "transports/tcp/mesh.h"
 
-#include <boost/asio.hpp>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <boost/asio.hpp>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <string>
 
 #include "base/log.h"
+#include "base/store_exchange.h"
 #include "transports/frame.h"
 
 namespace rcoll {
@@ -81,7 +82,8 @@ class MeshBuilder {
         expected_token_(job_token_hash(p.job_token)),
         last_error_(static_cast<size_t>(p.size)),
         pending_(p.size - 1),
-        to_accept_(p.size - 1 - p.rank) {}
+        to_accept_(p.size - 1 - p.rank),
+        exchange_(*p.store, p.key_prefix, p.size) {}
 
   Result<MeshSockets> build();
 
@@ -107,7 +109,6 @@ class MeshBuilder {
   static constexpr Millis kCancelPoll{20};
 
   Status listen_and_publish();
-  Result<Bytes> await_address(const std::string& key);
   bool is_cancelled();
   Status cancelled_status() const;
   Status dial_lower_ranks();
@@ -146,16 +147,17 @@ class MeshBuilder {
   std::vector<std::unique_ptr<Incoming>> incoming_;
   int to_accept_;
   bool cancelled_ = false;
+  const StoreExchange exchange_;  // the ranks' addresses
 };
 
 Result<MeshSockets> MeshBuilder::build() {
   if (p_.size <= 1) return std::move(socks_);
   if (Status s = listen_and_publish(); !s.ok()) return s;
+  accept_next();  // served while the addresses are awaited, too
   if (Status s = dial_lower_ranks(); !s.ok()) {
-    tear_down();  // the dials already started
+    tear_down();  // the accepts and the dials already started
     return s;
   }
-  accept_next();
   run();
   tear_down();
   if (pending_ == 0) return report_connected();
@@ -177,27 +179,11 @@ Status MeshBuilder::listen_and_publish() {
   }
   port_ = acceptor_.local_endpoint().port();
   const std::string my_addr = iface_.address + " " + std::to_string(port_) + " " + iface_.name;
-  if (Status s = p_.store->set(p_.key_prefix + std::to_string(p_.rank),
-                               Bytes(my_addr.begin(), my_addr.end()));
-      !s.ok()) {
+  if (Status s = exchange_.publish(p_.rank, Bytes(my_addr.begin(), my_addr.end())); !s.ok())
     return s;
-  }
   RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers", purpose_,
             iface_.address.c_str(), port_, iface_.name.c_str(), p_.size - 1);
   return Status();
-}
-
-// Waits for `key` in the store until the deadline, asking p_.cancelled
-// between slices of at most 20 ms when there is one.
-Result<Bytes> MeshBuilder::await_address(const std::string& key) {
-  if (!p_.cancelled) return p_.store->get(key, p_.deadline.remaining_ms());
-  for (;;) {
-    if (is_cancelled()) return cancelled_status();
-    const Millis left = p_.deadline.remaining_ms();
-    auto value = p_.store->get(key, std::min<Millis>(left, kCancelPoll));
-    if (value.ok() || value.status().code() != ErrorCode::kTimeout || left <= kCancelPoll)
-      return value;
-  }
 }
 
 bool MeshBuilder::is_cancelled() {
@@ -211,19 +197,34 @@ Status MeshBuilder::cancelled_status() const {
       p_.purpose + ": connect cancelled: the runtime gave up on it (a rank died or gave up)");
 }
 
+// Every rank's address from the store (one combined read), then a dial to
+// each rank below this one. Between slices of the wait, the accepts (and
+// refusals of strangers) that arrived meanwhile are served.
 Status MeshBuilder::dial_lower_ranks() {
+  auto serve = [this] {
+    if (io_.stopped()) io_.restart();
+    io_.poll();
+    return is_cancelled() ? cancelled_status() : Status();
+  };
+  const StoreExchange::Gathered got = exchange_.gather(p_.deadline, {}, kCancelPoll, serve);
+  if (got.ended == StoreExchange::Gathered::Ended::kJudged) return got.status;  // cancelled
+  if (!got.ok()) {
+    const int peer = got.missing.empty() ? -1 : got.missing.front();
+    if (got.ended != StoreExchange::Gathered::Ended::kTimedOut) {
+      return Status(
+          got.status.code(), context(peer),
+          "reading the addresses for " + p_.purpose + " from the store: " + got.status.message());
+    }
+    const bool one = got.missing.size() == 1;
+    return Status(
+        ErrorCode::kPeerUnreachable, context(peer),
+        (one ? "rank " : "ranks ") + rank_list(got.missing) +
+            (one ? " never published its address for " : " never published their addresses for ") +
+            p_.purpose);
+  }
   for (int peer = 0; peer < p_.rank; ++peer) {
-    auto value = await_address(p_.key_prefix + std::to_string(peer));
-    if (!value.ok() && cancelled_) return value.status();
-    if (!value.ok()) {
-      return Status(ErrorCode::kPeerUnreachable, context(peer),
-                    "rank " + std::to_string(peer) + " never published its address for " +
-                        p_.purpose + ": " + value.status().message());
-    }
-    if (Status s = add_dial(peer, std::string(value.value().begin(), value.value().end()));
-        !s.ok()) {
-      return s;
-    }
+    const Bytes& value = got.values[static_cast<size_t>(peer)];
+    if (Status s = add_dial(peer, std::string(value.begin(), value.end())); !s.ok()) return s;
     attempt(dials_.back().get());
   }
   return Status();

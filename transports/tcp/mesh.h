@@ -3,7 +3,8 @@
 // the communicator's lifetime) share.
 //
 // Every rank listens on the selected interface and publishes "IP PORT IFNAME"
-// under "<key_prefix><rank>"; rank r dials every rank below it (retrying until
+// under "<key_prefix><rank>" (base/store_exchange.h: every rank's address is
+// then one combined read); rank r dials every rank below it (retrying until
 // the deadline) and accepts every rank above it. Each new connection carries a
 // hello (rank, world size, epoch, job-token hash) answered by an ack, so a
 // stranger or a rank of another job or epoch is refused, and logged, before any

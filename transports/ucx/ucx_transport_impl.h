@@ -163,7 +163,7 @@ class UcxTransport final : public Transport {
 
   // The steps of wire_up (ucx_wire_up.cc).
   Status publish_address(const UcxConnectParams& p, const std::string& prefix);
-  Result<Bytes> await_address(const UcxConnectParams& p, const std::string& prefix, int q);
+  Result<std::vector<Bytes>> await_addresses(const UcxConnectParams& p, const std::string& prefix);
   Status create_endpoint(int q, const Bytes& address);
   Status exchange_hellos(const UcxConnectParams& p);
   void post_hellos(Hellos& h);

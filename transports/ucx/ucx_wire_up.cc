@@ -1,4 +1,5 @@
-// Wiring up one epoch's UCX worker: its address published in the store, an
+// Wiring up one epoch's UCX worker: its address published in the store (and
+// every rank's read as one combined value: base/store_exchange.h), an
 // endpoint to every peer from the peer's address, then a hello each way per
 // pair (rank, world size, epoch and the job token's hash), so that every pair
 // is wired up and of one job before the first op.
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/store_exchange.h"
 #include "transports/ucx/ucx_transport_impl.h"
 
 namespace rcoll::ucx {
@@ -64,11 +66,11 @@ Status UcxTransport::wire_up(const UcxConnectParams& p) {
   const std::string prefix =
       p.key_prefix.empty() ? "ucx/" + std::to_string(epoch_) + "/" : p.key_prefix;
   if (Status s = publish_address(p, prefix); !s.ok()) return s;
+  auto theirs = await_addresses(p, prefix);
+  if (!theirs.ok()) return theirs.status();
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
-    Result<Bytes> theirs = await_address(p, prefix, q);
-    if (!theirs.ok()) return theirs.status();
-    if (Status s = create_endpoint(q, theirs.value()); !s.ok()) return s;
+    if (Status s = create_endpoint(q, theirs.value()[static_cast<size_t>(q)]); !s.ok()) return s;
   }
   return exchange_hellos(p);
 }
@@ -82,7 +84,7 @@ Status UcxTransport::publish_address(const UcxConnectParams& p, const std::strin
   }
   Bytes mine(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addr_len);
   ucp_worker_release_address(worker_, addr);
-  if (Status s = p.store->set(prefix + std::to_string(rank_), mine); !s.ok()) {
+  if (Status s = StoreExchange(*p.store, prefix, size_).publish(rank_, mine); !s.ok()) {
     return Status(
         s.code(), context(-1),
         "publishing the UCX address of epoch " + std::to_string(epoch_) + ": " + s.message());
@@ -90,24 +92,31 @@ Status UcxTransport::publish_address(const UcxConnectParams& p, const std::strin
   return Status();
 }
 
-// Rank q's address, read in slices so that a cancelled connect ends early.
-Result<Bytes> UcxTransport::await_address(const UcxConnectParams& p, const std::string& prefix,
-                                          int q) {
-  Result<Bytes> theirs = Status(ErrorCode::kTimeout, "");
-  for (;;) {
-    const auto slice = std::min<Millis>(p.deadline.remaining_ms(), Millis(100));
-    theirs = p.store->get(prefix + std::to_string(q), slice);
-    if (theirs.ok() || theirs.status().code() != ErrorCode::kTimeout) break;
-    if (p.deadline.expired() || (p.cancelled && p.cancelled())) break;
+// Every rank's address (one combined read), in slices so that a cancelled
+// connect ends early.
+Result<std::vector<Bytes>> UcxTransport::await_addresses(const UcxConnectParams& p,
+                                                         const std::string& prefix) {
+  const auto cancelled = [&p] {
+    return p.cancelled && p.cancelled() ? Status(ErrorCode::kAborted, "cancelled") : Status();
+  };
+  StoreExchange::Gathered got =
+      StoreExchange(*p.store, prefix, size_).gather(p.deadline, {}, Millis(100), cancelled);
+  if (got.ok()) return std::move(got.values);
+  const int q = got.missing.empty() ? -1 : got.missing.front();
+  if (got.ended == StoreExchange::Gathered::Ended::kJudged) {
+    return Status(ErrorCode::kAborted, context(q),
+                  "UCX wire-up of epoch " + std::to_string(epoch_) +
+                      " cancelled: the runtime gave up on it (a rank died or gave up)");
   }
-  if (!theirs.ok()) {
-    const bool timed_out = theirs.status().code() == ErrorCode::kTimeout;
-    return Status(timed_out ? ErrorCode::kPeerUnreachable : theirs.status().code(), context(q),
-                  "rank " + std::to_string(q) + " did not publish its UCX address for epoch " +
-                      std::to_string(epoch_) +
-                      (timed_out ? " in time" : ": " + theirs.status().message()));
+  if (got.ended == StoreExchange::Gathered::Ended::kStoreFailed) {
+    return Status(got.status.code(), context(q),
+                  "reading the UCX addresses of epoch " + std::to_string(epoch_) + ": " +
+                      got.status.message());
   }
-  return theirs;
+  return Status(ErrorCode::kPeerUnreachable, context(q),
+                "rank(s) " + rank_list(got.missing) +
+                    " did not publish their UCX address for epoch " + std::to_string(epoch_) +
+                    " in time");
 }
 
 Status UcxTransport::create_endpoint(int q, const Bytes& address) {

@@ -1,0 +1,255 @@
+#include "base/store_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rcoll {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int q : ranks) out += (out.empty() ? "" : ", ") + std::to_string(q);
+  return out;
+}
+
+Bytes encode_values(const std::vector<Bytes>& values) {
+  size_t total = 0;
+  for (const Bytes& v : values) total += 4 + v.size();
+  Bytes out;
+  out.reserve(total);
+  for (const Bytes& v : values) {
+    const auto n = static_cast<uint32_t>(v.size());
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+bool decode_values(const Bytes& combined, int size, std::vector<Bytes>* values) {
+  std::vector<Bytes> out;
+  size_t at = 0;
+  while (at < combined.size()) {
+    if (combined.size() - at < 4) return false;
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i)
+      n |= static_cast<uint32_t>(combined[at + static_cast<size_t>(i)]) << (8 * i);
+    at += 4;
+    if (combined.size() - at < n) return false;
+    out.emplace_back(combined.begin() + static_cast<std::ptrdiff_t>(at),
+                     combined.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  if (out.size() != static_cast<size_t>(size)) return false;
+  *values = std::move(out);
+  return true;
+}
+
+namespace {
+
+StoreExchange::Gathered ended_by(Status why, const std::vector<int>& missing) {
+  StoreExchange::Gathered out;
+  out.ended = StoreExchange::Gathered::Ended::kJudged;
+  out.status = std::move(why);
+  out.missing = missing;
+  return out;
+}
+
+}  // namespace
+
+Status StoreExchange::publish(int rank, const Bytes& mine) const {
+  if (Status s = store_.set(key(rank), mine); !s.ok()) return s;
+  auto in = store_.add(count_key(), 1);
+  if (!in.ok()) return in.status().code() == ErrorCode::kUnsupported ? Status() : in.status();
+  if (in.value() == size_) combine();
+  return Status();
+}
+
+void StoreExchange::combine() const {
+  std::vector<Bytes> values;
+  values.reserve(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) {
+    // Every rank set its key before counting itself in: quick, unless a rank
+    // counted twice and another is not in yet (then the gather reads each).
+    auto v = store_.get(key(q), Millis(1000));
+    if (!v.ok()) return;
+    values.push_back(std::move(v).value());
+  }
+  (void)store_.set(combined_key(), encode_values(values));
+}
+
+void StoreExchange::erase(int rank) const {
+  (void)store_.erase(key(rank));
+  if (rank == 0) {
+    (void)store_.erase(count_key());
+    (void)store_.erase(combined_key());
+  }
+}
+
+std::vector<int> StoreExchange::look_up(const std::vector<int>& waiting, bool* answered,
+                                        Status* store_status) const {
+  std::vector<int> missing;
+  *answered = false;
+  for (int q : waiting) {
+    auto has = store_.check(key(q));
+    if (!has.ok()) *store_status = has.status();
+    *answered = *answered || has.ok();
+    if (!has.ok() || !has.value()) missing.push_back(q);
+  }
+  return missing;
+}
+
+StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& judge, Millis poll,
+                                              const Interrupt& interrupted) const {
+  using Ended = Gathered::Ended;
+  constexpr Clock::duration kLookEvery = std::chrono::seconds(1);
+  // The first look waits longer with more ranks: every rank looking costs the
+  // store O(P^2) calls, which the combined value exists to avoid.
+  const Clock::duration first_look =
+      std::clamp<Clock::duration>(size_ * Millis(2), poll, kLookEvery);
+  Gathered out;
+  std::vector<int> waiting(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) waiting[static_cast<size_t>(q)] = q;
+  Clock::time_point looked = Clock::now() - kLookEvery + first_look;
+  bool known = false;    // `waiting` is what a look found (else: everyone, unknown)
+  bool answered = true;  // the store answered a question of the last look
+  int all_in = 0;        // looks that found every rank in without the combined value
+  Status store_status;
+  for (;;) {
+    const Millis slice =
+        deadline.is_never() ? poll : std::clamp<Millis>(deadline.remaining_ms(), Millis(1), poll);
+    auto combined = store_.get(combined_key(), slice);
+    if (combined.ok()) {
+      if (decode_values(combined.value(), size_, &out.values)) return out;
+      return read_each(deadline, judge, poll,
+                       interrupted);  // not ours to trust: the keys themselves
+    }
+    if (combined.status().code() != ErrorCode::kTimeout) {
+      out.ended = Ended::kStoreFailed;  // who is missing is not known
+      out.status = combined.status();
+      return out;
+    }
+    if (interrupted) {
+      if (Status why = interrupted(); !why.ok()) return ended_by(std::move(why), waiting);
+    }
+    const bool expired = deadline.expired();
+    if (expired || Clock::now() - looked >= kLookEvery) {
+      looked = Clock::now();
+      auto in = store_.add(count_key(), 0);
+      if (!in.ok() && in.status().code() == ErrorCode::kUnsupported)
+        return read_each(deadline, judge, poll, interrupted);
+      bool everyone = in.ok() && in.value() >= size_;
+      if (!everyone && (judge || expired)) {
+        waiting = look_up(waiting, &answered, &store_status);
+        known = true;
+        everyone = waiting.empty();
+      }
+      if (everyone) {
+        // Everyone is in and the combined value did not come: given a second
+        // for the combiner's reads, then read key by key.
+        if (++all_in >= 2 || expired) return read_each(deadline, judge, poll, interrupted);
+        continue;
+      }
+    }
+    if (judge && known) {
+      if (Status verdict = judge(waiting); !verdict.ok()) {
+        out.ended = Ended::kJudged;
+        out.status = verdict;
+        out.missing = waiting;
+        return out;
+      }
+    }
+    if (expired) {
+      out.missing = waiting;
+      if (!answered) {
+        out.ended = Ended::kStoreFailed;
+        out.status = store_status;
+        return out;
+      }
+      out.ended = Ended::kTimedOut;
+      out.status = Status(ErrorCode::kTimeout, ErrorContext{-1, waiting.front(), 0, -1, ""},
+                          "rank(s) " + rank_list(waiting) + " did not publish " + prefix_ +
+                              "<rank> in time (" + combined.status().message() + ")");
+      return out;
+    }
+  }
+}
+
+// Without the combined value: P reads of P keys, as the exchange did first.
+StoreExchange::Gathered StoreExchange::read_each(Deadline deadline, const Judge& judge, Millis poll,
+                                                 const Interrupt& interrupted) const {
+  using Ended = Gathered::Ended;
+  constexpr Clock::duration kLookEvery = std::chrono::seconds(1);
+  Gathered out;
+  std::vector<int> waiting(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) waiting[static_cast<size_t>(q)] = q;
+  Clock::time_point looked{};  // the last look key by key (never yet)
+  bool answered = true;        // the store answered a question of the last look
+  Status store_status;
+  for (;;) {
+    std::vector<std::string> keys;
+    for (int q : waiting) keys.push_back(key(q));
+    const Millis slice =
+        deadline.is_never() ? poll : std::clamp<Millis>(deadline.remaining_ms(), Millis(1), poll);
+    // A wait names at most kMaxWaitKeys keys: with more, the first of them,
+    // and once they are in, a look for the rest.
+    const size_t part = std::min(keys.size(), kMaxWaitKeys);
+    Status s = store_.wait(
+        std::vector<std::string>(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(part)),
+        slice);
+    if (s.ok() && part == keys.size()) break;
+    if (!s.ok() && s.code() != ErrorCode::kTimeout) {
+      out.ended = Ended::kStoreFailed;  // who is missing is not known
+      out.status = s;
+      return out;
+    }
+    if (interrupted) {
+      if (Status why = interrupted(); !why.ok()) return ended_by(std::move(why), waiting);
+    }
+    const bool part_in = s.ok();
+    const bool expired = deadline.expired();
+    if (!judge && !expired && !part_in) continue;  // nobody asks who is missing yet
+    if (expired || part_in || Clock::now() - looked >= kLookEvery) {
+      // Only those still missing: the next wait asks the store for fewer keys.
+      looked = Clock::now();
+      waiting = look_up(waiting, &answered, &store_status);
+      if (waiting.empty()) break;
+    }
+    if (judge) {
+      if (Status verdict = judge(waiting); !verdict.ok()) {
+        out.ended = Ended::kJudged;
+        out.status = verdict;
+        out.missing = waiting;
+        return out;
+      }
+    }
+    if (expired) {
+      out.missing = waiting;
+      if (!answered) {
+        out.ended = Ended::kStoreFailed;
+        out.status = store_status;
+        return out;
+      }
+      out.ended = Ended::kTimedOut;
+      out.status = Status(ErrorCode::kTimeout, ErrorContext{-1, waiting.front(), 0, -1, ""},
+                          "rank(s) " + rank_list(waiting) + " did not publish " + prefix_ +
+                              "<rank> in time (" + s.message() + ")");
+      return out;
+    }
+  }
+  for (int q = 0; q < size_; ++q) {
+    // Every key is there: a read is quick (the store's own bound if it is not).
+    auto v = store_.get(
+        key(q), std::max<Millis>(Millis(1000),
+                                 deadline.is_never() ? Millis(1000) : deadline.remaining_ms()));
+    if (!v.ok()) {
+      out.ended = Ended::kStoreFailed;
+      out.status = Status(v.status().code(), ErrorContext{-1, q, 0, -1, ""},
+                          "reading " + key(q) + ": " + v.status().message());
+      out.values.clear();  // q did publish: nobody is missing
+      return out;
+    }
+    out.values.push_back(std::move(v).value());
+  }
+  return out;
+}
+
+}  // namespace rcoll

@@ -1,0 +1,110 @@
+// The exchange that setup and recovery repeat: every rank publishes a value
+// under a key prefix and reads every rank's (an all-gather through the
+// store): the settings every rank must share, link timings, ledgers and
+// ballots, NCCL init outcomes, where ranks were when an epoch failed, the
+// transports' addresses.
+//
+// Combined, so that the store serves O(P) requests, not P reads of P keys:
+// each rank sets its key and counts itself in (`add`); the rank that brings
+// the count to P reads the P values and writes them as one ("<prefix>all");
+// every rank reads that one key. Per exchange: P sets, P adds, P reads by the
+// combiner, one write and P reads, in five rounds. Where the combined value
+// never comes (a rank published twice, the combiner failed), a gather that
+// finds every key there reads them one by one, as before.
+//
+// Bounded by a deadline. Between polls a judge, given the ranks not heard
+// from yet, may end the wait at once with its own diagnosis (a rank seen
+// dead, one that said goodbye, a failure notice no recovery fixes); its
+// callers name the missing ranks in their errors.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "rcoll/store.h"
+
+namespace rcoll {
+
+class StoreExchange {
+ public:
+  // Keys are `prefix` + rank (runtime/store/keys.h), `prefix` + "n" (the
+  // count) and `prefix` + "all" (the combined values).
+  StoreExchange(Store& store, std::string prefix, int size)
+      : store_(store), prefix_(std::move(prefix)), size_(size) {}
+
+  std::string key(int rank) const { return prefix_ + std::to_string(rank); }
+  std::string count_key() const { return prefix_ + "n"; }
+  std::string combined_key() const { return prefix_ + "all"; }
+
+  // Publishes this rank's value once per exchange (a second publish costs the
+  // combined read). The last rank in combines (P reads, best effort: a
+  // failure there leaves the gather to read key by key).
+  Status publish(int rank, const Bytes& mine) const;
+
+  // Called between polls with the ranks not heard from yet (never empty; as
+  // of the last look, at most a second old); a non-OK status ends the gather.
+  using Judge = std::function<Status(const std::vector<int>& missing)>;
+
+  // How a gather ended: every rank's value (in rank order), or why not.
+  struct Gathered {
+    enum class Ended : uint8_t { kAll, kJudged, kTimedOut, kStoreFailed };
+    Ended ended = Ended::kAll;
+    std::vector<Bytes> values;
+    // kJudged: the judge's verdict, as it gave it. kTimedOut: kTimeout,
+    // context.peer the first missing rank, the message naming them all.
+    // kStoreFailed: the store's own error (it did not answer, or a read failed).
+    Status status;
+    // Who was not heard from: kTimedOut, kJudged; kStoreFailed when the
+    // store failed while asked who is missing, else empty.
+    std::vector<int> missing;
+    bool ok() const { return ended == Ended::kAll; }
+  };
+
+  // Waits on the store for the combined value in slices of `poll`. Who is
+  // missing is looked up only when someone asks (a judge, or the deadline
+  // passing), and then at most once a second: first the count (one call),
+  // and key by key (O(P) calls) only while someone is. kTimedOut once
+  // `deadline` passed; a rank the store could not be asked about counts as
+  // missing, unless the store answered none of the last look's questions
+  // (kStoreFailed: its host stalled, say). Callers that bound store calls by
+  // the same deadline give them a little more, so the store can still be
+  // asked who is missing.
+  //
+  // `interrupted`, unlike the judge, is asked after every slice, with no look
+  // (a connect the runtime gave up on); a non-OK status ends the gather as
+  // the judge's would (kJudged, `missing` as far as known).
+  using Interrupt = std::function<Status()>;
+  Gathered gather(Deadline deadline, const Judge& judge = {}, Millis poll = Millis(100),
+                  const Interrupt& interrupted = {}) const;
+
+  // Erases this rank's key and, from rank 0, the count and the combined
+  // value: for an exchange every rank has read (keys of finished epochs).
+  void erase(int rank) const;
+
+ private:
+  void combine() const;
+  Gathered read_each(Deadline deadline, const Judge& judge, Millis poll,
+                     const Interrupt& interrupted) const;
+  // The most keys one Store::wait may name (the TCP store's limit).
+  static constexpr size_t kMaxWaitKeys = 4096;
+  // The ranks whose keys are not there (store errors count as missing;
+  // `*answered`: the store answered at least one question).
+  std::vector<int> look_up(const std::vector<int>& waiting, bool* answered,
+                           Status* store_status) const;
+
+  Store& store_;
+  std::string prefix_;
+  int size_;
+};
+
+// "1, 3, 7": ranks for a message.
+std::string rank_list(const std::vector<int>& ranks);
+
+// The combined value: each rank's, length-prefixed, in rank order. Decoding
+// refuses (false) anything that is not exactly `size` values.
+Bytes encode_values(const std::vector<Bytes>& values);
+bool decode_values(const Bytes& combined, int size, std::vector<Bytes>* values);
+
+}  // namespace rcoll

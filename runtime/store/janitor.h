@@ -1,0 +1,66 @@
+// The store keys of finished epochs, erased, so that the store holds those of
+// two epochs at most however many recoveries a job goes through (before, every
+// epoch left about 4P keys behind for good).
+//
+// Each rank notes what it writes for an epoch: the exchanges it publishes in
+// (its own key there) and single keys. A recovery of epoch e retires what was
+// noted before it began (the setup of e and the recovery before it); once
+// that recovery holds every rank's ledger, every rank has published one, so
+// every rank is past everything retired and will never read it again. Then
+// each rank erases its own keys (rank 0 also an exchange's shared count and
+// combined value): O(1) store requests per rank, spread over the ranks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/store_exchange.h"
+#include "rcoll/store.h"
+
+namespace rcoll {
+
+class KeyJanitor {
+ public:
+  // This rank published in the exchange under `prefix`.
+  void note_exchange(std::string prefix) { noted_.push_back({std::move(prefix), true}); }
+  // This rank wrote `key` (and no rank reads it after the epoch is over).
+  void note_key(std::string key) { noted_.push_back({std::move(key), false}); }
+
+  // A recovery begins: what was noted so far is retired.
+  void retire() {
+    retired_.insert(retired_.end(), noted_.begin(), noted_.end());
+    noted_.clear();
+  }
+  // Every rank's ledger of the recovery is in: the retired keys go (best
+  // effort: a key left behind costs memory at the store, nothing else).
+  // Returns how many keys this rank erased.
+  size_t erase_retired(Store& store, int rank, int size) {
+    size_t erased = 0;
+    for (const Entry& e : retired_) {
+      if (e.exchange) {
+        StoreExchange(store, e.name, size).erase(rank);
+        erased += rank == 0 ? 3 : 1;
+      } else {
+        (void)store.erase(e.name);
+        ++erased;
+      }
+    }
+    retired_.clear();
+    return erased;
+  }
+  // A shrink: the old group's keys live under another namespace; left there.
+  void forget() {
+    noted_.clear();
+    retired_.clear();
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    bool exchange;
+  };
+  std::vector<Entry> noted_;
+  std::vector<Entry> retired_;
+};
+
+}  // namespace rcoll
