@@ -192,8 +192,19 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
     return Status();
   }
   const auto started = Clock::now();
-  auto samples = exchange_link_samples(epoch, deadline);
+  // A recovery onto the same transport and ranks times the latency only and
+  // keeps the bandwidths, unless a link's latency moved (link_tuning.h).
+  const std::vector<LinkSample>* last = tuner_.last_samples(epoch, transport_->name(), size_);
+  auto samples = exchange_link_samples(epoch, deadline, last == nullptr, keys::tune(epoch));
   if (!samples.ok()) return samples.status();
+  if (last != nullptr && !LinkTuner::keep_bandwidths(*last, samples.value())) {
+    RCOLL_LOG(kInfo,
+              "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "
+              "bandwidth again",
+              epoch, transport_->name(), epoch - 1);
+    samples = exchange_link_samples(epoch, deadline, true, keys::tune_again(epoch));
+    if (!samples.ok()) return samples.status();
+  }
   tuner_.adopt(epoch, samples.value(), transport_->name(), size_,
                std::chrono::duration<double, std::milli>(Clock::now() - started).count());
   return Status();
@@ -201,20 +212,26 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
 
 // This rank's timing of its links, published; every rank's, read back. A rank
 // that could not time its links makes every rank abort the epoch alike.
-Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Deadline deadline) {
+Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t epoch,
+                                                                        Deadline deadline,
+                                                                        bool bandwidth,
+                                                                        const std::string& prefix) {
   const char* tname = transport_->name();
   LinkSample mine;
-  auto probed = probe_ring(*transport_, deadline);
+  auto probed = probe_ring(*transport_, deadline, bandwidth);
   if (probed.ok()) {
     mine = probed.value();
+    // Not timed: a placeholder a sample needs to decode; keep_bandwidths
+    // puts the last epoch's in, or every rank times again.
+    if (!bandwidth) mine.bandwidth = 1;
     mine.deadline_ms = options_.op_timeout.count();
     describe_this_host(&mine);
   } else {
     RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
               epoch, tname, probed.status().to_string().c_str());
   }
-  janitor_.note_exchange(keys::tune(epoch));
-  const StoreExchange exchange(*store_, keys::tune(epoch), size_);
+  janitor_.note_exchange(prefix);
+  const StoreExchange exchange(*store_, prefix, size_);
   const std::string text = encode_sample(mine);
   if (Status s = exchange.publish(rank_, Bytes(text.begin(), text.end())); !s.ok()) {
     return Status(s.code(), ErrorContext{rank_, -1, 0, epoch, tname},

@@ -268,7 +268,7 @@ struct RingProbe {
 
 }  // namespace
 
-Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth_too) {
   FrameHeader h;
   h.type = FrameType::kData;
   h.op_kind = OpKind::kNone;
@@ -279,6 +279,10 @@ Result<LinkSample> probe_ring(Transport& t, Deadline deadline) {
   auto latency = probe.latency();
   if (!latency.ok()) return latency.status();
   out.latency_s = latency.value();
+  if (!bandwidth_too) {
+    out.valid = true;
+    return out;
+  }
   auto bandwidth = probe.bandwidth(out.latency_s);
   if (!bandwidth.ok()) return bandwidth.status();
   // One more empty round, sent only once the burst is complete here. A large

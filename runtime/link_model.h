@@ -57,9 +57,11 @@ LinkSample decode_sample(const std::string& text);
 LinkSample worst_link(const std::vector<LinkSample>& samples);
 
 // Times the ring of `t`. Every rank of the transport must call it at the same
-// point (nothing else in flight). On failure (a link broke, the deadline) it
-// has aborted the transport: the epoch is over.
-Result<LinkSample> probe_ring(Transport& t, Deadline deadline);
+// point (nothing else in flight), with the same `bandwidth`: false times the
+// latency only (empty frames; the sample's bandwidth is 0, the caller's to
+// fill). On failure (a link broke, the deadline) it has aborted the
+// transport: the epoch is over.
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth = true);
 
 // What the user pinned (Options::chunk_bytes, pipeline_depth): never adapted.
 struct TuningPins {

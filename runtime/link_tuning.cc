@@ -1,5 +1,7 @@
 #include "runtime/link_tuning.h"
 
+#include <cmath>
+
 #include "base/log.h"
 
 namespace rcoll {
@@ -25,6 +27,8 @@ Tuning LinkTuner::for_op(const Op& op) {
 
 Tuning LinkTuner::adopt(uint32_t epoch, const std::vector<LinkSample>& samples,
                         const std::string& transport, int size, double ms) {
+  last_ = samples;
+  last_transport_ = transport;
   const LinkSample worst = worst_link(samples);
   Tuning tuned = tune_for_link(worst, base_, pins_);
   // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
@@ -66,6 +70,30 @@ Tuning LinkTuner::adopt(uint32_t epoch, const std::vector<LinkSample>& samples,
              (cpus == 1 ? "" : "s") + ")";
   }
   return tuned;
+}
+
+const std::vector<LinkSample>* LinkTuner::last_samples(uint32_t epoch, const std::string& transport,
+                                                       int size) const {
+  if (epoch == 0 || transport != last_transport_ || last_.size() != static_cast<size_t>(size))
+    return nullptr;
+  return &last_;
+}
+
+bool LinkTuner::link_moved(const LinkSample& last, const LinkSample& now) {
+  if (!last.valid || !now.valid) return true;
+  const double a = last.latency_s, b = now.latency_s;
+  return std::abs(b - a) > kLatencyMoved && (b > 2 * a || b < a / 2);
+}
+
+bool LinkTuner::keep_bandwidths(const std::vector<LinkSample>& last, std::vector<LinkSample>& now) {
+  if (last.size() != now.size()) return false;
+  for (size_t q = 0; q < now.size(); ++q) {
+    if (!now[q].valid)
+      continue;  // a rank that could not time its links: the caller aborts the epoch
+    if (link_moved(last[q], now[q])) return false;
+  }
+  for (size_t q = 0; q < now.size(); ++q) now[q].bandwidth = last[q].bandwidth;
+  return true;
 }
 
 void LinkTuner::fill(Counters& c) const {

@@ -112,5 +112,45 @@ TEST(LinkTuner, AGroupShrunkToOneRankStartsOverFromTheDefaults) {
   EXPECT_EQ(t.for_op(send()).piece_bytes, Tuning{}.piece_bytes);
 }
 
+// A recovery onto the same transport among the same ranks may keep the last
+// epoch's bandwidths; epoch 0, another transport or another group may not.
+TEST(LinkTuner, TheLastSamplesServeOnlyTheSameTransportAndRanks) {
+  LinkTuner t{Options{}};
+  EXPECT_EQ(t.last_samples(1, "tcp", 3), nullptr) << "nothing adopted yet";
+  t.adopt(0, kFar, "tcp", 3, 1.0);
+  ASSERT_NE(t.last_samples(1, "tcp", 3), nullptr);
+  EXPECT_EQ(t.last_samples(1, "tcp", 3)->size(), 3u);
+  EXPECT_EQ(t.last_samples(0, "tcp", 3), nullptr) << "epoch 0 (a new group) times everything";
+  EXPECT_EQ(t.last_samples(1, "ucx", 3), nullptr) << "a fallback times the new transport";
+  EXPECT_EQ(t.last_samples(1, "tcp", 2), nullptr) << "other ranks";
+}
+
+LinkSample latency_only(double latency_us) {
+  LinkSample s = link(latency_us, 0);
+  s.bandwidth = 0;
+  return s;
+}
+
+TEST(LinkTuner, ALatencyOnlyTimingKeepsTheBandwidthsUnlessALinkMoved) {
+  const std::vector<LinkSample> last = {link(10, 3.0), link(12, 2.0), link(9, 1.0)};
+  std::vector<LinkSample> now = {latency_only(11), latency_only(40), latency_only(9)};
+  ASSERT_TRUE(LinkTuner::keep_bandwidths(last, now))
+      << "40 us against 12: more than doubled, but by under 100 us";
+  EXPECT_DOUBLE_EQ(now[1].bandwidth, 2e9);
+  EXPECT_DOUBLE_EQ(now[2].bandwidth, 1e9);
+  EXPECT_DOUBLE_EQ(now[1].latency_s, 40e-6) << "the latency is the new one";
+  // A link 3 ms away now (the degrading link of adaptive_chunking_link_degrades).
+  std::vector<LinkSample> far = {latency_only(11), latency_only(3000), latency_only(9)};
+  EXPECT_FALSE(LinkTuner::keep_bandwidths(last, far));
+  EXPECT_DOUBLE_EQ(far[0].bandwidth, 0) << "left as they are: every rank times its bandwidth again";
+  // Faster by far (the link that degraded recovers) counts too.
+  const std::vector<LinkSample> slow = {link(3000, 0.1), link(3000, 0.1)};
+  std::vector<LinkSample> back = {latency_only(10), latency_only(3000)};
+  EXPECT_FALSE(LinkTuner::keep_bandwidths(slow, back));
+  // A rank whose last sample was not valid has no bandwidth to keep.
+  std::vector<LinkSample> again = {latency_only(10), latency_only(12), latency_only(9)};
+  EXPECT_FALSE(LinkTuner::keep_bandwidths({link(10, 3.0), LinkSample{}, link(9, 1.0)}, again));
+}
+
 }  // namespace
 }  // namespace rcoll

@@ -7,6 +7,7 @@
 //   connect/<epoch>/<transport>/failed       the first rank's reason it did not
 //   tcp/<epoch>/<rank>, ucx/<epoch>/<rank>   a transport's address for the epoch
 //   tune/<epoch>/<rank>                      the link timing this rank measured
+//   tune/<epoch>/again/<rank>                timed again, bandwidth too (a link's latency moved)
 //   liveness/<rank>                          the heartbeat channel's address
 //   epoch/<epoch>/failed                     someone failed the epoch (why): peers abort at once
 //   epoch/<epoch>/fatal                      a failure no recovery fixes (store::FatalNotice)
@@ -36,6 +37,7 @@ inline std::string transport_addresses(const std::string& transport, uint32_t ep
   return transport + "/" + std::to_string(epoch) + "/";
 }
 inline std::string tune(uint32_t epoch) { return "tune/" + std::to_string(epoch) + "/"; }
+inline std::string tune_again(uint32_t epoch) { return tune(epoch) + "again/"; }
 inline std::string liveness() { return "liveness/"; }
 
 inline std::string epoch_failed(uint32_t epoch) { return "epoch/" + std::to_string(epoch) + "/failed"; }
