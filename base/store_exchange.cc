@@ -111,7 +111,11 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
   Clock::time_point looked = Clock::now() - kLookEvery + first_look;
   bool known = false;    // `waiting` is what a look found (else: everyone, unknown)
   bool answered = true;  // the store answered a question of the last look
-  int all_in = 0;        // looks that found every rank in without the combined value
+  // Everyone in and no combined value: the combiner's P reads may be slow
+  // (128 ranks on 2 CPUs: seconds), and every rank reading P keys instead is
+  // the load the combined value exists to avoid. Only after this long.
+  const Clock::duration read_each_after = std::chrono::seconds(2) + size_ * Millis(20);
+  Clock::time_point all_in{};  // when a look first found every rank in
   Status store_status;
   for (;;) {
     const Millis slice =
@@ -143,9 +147,11 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
         everyone = waiting.empty();
       }
       if (everyone) {
-        // Everyone is in and the combined value did not come: given a second
-        // for the combiner's reads, then read key by key.
-        if (++all_in >= 2 || expired) return read_each(deadline, judge, poll, interrupted);
+        // Everyone is in and the combined value did not come: given time for
+        // the combiner's reads, then read key by key.
+        if (all_in == Clock::time_point{}) all_in = Clock::now();
+        if (Clock::now() - all_in >= read_each_after || expired)
+          return read_each(deadline, judge, poll, interrupted);
         continue;
       }
     }

@@ -10,7 +10,8 @@
 // every rank reads that one key. Per exchange: P sets, P adds, P reads by the
 // combiner, one write and P reads, in five rounds. Where the combined value
 // never comes (a rank published twice, the combiner failed), a gather that
-// finds every key there reads them one by one, as before.
+// has found every key there for 2 s + 20 ms x P reads them one by one, as
+// before.
 //
 // Bounded by a deadline. Between polls a judge, given the ranks not heard
 // from yet, may end the wait at once with its own diagnosis (a rank seen
