@@ -70,10 +70,16 @@ void StoreExchange::combine() const {
     // Every rank set its key before counting itself in: quick, unless a rank
     // counted twice and another is not in yet (then the gather reads each).
     auto v = store_.get(key(q), Millis(1000));
-    if (!v.ok()) return;
+    if (!v.ok()) {
+      // An empty value decodes as no rank's: every gather reads key by key
+      // at once instead of waiting for a combined value that will not come.
+      (void)store_.set(combined_key(), Bytes{});
+      return;
+    }
     values.push_back(std::move(v).value());
   }
-  (void)store_.set(combined_key(), encode_values(values));
+  if (!store_.set(combined_key(), encode_values(values)).ok())
+    (void)store_.set(combined_key(), Bytes{});
 }
 
 void StoreExchange::erase(int rank) const {
@@ -104,7 +110,7 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
   // The first look waits longer with more ranks: every rank looking costs the
   // store O(P^2) calls, which the combined value exists to avoid.
   const Clock::duration first_look =
-      std::clamp<Clock::duration>(size_ * Millis(2), poll, kLookEvery);
+      std::max<Clock::duration>(poll, std::min<Clock::duration>(size_ * Millis(2), kLookEvery));
   Gathered out;
   std::vector<int> waiting(static_cast<size_t>(size_));
   for (int q = 0; q < size_; ++q) waiting[static_cast<size_t>(q)] = q;
@@ -113,8 +119,11 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
   bool answered = true;  // the store answered a question of the last look
   // Everyone in and no combined value: the combiner's P reads may be slow
   // (128 ranks on 2 CPUs: seconds), and every rank reading P keys instead is
-  // the load the combined value exists to avoid. Only after this long.
-  const Clock::duration read_each_after = std::chrono::seconds(2) + size_ * Millis(20);
+  // the load the combined value exists to avoid. Only after this long, and
+  // at most half of what the deadline leaves, so that the reads still fit.
+  Clock::duration read_each_after = std::chrono::seconds(2) + size_ * Millis(20);
+  if (!deadline.is_never())
+    read_each_after = std::min<Clock::duration>(read_each_after, deadline.remaining_ms() / 2);
   Clock::time_point all_in{};  // when a look first found every rank in
   Status store_status;
   for (;;) {

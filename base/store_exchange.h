@@ -9,9 +9,10 @@
 // the count to P reads the P values and writes them as one ("<prefix>all");
 // every rank reads that one key. Per exchange: P sets, P adds, P reads by the
 // combiner, one write and P reads, in five rounds. Where the combined value
-// never comes (a rank published twice, the combiner failed), a gather that
-// has found every key there for 2 s + 20 ms x P reads them one by one, as
-// before.
+// never comes (a rank published twice, the combiner died), a gather that
+// has found every key there for 2 s + 20 ms x P (at most half its deadline)
+// reads them one by one, as before; a combiner that cannot read or write
+// them all writes an empty value, which sends every gather there at once.
 //
 // Bounded by a deadline. Between polls a judge, given the ranks not heard
 // from yet, may end the wait at once with its own diagnosis (a rank seen

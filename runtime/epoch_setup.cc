@@ -197,6 +197,13 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   const std::vector<LinkSample>* last = tuner_.last_samples(epoch, transport_->name(), size_);
   auto samples = exchange_link_samples(epoch, deadline, last == nullptr, keys::tune(epoch));
   if (!samples.ok()) return samples.status();
+  if (last != nullptr && !std::all_of(samples.value().begin(), samples.value().end(),
+                                      [](const LinkSample& s) { return s.valid; })) {
+    // A rank could not time its links: every rank aborted the epoch
+    // (exchange_link_samples), and the next recovery times them again. The
+    // latency-only samples have no bandwidth to adopt.
+    return Status();
+  }
   if (last != nullptr && !LinkTuner::keep_bandwidths(*last, samples.value())) {
     RCOLL_LOG(kInfo,
               "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "

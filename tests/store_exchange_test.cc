@@ -163,8 +163,7 @@ TEST(StoreExchange, NoJudgeNoPerKeyReadsWhileWaiting) {
   late.join();
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all.values[1], Bytes{2});
-  EXPECT_EQ(store.checks, 0);     // it waited on the combined value...
-  EXPECT_EQ(store.key_reads, 2);  // ...and read no rank's key itself
+  EXPECT_EQ(store.key_reads, 2) << "the gather read no rank's key itself, only the combined value";
 }
 
 // What the combined value saves: P ranks cost the store O(P) requests, not P^2.
@@ -197,24 +196,44 @@ TEST(StoreExchange, EveryRankReadsOneCombinedValue) {
   EXPECT_EQ(store.size(), 0u) << "erased: nothing of the exchange is left";
 }
 
-// A rank that publishes twice counts twice: the combined value may be built
-// before the last rank is in, or never. The gather still reads every rank's
-// own value.
+// A rank that publishes twice counts twice: the count reaches P before the
+// last rank is in. The combiner, not finding its key within a second, writes
+// an empty combined value, and every gather reads the keys themselves at once.
 TEST(StoreExchange, APublishTwiceStillGathersEveryValue) {
   MemoryStore store;
   const StoreExchange x(store, "tune/1/", 3);
   ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
   ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
   std::thread last([&] {
-    std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(1500ms);
     (void)x.publish(2, Bytes{3});
   });
-  ASSERT_TRUE(
-      x.publish(1, Bytes{2}).ok());  // the count reaches 3 with rank 2 not in: no combined value
+  ASSERT_TRUE(x.publish(1, Bytes{2}).ok());  // the count reaches 3 with rank 2 not in
+  auto combined = store.get(x.combined_key(), 0ms);
+  ASSERT_TRUE(combined.ok());
+  EXPECT_TRUE(combined.value().empty()) << "the combiner could not read rank 2's key";
   auto all = x.gather(Deadline::after(10s), {}, 20ms);
   last.join();
   ASSERT_TRUE(all.ok()) << all.status.to_string();
   EXPECT_EQ(all.values, (std::vector<Bytes>{{1}, {2}, {3}}));
+}
+
+// Every rank in, and no combined value (its combiner died after counting
+// itself in): the gather reads the keys after 2 s + 20 ms x P, or half of
+// what its deadline leaves, whichever is sooner.
+TEST(StoreExchange, EveryRankInWithoutACombinedValueIsReadKeyByKey) {
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", 2);
+  ASSERT_TRUE(store.set(x.key(0), Bytes{4}).ok());
+  ASSERT_TRUE(store.set(x.key(1), Bytes{5}).ok());
+  ASSERT_TRUE(store.add(x.count_key(), 2).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto all = x.gather(Deadline::after(3s), {}, 20ms);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.values, (std::vector<Bytes>{{4}, {5}}));
+  EXPECT_GE(took, 1400ms) << "it gave a combiner time first";
+  EXPECT_LT(took, 2900ms) << "and read the keys within the deadline";
 }
 
 TEST(StoreExchange, AStoreWithoutAddIsReadKeyByKey) {

@@ -37,9 +37,13 @@ struct StoreTally {
     std::lock_guard<std::mutex> lock(mu);
     keys.erase(key);
   }
+  // Left out: a link timing done again (tune/<e>/again/) when a latency
+  // moved, which one recovery may need and the next not.
   size_t held() {
     std::lock_guard<std::mutex> lock(mu);
-    return keys.size();
+    size_t n = 0;
+    for (const std::string& k : keys) n += k.find("/again/") == std::string::npos ? 1 : 0;
+    return n;
   }
 };
 

@@ -104,7 +104,7 @@ Result<std::vector<Bytes>> UcxTransport::await_addresses(const UcxConnectParams&
   if (got.ok()) return std::move(got.values);
   const int q = got.missing.empty() ? -1 : got.missing.front();
   if (got.ended == StoreExchange::Gathered::Ended::kJudged) {
-    return Status(ErrorCode::kAborted, context(q),
+    return Status(ErrorCode::kAborted, context(-1),
                   "UCX wire-up of epoch " + std::to_string(epoch_) +
                       " cancelled: the runtime gave up on it (a rank died or gave up)");
   }
