@@ -103,6 +103,25 @@ std::vector<int> StoreExchange::look_up(const std::vector<int>& waiting, bool* a
   return missing;
 }
 
+// The deadline passed with `waiting` not heard from: kTimedOut naming them,
+// or kStoreFailed when the store answered none of the last look's questions.
+StoreExchange::Gathered StoreExchange::ended_at_deadline(const std::vector<int>& waiting,
+                                                         bool answered, const Status& store_status,
+                                                         const Status& last) const {
+  Gathered out;
+  out.missing = waiting;
+  if (!answered) {
+    out.ended = Gathered::Ended::kStoreFailed;
+    out.status = store_status;
+    return out;
+  }
+  out.ended = Gathered::Ended::kTimedOut;
+  out.status = Status(ErrorCode::kTimeout, ErrorContext{-1, waiting.front(), 0, -1, ""},
+                      "rank(s) " + rank_list(waiting) + " did not publish " + prefix_ +
+                          "<rank> in time (" + last.message() + ")");
+  return out;
+}
+
 StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& judge, Millis poll,
                                               const Interrupt& interrupted) const {
   using Ended = Gathered::Ended;
@@ -165,26 +184,10 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
       }
     }
     if (judge && known) {
-      if (Status verdict = judge(waiting); !verdict.ok()) {
-        out.ended = Ended::kJudged;
-        out.status = verdict;
-        out.missing = waiting;
-        return out;
-      }
+      if (Status verdict = judge(waiting); !verdict.ok())
+        return ended_by(std::move(verdict), waiting);
     }
-    if (expired) {
-      out.missing = waiting;
-      if (!answered) {
-        out.ended = Ended::kStoreFailed;
-        out.status = store_status;
-        return out;
-      }
-      out.ended = Ended::kTimedOut;
-      out.status = Status(ErrorCode::kTimeout, ErrorContext{-1, waiting.front(), 0, -1, ""},
-                          "rank(s) " + rank_list(waiting) + " did not publish " + prefix_ +
-                              "<rank> in time (" + combined.status().message() + ")");
-      return out;
-    }
+    if (expired) return ended_at_deadline(waiting, answered, store_status, combined.status());
   }
 }
 
@@ -229,26 +232,10 @@ StoreExchange::Gathered StoreExchange::read_each(Deadline deadline, const Judge&
       if (waiting.empty()) break;
     }
     if (judge) {
-      if (Status verdict = judge(waiting); !verdict.ok()) {
-        out.ended = Ended::kJudged;
-        out.status = verdict;
-        out.missing = waiting;
-        return out;
-      }
+      if (Status verdict = judge(waiting); !verdict.ok())
+        return ended_by(std::move(verdict), waiting);
     }
-    if (expired) {
-      out.missing = waiting;
-      if (!answered) {
-        out.ended = Ended::kStoreFailed;
-        out.status = store_status;
-        return out;
-      }
-      out.ended = Ended::kTimedOut;
-      out.status = Status(ErrorCode::kTimeout, ErrorContext{-1, waiting.front(), 0, -1, ""},
-                          "rank(s) " + rank_list(waiting) + " did not publish " + prefix_ +
-                              "<rank> in time (" + s.message() + ")");
-      return out;
-    }
+    if (expired) return ended_at_deadline(waiting, answered, store_status, s);
   }
   for (int q = 0; q < size_; ++q) {
     // Every key is there: a read is quick (the store's own bound if it is not).

@@ -87,6 +87,8 @@ class StoreExchange {
 
  private:
   void combine() const;
+  Gathered ended_at_deadline(const std::vector<int>& waiting, bool answered,
+                             const Status& store_status, const Status& last) const;
   Gathered read_each(Deadline deadline, const Judge& judge, Millis poll,
                      const Interrupt& interrupted) const;
   // The most keys one Store::wait may name (the TCP store's limit).

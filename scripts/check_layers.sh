@@ -2,7 +2,8 @@
 # The layering check (DESIGN.md, "Layers"): dependencies point down only.
 #
 #   include/rcoll   the public API: only its own headers
-#   base            base/: logging, deadlines, the ring queue, Status:
+#   base            base/: logging, deadlines, the ring queue, Status, the
+#                   all-gather through the store (store_exchange.h):
 #                   what every layer may use; + the public API
 #   kernels         + the public API and base
 #   transports      + kernels

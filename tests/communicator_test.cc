@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/store_exchange.h"
 #include "kernels/cuda_memory.h"
 #include "rcoll/rcoll.h"
 #include "runtime/algorithms/context.h"
@@ -1334,19 +1335,25 @@ TEST(CommunicatorTest, HangTimeoutBoundsAHangAcrossRecoveries) {
   ::unsetenv("RCOLL_INJECT");
 }
 
-// Reads other ranks' recovery ledgers as garbage (once armed): this rank's
-// agreement fails, while every other rank agrees and goes on to connect the
-// next epoch.
+// Reads other ranks' recovery ledgers as garbage: this rank's agreement
+// fails, while every other rank agrees and goes on to connect the next epoch.
+// What the rank reads is every rank's ledger as one combined value
+// (base/store_exchange.h); the reads of single ledgers this rank may make as
+// the exchange's combiner, for every rank, are left alone.
 class LedgerGarblingStore : public ForwardingStore {
  public:
   LedgerGarblingStore(std::shared_ptr<Store> inner, int rank)
       : ForwardingStore(std::move(inner)), rank_(rank) {}
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
     auto v = ForwardingStore::get(key, timeout);
-    if (v.ok() && contains(key, "/recovery/") && contains(key, "/ledger/") &&
-        !key.ends_with("/ledger/" + std::to_string(rank_))) {
+    std::vector<Bytes> ledgers;
+    if (v.ok() && contains(key, "/recovery/") && key.ends_with("/ledger/all") &&
+        decode_values(v.value(), 3, &ledgers)) {
       const std::string garbage = "not a ledger";
-      return Bytes(garbage.begin(), garbage.end());
+      for (size_t q = 0; q < ledgers.size(); ++q) {
+        if (static_cast<int>(q) != rank_) ledgers[q] = Bytes(garbage.begin(), garbage.end());
+      }
+      return encode_values(ledgers);
     }
     return v;
   }

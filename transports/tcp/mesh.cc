@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <cstring>
@@ -151,7 +152,6 @@ class MeshBuilder {
 };
 
 Result<MeshSockets> MeshBuilder::build() {
-  if (p_.size <= 1) return std::move(socks_);
   if (Status s = listen_and_publish(); !s.ok()) return s;
   accept_next();  // served while the addresses are awaited, too
   if (Status s = dial_lower_ranks(); !s.ok()) {
@@ -483,6 +483,8 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p,
                                    const NetInterface& iface) {
+  if (p.size <= 1)
+    return MeshSockets(static_cast<size_t>(std::max(p.size, 0)));  // no peers, no store needed
   return MeshBuilder(io, p, iface).build();
 }
 
