@@ -148,17 +148,25 @@ class CommunicatorImpl : public ProgressGuard {
   // completed it): then it completes the op as well (`*failed_op_complete`),
   // and the shrink reaches the caller with the next op, as on every other
   // survivor.
+  //
+  // Who tells the caller: the op that failed (a group, or a collective that
+  // did not complete), or, with `by_next_op` (an idle shrink) or a failed op
+  // that completes, the caller's next op (shrink_unreported_). That is set
+  // together with the old group's queue failing (leave_old_group): an op
+  // issued while the shrink still runs is told too, never run in the new
+  // group (before, one issued between the two ran there, while the other
+  // survivors had failed theirs: a desync).
   size_t shrink(const Status& why, const OpRecord* failed = nullptr,
-                bool* failed_op_complete = nullptr);
+                bool* failed_op_complete = nullptr, bool by_next_op = false);
   Status shrink_group(const Status& why, const OpRecord* failed, size_t* stale_count,
-                      bool* failed_op_complete);
+                      bool* failed_op_complete, bool by_next_op);
   // Where this rank's collectives stood when the shrink began (runtime/shrink_rule.h).
   ShrinkStand shrink_stand(const OpRecord* failed) const;
   // Reads where every other survivor stood and applies the rule.
   bool failed_op_complete_everywhere(const ShrinkStand& mine, const std::string& outcomes,
                                      const std::vector<int>& survivors, Deadline deadline);
   Result<std::vector<int>> settle_survivors(const std::string& alive_keys, Deadline deadline);
-  size_t leave_old_group(const Status& why, int new_rank, int new_size);
+  size_t leave_old_group(const Status& why, int new_rank, int new_size, bool tell_next_op);
   void shrink_idle(const Status& why);
   // Every rank on this host (the store is local): use loopback by default.
   bool prefer_loopback() const {

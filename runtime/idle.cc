@@ -68,13 +68,9 @@ void CommunicatorImpl::recover_if_peer_failed() {
 
 // A shrink while no op was running: the caller learns it from its next op
 // (unless ops already queued for the old group failed and told it).
-void CommunicatorImpl::shrink_idle(const Status& why) {
-  const size_t stale = shrink(why);
-  if (!fatal_.ok()) return;
-  if (stale == 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    shrink_unreported_ = why;
-  }
-}
+// The caller learns of the shrink from its queued ops (failed as issued for
+// the old group) or from its next op (shrink_unreported_, set by
+// leave_old_group).
+void CommunicatorImpl::shrink_idle(const Status& why) { (void)shrink(why, nullptr, nullptr, true); }
 
 }  // namespace rcoll

@@ -348,16 +348,12 @@ Status CommunicatorImpl::end_failed_op(const OpRecord& rec, Status s) {
     // The shrink aborts the data plane first: nothing writes into the op's
     // buffers after it, so its input can go back in.
     bool complete = false;
-    const size_t stale = shrink(s, &rec, &complete);
+    (void)shrink(s, &rec, &complete);
     recorder_.finished(op.seq, complete && fatal_.ok());
     if (complete && fatal_.ok()) {
       // Every survivor held the whole result (shrink()): the op is done here
       // as on the survivors that completed it; the caller learns of the
-      // shrink from its next op, as they do.
-      if (stale == 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        shrink_unreported_ = s;
-      }
+      // shrink from its next op, as they do (leave_old_group set that).
       return Status();
     }
     const std::string restored = give_input_back(rec);

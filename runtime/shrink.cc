@@ -21,13 +21,18 @@
 
 namespace rcoll {
 
-size_t CommunicatorImpl::shrink(const Status& why, const OpRecord* failed,
-                                bool* failed_op_complete) {
+size_t CommunicatorImpl::shrink(const Status& why, const OpRecord* failed, bool* failed_op_complete,
+                                bool by_next_op) {
   size_t stale_count = 0;
   bool complete = false;
-  Status s = shrink_group(why, failed, &stale_count, &complete);
+  Status s = shrink_group(why, failed, &stale_count, &complete, by_next_op);
   if (failed_op_complete != nullptr) *failed_op_complete = s.ok() && complete;
   if (!s.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shrink_unreported_ =
+          Status();  // the next op says the communicator failed, not that it shrank
+    }
     fatal_ = s;
     RCOLL_LOG(kError, "shrink mode: %s; the communicator is unusable from here on", s.to_string().c_str());
   }
@@ -64,7 +69,8 @@ bool CommunicatorImpl::failed_op_complete_everywhere(const ShrinkStand& mine,
 }
 
 Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
-                                      size_t* stale_count, bool* failed_op_complete) {
+                                      size_t* stale_count, bool* failed_op_complete,
+                                      bool by_next_op) {
   const int old_rank = rank_, old_size = size_;
   const Deadline deadline = Deadline::after(options_.recovery_timeout);
   const std::string gen = keys::shrink_alive(shrink_generation_);
@@ -97,7 +103,7 @@ Status CommunicatorImpl::shrink_group(const Status& why, const OpRecord* failed,
   }
   std::string members;
   for (int q : survivors) members += (members.empty() ? "" : ",") + std::to_string(q);
-  *stale_count = leave_old_group(why, new_rank, new_size);
+  *stale_count = leave_old_group(why, new_rank, new_size, by_next_op || *failed_op_complete);
   if (Status s = connect_epoch(0, deadline); !s.ok()) return s;
   if (Status s = start_liveness(own_budget(deadline)); !s.ok()) return s;  // as in create()
   tally_.note_shrink();
@@ -134,7 +140,8 @@ Result<std::vector<int>> CommunicatorImpl::settle_survivors(const std::string& a
 
 // The old group's machinery goes, this rank takes its new number, and ops
 // queued for the old group fail (returns how many).
-size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int new_size) {
+size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int new_size,
+                                         bool tell_next_op) {
   const int old_rank = rank_, old_size = size_;
   retire_transport();
   transport_.reset();
@@ -153,6 +160,8 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
     rank_ = new_rank;
     size_ = new_size;
     numbering_.new_group(new_size);
+    // No queued op fails with the old group: the next one issued tells the caller.
+    if (tell_next_op && stale.empty()) shrink_unreported_ = why;
   }
   for (size_t i = 0; i < stale.size(); ++i) {
     Op& op = stale[i];
