@@ -33,20 +33,15 @@ class KeyJanitor {
   }
   // Every rank's ledger of the recovery is in: the retired keys go (best
   // effort: a key left behind costs memory at the store, nothing else).
-  // Returns how many keys this rank erased.
-  size_t erase_retired(Store& store, int rank, int size) {
-    size_t erased = 0;
+  void erase_retired(Store& store, int rank, int size) {
     for (const Entry& e : retired_) {
       if (e.exchange) {
         StoreExchange(store, e.name, size).erase(rank);
-        erased += rank == 0 ? 3 : 1;
       } else {
         (void)store.erase(e.name);
-        ++erased;
       }
     }
     retired_.clear();
-    return erased;
   }
   // A shrink: the old group's keys live under another namespace; left there.
   void forget() {
