@@ -56,38 +56,28 @@ StoreExchange::Gathered ended_by(Status why, const std::vector<int>& missing) {
 }  // namespace
 
 Status StoreExchange::publish(int rank, const Bytes& mine) const {
-  if (Status s = store_.set(key(rank), mine); !s.ok()) return s;
-  auto in = store_.add(count_key(), 1);
+  auto in = store_.set_and_add(key(rank), mine, count_key(), 1);
   if (!in.ok()) return in.status().code() == ErrorCode::kUnsupported ? Status() : in.status();
   if (in.value() == size_) combine();
   return Status();
 }
 
 void StoreExchange::combine() const {
-  std::vector<Bytes> values;
-  values.reserve(static_cast<size_t>(size_));
-  for (int q = 0; q < size_; ++q) {
-    // Every rank set its key before counting itself in: quick, unless a rank
-    // counted twice and another is not in yet (then the gather reads each).
-    auto v = store_.get(key(q), Millis(1000));
-    if (!v.ok()) {
-      // An empty value decodes as no rank's: every gather reads key by key
-      // at once instead of waiting for a combined value that will not come.
-      (void)store_.set(combined_key(), Bytes{});
-      return;
-    }
-    values.push_back(std::move(v).value());
-  }
-  if (!store_.set(combined_key(), encode_values(values)).ok())
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) keys.push_back(key(q));
+  // Every rank set its key before counting itself in: quick, unless a rank
+  // counted twice and another is not in yet (then the gathers read each).
+  auto values = store_.multi_get(keys, Millis(1000));
+  // An empty value decodes as no rank's: every gather reads key by key at
+  // once instead of waiting for a combined value that will not come.
+  if (!values.ok() || !store_.set(combined_key(), encode_values(values.value())).ok())
     (void)store_.set(combined_key(), Bytes{});
 }
 
-void StoreExchange::erase(int rank) const {
-  (void)store_.erase(key(rank));
-  if (rank == 0) {
-    (void)store_.erase(count_key());
-    (void)store_.erase(combined_key());
-  }
+std::vector<std::string> StoreExchange::own_keys(int rank) const {
+  if (rank != 0) return {key(rank)};
+  return {key(rank), count_key(), combined_key()};
 }
 
 std::vector<int> StoreExchange::look_up(const std::vector<int>& waiting, bool* answered,

@@ -5,10 +5,11 @@
 // transports' addresses.
 //
 // Combined, so that the store serves O(P) requests, not P reads of P keys:
-// each rank sets its key and counts itself in (`add`); the rank that brings
-// the count to P reads the P values and writes them as one ("<prefix>all");
-// every rank reads that one key. Per exchange: P sets, P adds, P reads by the
-// combiner, one write and P reads, in five rounds. Where the combined value
+// each rank sets its key and counts itself in (`set_and_add`, one request);
+// the rank that brings the count to P reads the P values (`multi_get`, one
+// request) and writes them as one ("<prefix>all"); every rank reads that one
+// key. Per exchange: 2P + 2 requests, in two rounds per rank (four for the
+// combiner). A store without those calls (Store's defaults) serves 4P + 1. Where the combined value
 // never comes (a rank published twice, the combiner died), a gather that
 // has found every key there for 2 s + 20 ms x P (at most half its deadline)
 // reads them one by one, as before; a combiner that cannot read or write
@@ -81,9 +82,10 @@ class StoreExchange {
   Gathered gather(Deadline deadline, const Judge& judge = {}, Millis poll = Millis(100),
                   const Interrupt& interrupted = {}) const;
 
-  // Erases this rank's key and, from rank 0, the count and the combined
-  // value: for an exchange every rank has read (keys of finished epochs).
-  void erase(int rank) const;
+  // The keys of this exchange that `rank` erases once every rank has read
+  // it (keys of finished epochs): its own and, for rank 0, the count and the
+  // combined value.
+  std::vector<std::string> own_keys(int rank) const;
 
  private:
   void combine() const;

@@ -87,6 +87,11 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
     lp.interval = std::max<Millis>(Millis(10), options_.liveness_budget / 15);
     lp.budget = options_.liveness_budget;
     lp.connect_deadline = deadline;
+    if (liveness_listener_.valid()) {
+      lp.listen_fd = liveness_listener_.release();
+      lp.addresses = std::move(liveness_addresses_);
+      liveness_addresses_.clear();
+    }
     auto live = Liveness::start(lp);
     if (!live.ok()) return live.status();
     liveness_ = std::move(live).value();

@@ -40,6 +40,7 @@
 #include "runtime/tally.h"
 #include "runtime/transport_chain.h"
 #include "transports/nccl/nccl_comm.h"
+#include "transports/tcp/mesh_listener.h"
 #include "transports/transport.h"
 
 namespace rcoll {
@@ -269,8 +270,10 @@ class CommunicatorImpl : public ProgressGuard {
   struct RecoveryRound;
   Status announce_and_publish(const RecoveryRound& round, const Status& cause);
   Status recovery_interrupted(const RecoveryRound& round, const std::vector<int>& awaited);
-  Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round);
-  Status adopt_ballots(const RecoveryRound& round);
+  // Every rank's ledger, and its ballot (empty where it had nothing to vote on).
+  Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round,
+                                                  std::vector<Bytes>* ballots);
+  Status adopt_ballots(const RecoveryRound& round, const std::vector<Bytes>& ballots);
   // After a failed attempt at the op in flight (`current`): OK when a
   // recovery succeeded and it runs again from `resume`, else its final error
   // (a straggler past its timeout, too many recoveries, not recoverable).
@@ -324,6 +327,10 @@ class CommunicatorImpl : public ProgressGuard {
   // Adaptive chunking: the tuning each op takes (runtime/link_tuning.h).
   LinkTuner tuner_{options_};
   bool settings_agreed_ = false;  // agree_settings ran (at creation; not again after a shrink)
+  // The liveness channel's listener and every rank's address, from the
+  // settings exchange; taken by the first start_liveness.
+  MeshListener liveness_listener_;
+  std::vector<std::string> liveness_addresses_;
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
   // Device collectives on NCCL (runtime/nccl_plane.h); owned by the thread
@@ -408,7 +415,7 @@ class CommunicatorImpl : public ProgressGuard {
   Status fatal_;
   bool epoch_failed_seen_ = false;
   // Polls the store for "this epoch failed" off the progress thread.
-  EpochWatch epoch_watch_{std::chrono::milliseconds(20)};
+  EpochWatch epoch_watch_{std::chrono::seconds(10), std::chrono::milliseconds(200)};
 
   std::mutex mu_;
   std::condition_variable cv_;

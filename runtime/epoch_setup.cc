@@ -127,9 +127,14 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
   p.spin = spin();
   std::shared_ptr<Store> store = store_;
   const bool can_fall_back = chain_.has_next();
-  p.cancelled = [store, failed_key, can_fall_back, &abandon] {
+  // Another rank's failure to connect is looked for in the store at most
+  // every 200 ms, the first time 200 ms in: a connect that is over by then
+  // asks nothing (the wire-ups poll this every slice: P requests and more).
+  p.cancelled = [store, failed_key, can_fall_back, &abandon, looked = Clock::now()]() mutable {
+    constexpr Clock::duration kLookEvery = std::chrono::milliseconds(200);
     if (abandon && abandon()) return true;
-    if (!can_fall_back) return false;
+    if (!can_fall_back || Clock::now() - looked < kLookEvery) return false;
+    looked = Clock::now();
     auto failed = store->check(failed_key);
     return failed.ok() && failed.value();
   };
@@ -179,8 +184,12 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
                     "reading the ranks' " + name + " connect outcomes of epoch " + std::to_string(epoch) +
                         " from the store: " + gathered.status.message());
   }
-  // Every rank reported; a failure would have set the key before its rank's.
-  return failure({});
+  // Every rank reported: a rank that did not connect set the key before its
+  // own "0", so only then is there a reason to read.
+  for (const Bytes& v : gathered.values) {
+    if (v != Bytes{1}) return failure({});
+  }
+  return Status();
 }
 
 Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {

@@ -4,7 +4,8 @@
 
 namespace rcoll {
 
-EpochWatch::EpochWatch(std::chrono::milliseconds interval) : interval_(interval) {}
+EpochWatch::EpochWatch(std::chrono::milliseconds renew, std::chrono::milliseconds retry_after)
+    : renew_(renew), retry_after_(retry_after) {}
 
 EpochWatch::~EpochWatch() { stop(); }
 
@@ -36,17 +37,27 @@ void EpochWatch::stop() {
 void EpochWatch::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    if (store_ && !failed_) {
-      auto store = store_;
-      const std::string key = key_;
-      const uint64_t generation = generation_;
-      lock.unlock();
-      // May block for as long as the store takes to answer: only this thread waits.
-      auto seen = store->check(key);
-      lock.lock();
-      if (generation == generation_ && seen.ok() && seen.value()) failed_ = true;
+    if (!store_ || failed_) {
+      // Nothing to wait for until the next watch().
+      const uint64_t seen = generation_;
+      cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      continue;
     }
-    cv_.wait_for(lock, interval_, [this] { return stopping_; });
+    auto store = store_;
+    const std::string key = key_;
+    const uint64_t generation = generation_;
+    lock.unlock();
+    // Only this thread waits, for as long as the store takes to answer.
+    auto seen = store->watch(key, renew_, [this, generation] {
+      return stopping_.load() || generation_.load() != generation;
+    });
+    lock.lock();
+    if (generation != generation_) continue;
+    if (seen.ok()) {
+      failed_ = seen.value();
+    } else {
+      cv_.wait_for(lock, retry_after_, [&] { return stopping_ || generation_ != generation; });
+    }
   }
 }
 

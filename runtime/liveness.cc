@@ -14,7 +14,7 @@
 // reset.
 #include "runtime/liveness.h"
 
-#include "runtime/store/keys.h"
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "runtime/store/keys.h"
 #include "transports/frame.h"
 #include "transports/tcp/mesh.h"
 
@@ -88,6 +89,8 @@ class LivenessImpl final : public Liveness {
     m.job_token = p.job_token;
     m.deadline = p.connect_deadline;
     m.purpose = "liveness";
+    m.listen_fd = p.listen_fd;
+    m.addresses = p.addresses;
     m.transport = "liveness";
     auto socks = build_tcp_mesh(io_, m);
     if (!socks.ok()) {
@@ -530,6 +533,9 @@ class LivenessImpl final : public Liveness {
 }  // namespace
 
 Result<std::unique_ptr<Liveness>> Liveness::start(const LivenessParams& params) {
+  if (params.listen_fd >= 0 &&
+      (params.size < 2 || params.rank < 0 || params.rank >= params.size || !params.store))
+    ::close(params.listen_fd);  // refused below: the listener given is not taken over
   if (params.size < 1 || params.rank < 0 || params.rank >= params.size) {
     return Status(ErrorCode::kInvalidArgument, ErrorContext{params.rank, -1, 0, -1, "liveness"},
                   "liveness: rank " + std::to_string(params.rank) + " is outside a world of size " +

@@ -75,6 +75,11 @@ struct LivenessParams {
   std::chrono::milliseconds interval{100};   // heartbeat period
   std::chrono::milliseconds budget{1500};    // silent after this long without a heartbeat
   Deadline connect_deadline = Deadline::never();
+  // Both set (at creation): the listener opened before the settings exchange
+  // and every rank's address, as the settings carried them; no store exchange
+  // of its own. Unset (after a shrink): the mesh publishes and reads them.
+  int listen_fd = -1;
+  std::vector<std::string> addresses;
 };
 
 class Liveness {

@@ -50,8 +50,10 @@ struct CommunicatorImpl::RecoveryRound {
   bool nccl_votes = false;  // NCCL in use: the ballot also says whether to drop it
   // When recovery_interrupted last asked the store for a fatal notice: at most
   // every kFatalLookEvery (the connect polls it every 20 ms; at 96 ranks the
-  // store's reads of one key were most of a recovery's requests).
-  mutable Clock::time_point fatal_looked{};
+  // store's reads of one key were most of a recovery's requests), and first
+  // that long into the recovery: a recovery over by then asks nothing (P
+  // requests less), and a rank that gave up before is heard of that late.
+  mutable Clock::time_point fatal_looked = started;
   // "recovery of epoch e gave up after t ms: step: why", as this rank's error.
   Status gave_up(const CommunicatorImpl& c, const Status& s, const char* step) const {
     return Status(s.code(), ErrorContext{c.rank_, -1, seq, failed, c.transport_name_.load()},
@@ -80,13 +82,14 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   janitor_.retire();  // the setup of this epoch and the recovery before it
   if (Status s = announce_and_publish(round, cause); !s.ok()) return s;
   inject_in_recovery(round.seq, round.failed, "ledgers");
-  auto ledgers = gather_ledgers(round);
+  std::vector<Bytes> ballots;
+  auto ledgers = gather_ledgers(round, &ballots);
   if (!ledgers.ok()) return ledgers.status();
   // Every rank published its ledger: none reads what was retired again.
   janitor_.erase_retired(*store_, rank_, size_);
   auto plan = agree_resume(rank_, size_, log_, in_flight_.current(), ledgers.value());
   if (!plan.ok()) return plan.status();
-  if (Status s = adopt_ballots(round); !s.ok()) return s;
+  if (Status s = adopt_ballots(round, ballots); !s.ok()) return s;
 
   // A fresh data plane: new connections, and frames of the old epoch can no
   // longer arrive anywhere.
@@ -128,37 +131,38 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   return plan;
 }
 
-// Tell everyone (idle ranks poll the failed key), then publish this rank's
-// ballot and, after it, its ledger: a rank that sees every ledger sees every
-// ballot.
+// Tell everyone (idle ranks watch the failed key), then publish this rank's
+// ledger with its ballot: one exchange.
 Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const Status& cause) {
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
   if (liveness_) liveness_->announce_abort(round.failed, why.substr(0, 1000));
-  if (Status s = store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end())); !s.ok()) {
+  // Where the watch saw a peer's announcement, the key is there already.
+  if (Status s = epoch_watch_.failed(round.failed)
+                     ? Status()
+                     : store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end()));
+      !s.ok()) {
     return round.gave_up(*this, s, "could not announce the failed epoch in the store");
   }
   if (rank_ == 0) janitor_.note_key(keys::epoch_failed(round.failed));
   // The ballot: the next epoch's transport, and with NCCL in use whether to
   // stop using it for device collectives (and why): a rank that cannot join
   // its communicator, or saw it fail too often. A failure on NCCL does not
-  // count against the host transport.
+  // count against the host transport. Empty with nothing to vote on.
+  Bytes ballot;
   if (round.chain || round.nccl_votes) {
     const bool nccl_failed = (in_flight_.record != nullptr && in_flight_.record->nccl) ||
                              (in_flight_.record == nullptr && waiting_device_op_ != nullptr &&
                               runs_on_nccl(*waiting_device_op_));
     const size_t vote = round.chain && !nccl_failed ? chain_.vote_after_failure(Clock::now()) : chain_.index();
     const std::string drop = round.nccl_votes ? nccl_vote() : std::string();
-    const store::Ballot ballot{static_cast<uint8_t>(vote), !drop.empty(), drop};
-    const StoreExchange ballots(*store_, keys::recovery_ballots(round.failed), size_);
-    janitor_.note_exchange(keys::recovery_ballots(round.failed));
-    if (Status s = ballots.publish(rank_, store::encode(ballot)); !s.ok()) {
-      return round.gave_up(*this, s, "could not publish this rank's transport vote in the store");
-    }
+    ballot = store::encode(store::Ballot{static_cast<uint8_t>(vote), !drop.empty(), drop});
   }
   const std::string ledger = serialize_ledger(log_, in_flight_.current(), size_);
   const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
   janitor_.note_exchange(keys::recovery_ledgers(round.failed));
-  if (Status s = ledgers.publish(rank_, Bytes(ledger.begin(), ledger.end())); !s.ok()) {
+  if (Status s =
+          ledgers.publish(rank_, encode_values({ballot, Bytes(ledger.begin(), ledger.end())}));
+      !s.ok()) {
     return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
   }
   return Status();
@@ -230,7 +234,8 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
 // Every rank's ledger. Silent ranks are waited for up to the recovery
 // timeout; the error names whoever never joined. A rank that can never join
 // (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
-Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round) {
+Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round,
+                                                                  std::vector<Bytes>* ballots) {
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
     if (Status s = recovery_interrupted(round, not_yet); !s.ok()) return s;
@@ -259,24 +264,28 @@ Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const Recovery
                            "the store did not answer while this rank waited for the other ranks' ledgers "
                            "(is the store's host stalled?)");
   }
+  // Each rank's ballot and ledger. A value that does not split in two goes
+  // whole to the ledger check, which names it malformed.
   std::vector<std::string> texts;
-  for (const Bytes& b : gathered.values) texts.emplace_back(b.begin(), b.end());
+  for (const Bytes& b : gathered.values) {
+    std::vector<Bytes> parts;
+    if (!decode_values(b, 2, &parts)) parts = {Bytes{}, b};
+    ballots->push_back(std::move(parts[0]));
+    texts.emplace_back(parts[1].begin(), parts[1].end());
+  }
   return texts;
 }
 
 // The ballots: the next epoch's transport, and whether to stop using NCCL.
-Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round) {
+Status CommunicatorImpl::adopt_ballots(const RecoveryRound& round,
+                                       const std::vector<Bytes>& ballots) {
   // The most cautious vote wins: a move down if any rank counts too many
   // failures, a probe back up only if every rank's cool-down is over; NCCL
   // dropped if any rank asks.
   size_t agreed = 0;
   std::string nccl_drop;
   if (round.chain || round.nccl_votes) {
-    // Published before the ledgers: every one is there.
-    const StoreExchange ballots(*store_, keys::recovery_ballots(round.failed), size_);
-    const StoreExchange::Gathered votes = ballots.gather(round.deadline);
-    if (!votes.ok()) return round.gave_up(*this, votes.status, "reading the transport votes from the store");
-    for (const Bytes& b : votes.values) {
+    for (const Bytes& b : ballots) {
       const auto ballot = store::decode_ballot(b);
       if (!ballot) continue;
       agreed = std::max<size_t>(agreed, ballot->transport);

@@ -8,10 +8,15 @@
 #include "runtime/communicator_impl.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/keys.h"
+#include "transports/tcp/mesh.h"
 
 namespace rcoll {
 
 namespace {
+
+// Between a rank's settings and its liveness address in the exchanged value
+// (settings are text lines: no NUL).
+const std::string kLivenessMark("\0liveness ", 10);
 
 // What every rank must set alike, as "name=value" lines. Each of these decides
 // which frames a rank sends or expects (chunk size, window, algorithms, the
@@ -79,15 +84,46 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
   // A second past the deadline, so that once it passed the store can still
   // be asked who is missing.
   const ScopedStoreDeadline store_bound(deadline.is_never() ? deadline : Deadline::at(deadline.time() + std::chrono::seconds(1)));
+  // The liveness channel listens now and its address rides on the settings,
+  // so that its mesh needs no store exchange of its own (2P requests less).
+  MeshParams live;
+  live.rank = rank_;
+  live.size = size_;
+  live.ifname_spec = options_.socket_ifname;
+  live.prefer_loopback = prefer_loopback();
+  live.route_address = route_address_;
+  live.purpose = "liveness";
+  live.transport = "liveness";
+  auto listener = listen_for_mesh(live);
+  if (!listener.ok()) {
+    ErrorContext c = listener.status().context();
+    c.epoch = -1;
+    return Status(listener.status().code(), c, "liveness channel: " + listener.status().message());
+  }
+  const std::string value = mine + kLivenessMark + listener.value().address();
   const StoreExchange exchange(*store_, keys::settings(), size_);
-  if (Status s = exchange.publish(rank_, Bytes(mine.begin(), mine.end())); !s.ok()) {
+  if (Status s = exchange.publish(rank_, Bytes(value.begin(), value.end())); !s.ok()) {
     return Status(s.code(), ctx,
                   "could not publish this rank's settings in the store: " + s.message());
   }
   Result<std::vector<std::string>> gathered = gather_settings(exchange, deadline);
   if (!gathered.ok()) return gathered.status();
+  std::vector<std::string> theirs = std::move(gathered).value();
+  std::vector<std::string> addresses;
+  for (size_t q = 0; q < theirs.size(); ++q) {
+    const size_t mark = theirs[q].rfind(kLivenessMark);
+    if (mark == std::string::npos) {
+      return Status(ErrorCode::kInvalidArgument, ErrorContext{rank_, static_cast<int>(q), 0, 0, ""},
+                    "rank " + std::to_string(q) +
+                        "'s settings carry no liveness address: it runs another rcoll build; "
+                        "every rank must run the same one");
+    }
+    addresses.push_back(theirs[q].substr(mark + kLivenessMark.size()));
+    theirs[q].resize(mark);
+  }
+  liveness_listener_ = std::move(listener).value();
+  liveness_addresses_ = std::move(addresses);
   // Every rank reads every rank's, so all find the same first difference.
-  const std::vector<std::string>& theirs = gathered.value();
   int differing = 0, first = -1;
   for (int q = 1; q < size_; ++q) {
     if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;

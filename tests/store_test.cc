@@ -296,6 +296,79 @@ TEST_P(StoreTest, PrefixIsolation) {
   EXPECT_NE(t.status().message().find("comm2/k"), std::string::npos) << t.status().to_string();
 }
 
+// What setup and recovery do at every step: one request each with the TCP
+// store, the single calls elsewhere; the same results everywhere.
+TEST_P(StoreTest, SetAndAddSetsTheKeyThenCounts) {
+  EXPECT_EQ(store_->set_and_add("x/0", to_bytes("zero"), "x/n", 1).value(), 1);
+  EXPECT_EQ(other_->set_and_add("x/1", to_bytes("one"), "x/n", 1).value(), 2);
+  EXPECT_EQ(other_->get("x/0", 1000ms).value(), to_bytes("zero"));
+  EXPECT_EQ(store_->get("x/1", 1000ms).value(), to_bytes("one"));
+  EXPECT_EQ(store_->add("x/n", 0).value(), 2);
+  // A counter that is not one: the value is set, the add refused.
+  ASSERT_TRUE(store_->set("x/text", to_bytes("abc")).ok());
+  EXPECT_FALSE(store_->set_and_add("x/2", to_bytes("two"), "x/text", 1).ok());
+}
+
+TEST_P(StoreTest, MultiGetWaitsForEveryKeyAndAnswersInKeyOrder) {
+  ASSERT_TRUE(store_->set("m/b", to_bytes("B")).ok());
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(other_->set("m/a", to_bytes("A")).ok());
+    ASSERT_TRUE(other_->set("m/empty", Bytes{}).ok());
+  });
+  auto got = store_->multi_get({"m/a", "m/empty", "m/b", "m/a"}, 5000ms);
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got.value().size(), 4u);
+  EXPECT_EQ(got.value()[0], to_bytes("A"));
+  EXPECT_TRUE(got.value()[1].empty());
+  EXPECT_EQ(got.value()[2], to_bytes("B"));
+  EXPECT_EQ(got.value()[3], to_bytes("A"));
+  auto missing = store_->multi_get({"m/a", "m/never"}, 100ms);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kTimeout) << missing.status().to_string();
+  EXPECT_NE(missing.status().message().find("m/never"), std::string::npos)
+      << missing.status().to_string();
+}
+
+TEST_P(StoreTest, EraseManyErasesEveryKeyAndIgnoresAbsentOnes) {
+  ASSERT_TRUE(store_->set("e/1", to_bytes("1")).ok());
+  ASSERT_TRUE(store_->set("e/2", to_bytes("2")).ok());
+  ASSERT_TRUE(store_->set("e/3", to_bytes("3")).ok());
+  ASSERT_TRUE(other_->erase_many({"e/1", "e/absent", "e/3"}).ok());
+  EXPECT_FALSE(store_->check("e/1").value());
+  EXPECT_TRUE(store_->check("e/2").value());
+  EXPECT_FALSE(store_->check("e/3").value());
+}
+
+// The epoch watch: woken by another client's set, ended by a cancel long
+// before its timeout, false at the timeout.
+TEST_P(StoreTest, WatchWakesOnASetAndEndsOnACancel) {
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(other_->set("watch/k", to_bytes("failed")).ok());
+  });
+  auto seen = store_->watch("watch/k", 10000ms, [] { return false; });
+  setter.join();
+  ASSERT_TRUE(seen.ok()) << seen.status().to_string();
+  EXPECT_TRUE(seen.value());
+  EXPECT_FALSE(store_->watch("watch/other", 50ms, [] { return false; }).value());
+
+  std::atomic<bool> stop{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(100ms);
+    stop = true;
+  });
+  const auto t0 = Clock::now();
+  auto cancelled = store_->watch("watch/other", 20000ms, [&] { return stop.load(); });
+  canceller.join();
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().to_string();
+  EXPECT_FALSE(cancelled.value());
+  EXPECT_LT(ms_since(t0), 10000) << "the cancel, not the timeout, ended the watch";
+  // The client is still usable, and the server forgot the cancelled wait.
+  ASSERT_TRUE(other_->set("watch/other", to_bytes("x")).ok());
+  EXPECT_TRUE(store_->watch("watch/other", 1000ms, [] { return false; }).value());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest,
                          testing::Values(Kind::kTcp, Kind::kFile, Kind::kPrefixTcp), kind_name);
 
@@ -313,6 +386,27 @@ uint16_t closed_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// More keys than one request may name (4,096): the client splits them.
+TEST(TcpStore, MultiGetAndEraseManyTakeMoreKeysThanOneRequestNames) {
+  auto server = start_server();
+  auto c = connect_to(server->port());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::shared_ptr<Store> store = std::move(c).value();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5000; ++i) {
+    keys.push_back("many/" + std::to_string(i));
+    ASSERT_TRUE(store->set(keys.back(), to_bytes(std::to_string(i * 7))).ok());
+  }
+  auto got = store->multi_get(keys, 5000ms);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got.value().size(), keys.size());
+  for (int i = 0; i < 5000; ++i)
+    EXPECT_EQ(got.value()[static_cast<size_t>(i)], to_bytes(std::to_string(i * 7)));
+  ASSERT_TRUE(store->erase_many(keys).ok());
+  EXPECT_FALSE(store->check("many/0").value());
+  EXPECT_FALSE(store->check("many/4999").value());
 }
 
 TEST(TcpStore, ConnectToClosedPortFailsWithinTimeout) {
@@ -631,6 +725,9 @@ std::vector<Request> sample_requests() {
   out.push_back({Op::kWait, {"a", "bb", "ccc"}, {}, 100});
   out.push_back({Op::kCheck, {"c"}, {}, 0});
   out.push_back({Op::kErase, {"e"}, {}, 0});
+  out.push_back({Op::kSetAdd, {"k/3", "k/n"}, to_bytes("v"), 1});
+  out.push_back({Op::kMultiGet, {"k/0", "k/1"}, {}, 250});
+  out.push_back({Op::kEraseMany, {"k/0", "k/1", "k/n"}, {}, 0});
   return out;
 }
 

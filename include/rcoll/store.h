@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,25 @@ class Store {
   // Non-blocking: does the key exist now?
   virtual Result<bool> check(const std::string& key) = 0;
   virtual Status erase(const std::string& key) = 0;
+
+  // What setup and recovery do at every step, as one request each where the
+  // store can (the built-in TCP store does). The defaults make the single
+  // calls above, so a caller's store needs none of these.
+  //
+  // Sets key, then adds delta to counter (as add does) and returns its new value.
+  virtual Result<int64_t> set_and_add(const std::string& key, const Bytes& value,
+                                      const std::string& counter, int64_t delta);
+  // Blocks until every key exists (as wait does), then returns their values in key order.
+  virtual Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds timeout);
+  // Erases every key (absent ones are no error).
+  virtual Status erase_many(const std::vector<std::string>& keys);
+  // Waits for key to exist: true once it does; false when the timeout passes
+  // or `cancelled` returns true first (asked at least every 20 ms). How a rank
+  // hears, with no traffic while nothing happens, that a peer failed the epoch.
+  // The default asks check() every 20 ms; the TCP store parks one request.
+  virtual Result<bool> watch(const std::string& key, std::chrono::milliseconds timeout,
+                             const std::function<bool()>& cancelled);
 };
 
 // Prepends "prefix/" to every key: one namespace per communicator and epoch.

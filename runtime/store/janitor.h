@@ -8,7 +8,7 @@
 // that recovery holds every rank's ledger, every rank has published one, so
 // every rank is past everything retired and will never read it again. Then
 // each rank erases its own keys (rank 0 also an exchange's shared count and
-// combined value): O(1) store requests per rank, spread over the ranks.
+// combined value) in one request (erase_many): P requests per recovery.
 #pragma once
 
 #include <string>
@@ -33,15 +33,19 @@ class KeyJanitor {
   }
   // Every rank's ledger of the recovery is in: the retired keys go (best
   // effort: a key left behind costs memory at the store, nothing else).
+  // One request (erase_many) per rank.
   void erase_retired(Store& store, int rank, int size) {
+    std::vector<std::string> keys;
     for (const Entry& e : retired_) {
-      if (e.exchange) {
-        StoreExchange(store, e.name, size).erase(rank);
-      } else {
-        (void)store.erase(e.name);
+      if (!e.exchange) {
+        keys.push_back(e.name);
+        continue;
       }
+      for (std::string& k : StoreExchange(store, e.name, size).own_keys(rank))
+        keys.push_back(std::move(k));
     }
     retired_.clear();
+    if (!keys.empty()) (void)store.erase_many(keys);
   }
   // A shrink: the old group's keys live under another namespace; left there.
   void forget() {

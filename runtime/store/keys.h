@@ -12,8 +12,8 @@
 //   epoch/<epoch>/failed                     someone failed the epoch (why): peers abort at once
 //   epoch/<epoch>/fatal                      a failure no recovery fixes (store::FatalNotice)
 //   epoch/<epoch>/where/<rank>               where this rank was when the epoch failed for good
-//   recovery/<epoch>/transport/<rank>        this rank's ballot for the next epoch (store::Ballot)
-//   recovery/<epoch>/ledger/<rank>           this rank's ledger (runtime/ledger.h)
+//   recovery/<epoch>/ledger/<rank>           this rank's ballot for the next epoch (store::Ballot)
+//                                            and its ledger (runtime/ledger.h), as two values
 //   nccl/<epoch>/id, arrived/<rank>, outcome/<rank>, gave-up
 //                                            the epoch's NCCL communicator (runtime/nccl_ops.cc)
 //   shrink/<generation>/alive/<rank>         a survivor of a shrink
@@ -44,7 +44,6 @@ inline std::string epoch_failed(uint32_t epoch) { return "epoch/" + std::to_stri
 inline std::string epoch_fatal(uint32_t epoch) { return "epoch/" + std::to_string(epoch) + "/fatal"; }
 inline std::string epoch_where(uint32_t epoch) { return "epoch/" + std::to_string(epoch) + "/where/"; }
 
-inline std::string recovery_ballots(uint32_t epoch) { return "recovery/" + std::to_string(epoch) + "/transport/"; }
 inline std::string recovery_ledgers(uint32_t epoch) { return "recovery/" + std::to_string(epoch) + "/ledger/"; }
 
 inline std::string nccl(uint32_t epoch) { return "nccl/" + std::to_string(epoch) + "/"; }

@@ -13,7 +13,7 @@
 
 namespace rcoll::store {
 
-// A rank's vote in a recovery (keys::recovery_ballots): the transport chain
+// A rank's vote in a recovery (with its ledger: keys::recovery_ledgers): the transport chain
 // index it wants for the next epoch, and whether (and why) every rank should
 // stop using NCCL for device collectives.
 struct Ballot {

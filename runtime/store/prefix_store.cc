@@ -27,16 +27,34 @@ class PrefixStore final : public Store {
     return inner_->add(full(key), delta);
   }
   Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    std::vector<std::string> full_keys;
-    full_keys.reserve(keys.size());
-    for (const auto& k : keys) full_keys.push_back(full(k));
-    return inner_->wait(full_keys, timeout);
+    return inner_->wait(full(keys), timeout);
   }
   Result<bool> check(const std::string& key) override { return inner_->check(full(key)); }
   Status erase(const std::string& key) override { return inner_->erase(full(key)); }
+  Result<int64_t> set_and_add(const std::string& key, const Bytes& value,
+                              const std::string& counter, int64_t delta) override {
+    return inner_->set_and_add(full(key), value, full(counter), delta);
+  }
+  Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) override {
+    return inner_->multi_get(full(keys), timeout);
+  }
+  Status erase_many(const std::vector<std::string>& keys) override {
+    return inner_->erase_many(full(keys));
+  }
+  Result<bool> watch(const std::string& key, std::chrono::milliseconds timeout,
+                     const std::function<bool()>& cancelled) override {
+    return inner_->watch(full(key), timeout, cancelled);
+  }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + key; }
+  std::vector<std::string> full(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(full(k));
+    return out;
+  }
 
   std::shared_ptr<Store> inner_;
   std::string prefix_;

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,9 +26,10 @@
 #include <utility>
 #include <vector>
 
-#include "rcoll/store.h"
 #include "base/deadline.h"
 #include "base/log.h"
+#include "base/store_exchange.h"
+#include "rcoll/store.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/tcp_store_protocol.h"
 
@@ -106,21 +108,32 @@ int poll_ms(const Deadline& d) {
   return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
 }
 
-// Why an I/O step failed: timed out, or the connection broke.
+// Why an I/O step failed: timed out, cancelled, or the connection broke.
 struct IoFailure {
   bool timed_out = false;
   std::string what;
+  bool cancelled = false;
 };
 
-// Waits for `events` on fd; false (and `failure`) on timeout or error.
+// Set on a thread while it watches a key (TcpStoreClient::watch): its waits
+// look at it every 20 ms and give up when it says so.
+thread_local const std::function<bool()>* t_cancelled = nullptr;
+constexpr int kCancelLookMs = 20;
+
+// Waits for `events` on fd; false (and `failure`) on timeout, cancel or error.
 bool wait_for(int fd, short events, const Deadline& d, IoFailure& failure) {
   for (;;) {
     if (d.expired()) {
       failure = {true, "timed out"};
       return false;
     }
+    if (t_cancelled != nullptr && (*t_cancelled)()) {
+      failure = {false, "cancelled", true};
+      return false;
+    }
     pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, poll_ms(d));
+    const int ms = t_cancelled != nullptr ? std::min(poll_ms(d), kCancelLookMs) : poll_ms(d);
+    int n = ::poll(&p, 1, ms);
     if (n > 0) return true;  // readiness or an error: the next syscall reports it
     if (n < 0 && errno != EINTR) {
       failure = {false, "poll failed: " + errno_text(errno)};
@@ -267,6 +280,7 @@ class TcpStoreClient final : public Store {
         last = fd.status().message();
       }
       if (!retry || deadline.expired()) break;
+      if (t_cancelled != nullptr && (*t_cancelled)()) break;
       auto pause = std::min<Clock::duration>(backoff, deadline.remaining());
       std::this_thread::sleep_for(pause);
       backoff = std::min(backoff * 2, kMaxBackoff);
@@ -334,6 +348,78 @@ class TcpStoreClient final : public Store {
     Request q{Op::kErase, {key}, {}, 0};
     auto r = call(q, Deadline::after(kRequestTimeout), true, "erase(" + key_text(key) + ")");
     return r.status();
+  }
+
+  Result<int64_t> set_and_add(const std::string& key, const Bytes& value,
+                              const std::string& counter, int64_t delta) override {
+    Request q{Op::kSetAdd, {key, counter}, value, delta};
+    // Not idempotent (the add): never re-sent once it may have reached the server.
+    auto r = call(q, Deadline::after(kRequestTimeout), false,
+                  "set_and_add(" + key_text(key) + ", " + key_text(counter) + ")");
+    if (!r.ok()) return r.status();
+    return r.value().integer;
+  }
+
+  // More than kMaxKeys keys go as several requests, each within what is left
+  // of the timeout.
+  Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) override {
+    const Deadline deadline = Deadline::after(Millis(clamp_timeout(timeout)));
+    std::vector<Bytes> values;
+    values.reserve(keys.size());
+    for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
+      const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
+      const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(from),
+                                          keys.begin() + static_cast<std::ptrdiff_t>(to));
+      const int64_t ms = deadline.remaining_ms().count();
+      Request q{Op::kMultiGet, part, {}, ms};
+      auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true,
+                    "multi_get(" + key_list(part) + ")");
+      if (!r.ok()) return r.status();
+      if (r.value().reply == Reply::kTimeout) {
+        const auto& absent = r.value().keys.empty() ? part : r.value().keys;
+        return Status(ErrorCode::kTimeout,
+                      "timed out after " + std::to_string(timeout.count()) +
+                          " ms waiting for store key" + (absent.size() == 1 ? " " : "s ") +
+                          key_list(absent) + " (" + std::to_string(absent.size()) + " of " +
+                          std::to_string(keys.size()) + " missing) at " + address_);
+      }
+      std::vector<Bytes> got;
+      if (!decode_values(r.value().value, static_cast<int>(part.size()), &got)) {
+        return Status(ErrorCode::kStore, "the store at " + address_ + " answered multi_get(" +
+                                             key_list(part) + ") with a malformed value list");
+      }
+      for (Bytes& v : got) values.push_back(std::move(v));
+    }
+    return values;
+  }
+
+  Status erase_many(const std::vector<std::string>& keys) override {
+    for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
+      const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
+      const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(from),
+                                          keys.begin() + static_cast<std::ptrdiff_t>(to));
+      Request q{Op::kEraseMany, part, {}, 0};
+      auto r =
+          call(q, Deadline::after(kRequestTimeout), true, "erase_many(" + key_list(part) + ")");
+      if (!r.ok()) return r.status();
+    }
+    return Status();
+  }
+
+  // One parked wait. A cancel drops its connection (the server forgets the
+  // wait when the connection closes).
+  Result<bool> watch(const std::string& key, std::chrono::milliseconds timeout,
+                     const std::function<bool()>& cancelled) override {
+    const int64_t ms = clamp_timeout(timeout);
+    Request q{Op::kWait, {key}, {}, ms};
+    t_cancelled = &cancelled;
+    auto r =
+        call(q, Deadline::after(Millis(ms) + kGuardSlack), true, "watch(" + key_text(key) + ")");
+    t_cancelled = nullptr;
+    if (cancelled()) return false;
+    if (!r.ok()) return r.status();
+    return r.value().reply == Reply::kOk;
   }
 
   void adopt(Fd fd) { checkin(std::move(fd)); }
@@ -432,6 +518,7 @@ class TcpStoreClient final : public Store {
                                              "): " + reason);
       }
       // The connection is in an unknown state now: it is dropped (fd goes out of scope).
+      if (failure.cancelled) return Status(ErrorCode::kClosed, what + " cancelled");
       if (failure.timed_out) {
         return Status(ErrorCode::kTimeout, "the rcoll store at " + address_ + " did not answer " +
                                                what + " in time; dropping that connection");

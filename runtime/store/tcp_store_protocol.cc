@@ -173,6 +173,12 @@ const char* to_string(Op op) {
       return "check";
     case Op::kErase:
       return "erase";
+    case Op::kSetAdd:
+      return "set_and_add";
+    case Op::kMultiGet:
+      return "multi_get";
+    case Op::kEraseMany:
+      return "erase_many";
   }
   return "unknown op";
 }
@@ -247,7 +253,12 @@ Status validate(const Request& q) {
     case Op::kErase:
       s = need_keys(1, 1);
       break;
+    case Op::kSetAdd:
+      s = need_keys(2, 2);
+      break;
     case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kEraseMany:
       s = need_keys(1, kMaxKeys);
       break;
     default:
@@ -264,7 +275,7 @@ Status validate(const Request& q) {
     }
   }
   size_t value_limit = 0;
-  if (q.op == Op::kSet) value_limit = kMaxValueLength;
+  if (q.op == Op::kSet || q.op == Op::kSetAdd) value_limit = kMaxValueLength;
   if (q.op == Op::kHello) value_limit = kMaxKeyLength;  // the token
   if (q.value.size() > value_limit) {
     return Status(ErrorCode::kInvalidArgument, std::string("store ") + to_string(q.op) +
@@ -272,7 +283,7 @@ Status validate(const Request& q) {
                                                    " bytes exceeds the limit of " +
                                                    std::to_string(value_limit));
   }
-  if ((q.op == Op::kGet || q.op == Op::kWait) && q.integer < 0) {
+  if ((q.op == Op::kGet || q.op == Op::kWait || q.op == Op::kMultiGet) && q.integer < 0) {
     return Status(ErrorCode::kInvalidArgument, std::string("store ") + to_string(q.op) +
                                                    " with a negative timeout (" +
                                                    std::to_string(q.integer) + " ms)");
@@ -281,7 +292,7 @@ Status validate(const Request& q) {
 }
 
 Result<Request> decode_request_body(uint8_t kind, std::span<const uint8_t> body) {
-  if (kind < static_cast<uint8_t>(Op::kHello) || kind > static_cast<uint8_t>(Op::kErase)) {
+  if (kind < static_cast<uint8_t>(Op::kHello) || kind > static_cast<uint8_t>(Op::kEraseMany)) {
     return bad("unknown request op " + std::to_string(kind));
   }
   auto parsed = decode_body(body);

@@ -16,6 +16,13 @@
 //   kWait   keys = {k1..kn}, integer = timeout ms  -> kOk, or kTimeout + keys = the missing ones
 //   kCheck  keys = {key}                           -> kOk + integer = 1 if the key exists, else 0
 //   kErase  keys = {key}                           -> kOk + integer = 1 if it existed
+//   kSetAdd keys = {key, counter}, value,
+//           integer = delta                        -> kOk + integer = the counter's new value
+//                                                     (sets key, then adds, as one step)
+//   kMultiGet keys = {k1..kn}, integer = timeout ms -> kOk + value = the n values, each a u32
+//                                                     length and its bytes, in key order; or
+//                                                     kTimeout + keys = the missing ones
+//   kEraseMany keys = {k1..kn}                      -> kOk + integer = how many existed
 //
 // Decoding is a pure function of the bytes (fuzzable): it checks every length
 // against what remains and against the limits below before it allocates, and
@@ -41,14 +48,25 @@ inline constexpr size_t kHeaderBytes = 12;
 
 inline constexpr size_t kMaxKeyLength = 4096;
 inline constexpr size_t kMaxValueLength = size_t{64} << 20;  // 64 MiB
-inline constexpr size_t kMaxKeys = 4096;                     // per wait()
+inline constexpr size_t kMaxKeys = 4096;  // per wait(), multi_get(), erase_many()
 // Keys and value together: room for the largest value plus a key, or for
 // kMaxKeys long keys.
 inline constexpr size_t kMaxBodyLength = kMaxValueLength + (size_t{20} << 20);
 // A get/wait timeout above this is clamped (a week; keeps timers from overflowing).
 inline constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;
 
-enum class Op : uint8_t { kHello = 1, kSet, kGet, kAdd, kWait, kCheck, kErase };
+enum class Op : uint8_t {
+  kHello = 1,
+  kSet,
+  kGet,
+  kAdd,
+  kWait,
+  kCheck,
+  kErase,
+  kSetAdd,
+  kMultiGet,
+  kEraseMany
+};
 enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kRefused = 2, kBadRequest = 3, kError = 4 };
 
 const char* to_string(Op op);

@@ -25,8 +25,9 @@
 #include <utility>
 #include <vector>
 
-#include "rcoll/store.h"
 #include "base/log.h"
+#include "base/store_exchange.h"
+#include "rcoll/store.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {
@@ -232,6 +233,8 @@ class ServerImpl final : public TcpStoreServer {
   }
 
   void complete(Waiter* w);
+  // The kOk answer to a get, wait or multi_get whose keys are all there.
+  void answer(Op op, const std::vector<std::string>& keys, Response& r);
   void expire(const std::shared_ptr<Waiter>& w);
   void notify(const std::string& key);
   void park_on(const std::shared_ptr<Waiter>& w, const std::string& key);
@@ -425,8 +428,13 @@ void ServerImpl::handle(const std::shared_ptr<Session>& session, Request&& q, Wa
       notify(key);
       return;
     }
-    case Op::kAdd: {
-      const std::string& key = q.keys[0];
+    case Op::kAdd:
+    case Op::kSetAdd: {
+      if (q.op == Op::kSetAdd) {
+        data_[q.keys[0]] = std::move(q.value);
+        notify(q.keys[0]);
+      }
+      const std::string& key = q.keys.back();
       int64_t current = 0;
       auto it = data_.find(key);
       if (it != data_.end() && !store_wire::parse_counter(it->second, current)) {
@@ -456,14 +464,16 @@ void ServerImpl::handle(const std::shared_ptr<Session>& session, Request&& q, Wa
       session->send(r);
       return;
     case Op::kErase:
-      r.integer = static_cast<int64_t>(data_.erase(q.keys[0]));
+    case Op::kEraseMany:
+      for (const std::string& key : q.keys) r.integer += static_cast<int64_t>(data_.erase(key));
       session->send(r);
       return;
     case Op::kGet:
-    case Op::kWait: {
+    case Op::kWait:
+    case Op::kMultiGet: {
       auto absent = missing(q.keys);
       if (absent.empty()) {
-        if (q.op == Op::kGet) r.value = data_[q.keys[0]];
+        answer(q.op, q.keys, r);
         session->send(r);
         return;
       }
@@ -527,10 +537,31 @@ void ServerImpl::complete(Waiter* w) {
   w->done = true;
   w->timer.cancel();
   Response r;
-  if (w->op == Op::kGet) r.value = data_[w->keys[0]];
+  answer(w->op, w->keys, r);
   auto session = std::move(w->session);
   session->unpark();
   session->send(r);
+}
+
+void ServerImpl::answer(Op op, const std::vector<std::string>& keys, Response& r) {
+  if (op == Op::kGet) r.value = data_[keys[0]];
+  if (op != Op::kMultiGet) return;
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  size_t total = 0;
+  for (const std::string& key : keys) {
+    values.push_back(data_[key]);
+    total += 4 + values.back().size();
+  }
+  if (total > store_wire::kMaxValueLength) {
+    r.reply = Reply::kError;
+    const std::string why = "multi_get of " + std::to_string(keys.size()) + " keys would answer " +
+                            std::to_string(total) + " bytes, over the limit of " +
+                            std::to_string(store_wire::kMaxValueLength);
+    r.value.assign(why.begin(), why.end());
+    return;
+  }
+  r.value = encode_values(values);
 }
 
 void ServerImpl::expire(const std::shared_ptr<Waiter>& w) {

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "base/log.h"
 #include "base/store_exchange.h"
@@ -168,10 +170,15 @@ Result<MeshSockets> MeshBuilder::build() {
 Status MeshBuilder::listen_and_publish() {
   error_code ec;
   tcp::endpoint listen_ep(asio::ip::make_address(iface_.address, ec), 0);
-  if (!ec) acceptor_.open(listen_ep.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(listen_ep, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (p_.listen_fd >= 0) {
+    if (!ec) acceptor_.assign(listen_ep.protocol(), p_.listen_fd, ec);
+    if (ec) ::close(p_.listen_fd);
+  } else {
+    if (!ec) acceptor_.open(listen_ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(listen_ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  }
   if (ec) {
     return Status(ErrorCode::kTransport, context(-1),
                   "cannot listen on interface " + iface_.name + " (" + iface_.address + ") for " +
@@ -179,8 +186,16 @@ Status MeshBuilder::listen_and_publish() {
   }
   port_ = acceptor_.local_endpoint().port();
   const std::string my_addr = iface_.address + " " + std::to_string(port_) + " " + iface_.name;
-  if (Status s = exchange_.publish(p_.rank, Bytes(my_addr.begin(), my_addr.end())); !s.ok())
+  if (!p_.addresses.empty()) {
+    if (p_.addresses.size() != static_cast<size_t>(p_.size)) {
+      return Status(ErrorCode::kInternal, context(-1),
+                    p_.purpose + ": given " + std::to_string(p_.addresses.size()) +
+                        " addresses for " + std::to_string(p_.size) + " ranks");
+    }
+  } else if (Status s = exchange_.publish(p_.rank, Bytes(my_addr.begin(), my_addr.end()));
+             !s.ok()) {
     return s;
+  }
   RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers", purpose_,
             iface_.address.c_str(), port_, iface_.name.c_str(), p_.size - 1);
   return Status();
@@ -206,7 +221,12 @@ Status MeshBuilder::dial_lower_ranks() {
     io_.poll();
     return is_cancelled() ? cancelled_status() : Status();
   };
-  const StoreExchange::Gathered got = exchange_.gather(p_.deadline, {}, kCancelPoll, serve);
+  StoreExchange::Gathered got;
+  if (!p_.addresses.empty()) {
+    for (const std::string& a : p_.addresses) got.values.emplace_back(a.begin(), a.end());
+  } else {
+    got = exchange_.gather(p_.deadline, {}, kCancelPoll, serve);
+  }
   if (got.ended == StoreExchange::Gathered::Ended::kJudged) return got.status;  // cancelled
   if (!got.ok()) {
     const int peer = got.missing.empty() ? -1 : got.missing.front();
@@ -471,10 +491,49 @@ std::string remote_address(const tcp::socket& s) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
+MeshListener& MeshListener::operator=(MeshListener&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    address_ = std::move(other.address_);
+  }
+  return *this;
+}
+
+MeshListener::~MeshListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int MeshListener::release() { return std::exchange(fd_, -1); }
+
+Result<MeshListener> listen_for_mesh(const MeshParams& p) {
+  auto iface =
+      select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
+  const ErrorContext at{p.rank, -1, 0, p.epoch, p.transport};
+  if (!iface.ok()) return Status(iface.status().code(), at, iface.status().message());
+  asio::io_context io;
+  tcp::acceptor acceptor(io);
+  error_code ec;
+  tcp::endpoint listen_ep(asio::ip::make_address(iface.value().address, ec), 0);
+  if (!ec) acceptor.open(listen_ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(listen_ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(ErrorCode::kTransport, at,
+                  "cannot listen on interface " + iface.value().name + " (" +
+                      iface.value().address + ") for " + p.purpose + ": " + ec.message());
+  }
+  const uint16_t port = acceptor.local_endpoint().port();
+  return MeshListener(acceptor.release(), iface.value().address + " " + std::to_string(port) + " " +
+                                              iface.value().name);
+}
+
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
   auto iface =
       select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
   if (!iface.ok()) {
+    if (p.listen_fd >= 0) ::close(p.listen_fd);
     return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
                   iface.status().message());
   }

@@ -25,6 +25,7 @@
 #include "rcoll/store.h"
 #include "transports/frame.h"
 #include "transports/tcp/interfaces.h"
+#include "transports/tcp/mesh_listener.h"
 
 // The socket option that caps a TCP connection's retransmission timeout
 // (Linux 6.15), for headers older than the kernel.
@@ -76,7 +77,15 @@ struct MeshParams {
   // build at once with kAborted (the runtime gave up on this epoch: a rank
   // died or gave up during a recovery). May be empty.
   std::function<bool()> cancelled;
+  // Set both to skip the store: a listener opened by listen_for_mesh (the
+  // build takes it over), and every rank's address as it published it, by
+  // rank. How the liveness channel's addresses ride on the settings exchange.
+  int listen_fd = -1;
+  std::vector<std::string> addresses;
 };
+
+// Listens on the interface build_tcp_mesh would select for `p`.
+Result<MeshListener> listen_for_mesh(const MeshParams& p);
 
 using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
 
