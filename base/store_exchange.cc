@@ -75,20 +75,32 @@ void StoreExchange::combine() const {
     (void)store_.set(combined_key(), Bytes{});
 }
 
-std::vector<std::string> StoreExchange::own_keys(int rank) const {
-  if (rank != 0) return {key(rank)};
-  return {key(rank), count_key(), combined_key()};
+std::vector<std::string> StoreExchange::all_keys() const {
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(size_) + 2);
+  for (int q = 0; q < size_; ++q) keys.push_back(key(q));
+  keys.push_back(count_key());
+  keys.push_back(combined_key());
+  return keys;
 }
 
 std::vector<int> StoreExchange::look_up(const std::vector<int>& waiting, bool* answered,
                                         Status* store_status) const {
+  std::vector<std::string> keys;
+  keys.reserve(waiting.size());
+  for (int q : waiting) keys.push_back(key(q));
+  auto absent = store_.absent(keys);  // one request with the TCP store
+  *answered = absent.ok();
+  if (!absent.ok()) {
+    *store_status = absent.status();
+    return waiting;
+  }
   std::vector<int> missing;
-  *answered = false;
-  for (int q : waiting) {
-    auto has = store_.check(key(q));
-    if (!has.ok()) *store_status = has.status();
-    *answered = *answered || has.ok();
-    if (!has.ok() || !has.value()) missing.push_back(q);
+  size_t at = 0;  // absent keys come in the order asked
+  for (size_t i = 0; i < keys.size() && at < absent.value().size(); ++i) {
+    if (keys[i] != absent.value()[at]) continue;
+    missing.push_back(waiting[i]);
+    ++at;
   }
   return missing;
 }

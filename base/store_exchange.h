@@ -68,7 +68,8 @@ class StoreExchange {
   // Waits on the store for the combined value in slices of `poll`. Who is
   // missing is looked up only when someone asks (a judge, or the deadline
   // passing), and then at most once a second: first the count (one call),
-  // and key by key (O(P) calls) only while someone is. kTimedOut once
+  // and which keys are absent (Store::absent: one call with the TCP store)
+  // only while someone is. kTimedOut once
   // `deadline` passed; a rank the store could not be asked about counts as
   // missing, unless the store answered none of the last look's questions
   // (kStoreFailed: its host stalled, say). Callers that bound store calls by
@@ -82,10 +83,9 @@ class StoreExchange {
   Gathered gather(Deadline deadline, const Judge& judge = {}, Millis poll = Millis(100),
                   const Interrupt& interrupted = {}) const;
 
-  // The keys of this exchange that `rank` erases once every rank has read
-  // it (keys of finished epochs): its own and, for rank 0, the count and the
-  // combined value.
-  std::vector<std::string> own_keys(int rank) const;
+  // Every key of the exchange (every rank's, the count, the combined value):
+  // what is erased once every rank has read it (keys of finished epochs).
+  std::vector<std::string> all_keys() const;
 
  private:
   void combine() const;
@@ -95,8 +95,8 @@ class StoreExchange {
                      const Interrupt& interrupted) const;
   // The most keys one Store::wait may name (the TCP store's limit).
   static constexpr size_t kMaxWaitKeys = 4096;
-  // The ranks whose keys are not there (store errors count as missing;
-  // `*answered`: the store answered at least one question).
+  // The ranks whose keys are not there (Store::absent: a key the store could
+  // not be asked about counts as missing; `*answered`: it answered at all).
   std::vector<int> look_up(const std::vector<int>& waiting, bool* answered,
                            Status* store_status) const;
 

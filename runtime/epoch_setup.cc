@@ -63,7 +63,8 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
       credits_.drop();  // the old transport, which held them, is gone
       transport_name_ = transport_->name();
       epoch_ = epoch;
-      if (size_ > 1) epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch));
+      if (size_ > 1)
+        epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch), keys::epoch_fatal(epoch));
       break;
     }
     if (t.ok()) t.value()->abort(outcome);

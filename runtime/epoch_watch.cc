@@ -9,13 +9,16 @@ EpochWatch::EpochWatch(std::chrono::milliseconds renew, std::chrono::millisecond
 
 EpochWatch::~EpochWatch() { stop(); }
 
-void EpochWatch::watch(std::shared_ptr<Store> store, uint32_t epoch, std::string key) {
+void EpochWatch::watch(std::shared_ptr<Store> store, uint32_t epoch, std::string failed_key,
+                       std::string fatal_key) {
   std::lock_guard<std::mutex> lock(mu_);
   store_ = std::move(store);
   epoch_ = epoch;
-  key_ = std::move(key);
+  failed_key_ = std::move(failed_key);
+  fatal_key_ = std::move(fatal_key);
   ++generation_;
   failed_ = false;
+  fatal_ = false;
   if (!thread_.joinable() && !stopping_) thread_ = std::thread([this] { run(); });
   cv_.notify_all();
 }
@@ -23,6 +26,11 @@ void EpochWatch::watch(std::shared_ptr<Store> store, uint32_t epoch, std::string
 bool EpochWatch::failed(uint32_t epoch) const {
   std::lock_guard<std::mutex> lock(mu_);
   return failed_ && epoch_ == epoch;
+}
+
+bool EpochWatch::fatal(uint32_t epoch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fatal_ && epoch_ == epoch;
 }
 
 void EpochWatch::stop() {
@@ -37,14 +45,15 @@ void EpochWatch::stop() {
 void EpochWatch::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    if (!store_ || failed_) {
+    if (!store_ || fatal_) {
       // Nothing to wait for until the next watch().
       const uint64_t seen = generation_;
       cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       continue;
     }
     auto store = store_;
-    const std::string key = key_;
+    const bool for_fatal = failed_;
+    const std::string key = for_fatal ? fatal_key_ : failed_key_;
     const uint64_t generation = generation_;
     lock.unlock();
     // Only this thread waits, for as long as the store takes to answer.
@@ -54,7 +63,7 @@ void EpochWatch::run() {
     lock.lock();
     if (generation != generation_) continue;
     if (seen.ok()) {
-      failed_ = seen.value();
+      (for_fatal ? fatal_ : failed_) = seen.value();
     } else {
       cv_.wait_for(lock, retry_after_, [&] { return stopping_ || generation_ != generation; });
     }

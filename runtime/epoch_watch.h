@@ -1,7 +1,9 @@
 // Watches the store for "epoch e failed" announcements on a thread of its own,
 // so the progress thread never waits on the store to find out. The liveness
 // channel carries the same news within milliseconds; this is the fallback for
-// ranks whose liveness notice was lost.
+// ranks whose liveness notice was lost. Once the epoch failed, it watches for
+// the epoch's fatal notice (a failure no recovery fixes), which every wait of
+// the recovery asks about.
 //
 // It waits on the key (Store::watch): with the built-in TCP store that is one
 // request parked at the server, answered the moment a peer writes the key, and
@@ -32,11 +34,14 @@ class EpochWatch {
   EpochWatch(const EpochWatch&) = delete;
   EpochWatch& operator=(const EpochWatch&) = delete;
 
-  // From now on, watch `key` in `store` (for the data-plane epoch `epoch`):
-  // a wait on the previous key ends at once. Starts the thread on first use.
-  void watch(std::shared_ptr<Store> store, uint32_t epoch, std::string key);
-  // Has the watched key been seen for `epoch`? Never blocks.
+  // From now on, watch `failed_key` in `store` (for the data-plane epoch
+  // `epoch`), and once it is there `fatal_key`: a wait on the previous keys
+  // ends at once. Starts the thread on first use.
+  void watch(std::shared_ptr<Store> store, uint32_t epoch, std::string failed_key,
+             std::string fatal_key);
+  // Has the failed key been seen for `epoch`? The fatal key? Never block.
   bool failed(uint32_t epoch) const;
+  bool fatal(uint32_t epoch) const;
   // Stops and joins the thread: a wait in progress ends within 20 ms with the
   // TCP store (other stores: when their call returns).
   void stop();
@@ -50,11 +55,13 @@ class EpochWatch {
   std::condition_variable cv_;
   std::shared_ptr<Store> store_;
   uint32_t epoch_ = 0;
-  std::string key_;
+  std::string failed_key_;
+  std::string fatal_key_;
   // Bumped by watch(): a wait for an older target ends, its result dropped.
   // Atomic (and `stopping_`) so the wait's cancel test reads them unlocked.
   std::atomic<uint64_t> generation_{0};
   bool failed_ = false;
+  bool fatal_ = false;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

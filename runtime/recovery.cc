@@ -48,12 +48,12 @@ struct CommunicatorImpl::RecoveryRound {
   uint64_t seq = 0;  // the op in flight here, if any
   bool chain = false;       // a transport chain to vote on
   bool nccl_votes = false;  // NCCL in use: the ballot also says whether to drop it
-  // When recovery_interrupted last asked the store for a fatal notice: at most
-  // every kFatalLookEvery (the connect polls it every 20 ms; at 96 ranks the
-  // store's reads of one key were most of a recovery's requests), and first
-  // that long into the recovery: a recovery over by then asks nothing (P
-  // requests less), and a rank that gave up before is heard of that late.
-  mutable Clock::time_point fatal_looked = started;
+  // recovery_interrupted learns of a fatal notice from the epoch watch (one
+  // request parked per rank). Polled in the store, even every 200 ms, the
+  // notice was 3,153 of a 128-rank recovery's 4,184 requests. Set where the
+  // store itself must be asked at once (a connect just failed: its diagnosis
+  // may be a notice the watch has not brought yet).
+  mutable bool ask_store_for_fatal = false;
   // "recovery of epoch e gave up after t ms: step: why", as this rank's error.
   Status gave_up(const CommunicatorImpl& c, const Status& s, const char* step) const {
     return Status(s.code(), ErrorContext{c.rank_, -1, seq, failed, c.transport_name_.load()},
@@ -112,7 +112,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
     return interrupted;
   };
   if (Status s = connect_epoch(round.failed + 1, round.deadline, abandon); !s.ok()) {
-    round.fatal_looked = {};  // the store asked now, not skipped as looked at lately
+    round.ask_store_for_fatal = true;
     if (Status why = recovery_interrupted(round, others); !why.ok()) return why;
     return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " +
                                              std::to_string(round.failed + 1) + ": " + s.message());
@@ -196,11 +196,13 @@ Status CommunicatorImpl::replay_completed(const ResumePlan& plan, std::span<OpRe
 Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
                                               const std::vector<int>& awaited) {
   const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};
-  constexpr Clock::duration kFatalLookEvery = std::chrono::milliseconds(200);
-  const bool look = Clock::now() - round.fatal_looked >= kFatalLookEvery;
-  if (look) round.fatal_looked = Clock::now();
-  if (auto fatal = look ? store_->check(keys::epoch_fatal(round.failed)) : Result<bool>(false);
-      fatal.ok() && fatal.value()) {
+  bool fatal = epoch_watch_.fatal(round.failed);
+  if (!fatal && round.ask_store_for_fatal) {
+    round.ask_store_for_fatal = false;
+    auto there = store_->check(keys::epoch_fatal(round.failed));
+    fatal = there.ok() && there.value();
+  }
+  if (fatal) {
     auto text = store_->get(keys::epoch_fatal(round.failed), Millis(1000));
     const auto notice =
         text.ok() ? store::decode_fatal(std::string(text.value().begin(), text.value().end()))

@@ -340,6 +340,18 @@ TEST_P(StoreTest, EraseManyErasesEveryKeyAndIgnoresAbsentOnes) {
   EXPECT_FALSE(store_->check("e/3").value());
 }
 
+// How a waiting rank names who is missing: one request with the TCP store.
+TEST_P(StoreTest, AbsentNamesTheMissingKeysInTheOrderAsked) {
+  ASSERT_TRUE(store_->set("ab/1", to_bytes("1")).ok());
+  ASSERT_TRUE(other_->add("ab/3", 1).ok());
+  auto absent = other_->absent({"ab/0", "ab/1", "ab/2", "ab/3", "ab/4"});
+  ASSERT_TRUE(absent.ok()) << absent.status().to_string();
+  EXPECT_EQ(absent.value(), (std::vector<std::string>{"ab/0", "ab/2", "ab/4"}));
+  auto none = store_->absent({"ab/1", "ab/3"});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none.value().empty());
+}
+
 // The epoch watch: woken by another client's set, ended by a cancel long
 // before its timeout, false at the timeout.
 TEST_P(StoreTest, WatchWakesOnASetAndEndsOnACancel) {
@@ -389,7 +401,7 @@ uint16_t closed_port() {
 }
 
 // More keys than one request may name (4,096): the client splits them.
-TEST(TcpStore, MultiGetAndEraseManyTakeMoreKeysThanOneRequestNames) {
+TEST(TcpStore, MultiGetAbsentAndEraseManyTakeMoreKeysThanOneRequestNames) {
   auto server = start_server();
   auto c = connect_to(server->port());
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -404,6 +416,11 @@ TEST(TcpStore, MultiGetAndEraseManyTakeMoreKeysThanOneRequestNames) {
   ASSERT_EQ(got.value().size(), keys.size());
   for (int i = 0; i < 5000; ++i)
     EXPECT_EQ(got.value()[static_cast<size_t>(i)], to_bytes(std::to_string(i * 7)));
+  ASSERT_TRUE(store->erase(keys[4500]).ok());
+  ASSERT_TRUE(store->erase(keys[10]).ok());
+  auto absent = store->absent(keys);
+  ASSERT_TRUE(absent.ok()) << absent.status().to_string();
+  EXPECT_EQ(absent.value(), (std::vector<std::string>{keys[10], keys[4500]}));
   ASSERT_TRUE(store->erase_many(keys).ok());
   EXPECT_FALSE(store->check("many/0").value());
   EXPECT_FALSE(store->check("many/4999").value());

@@ -47,9 +47,13 @@ class Store {
   // Waits for key to exist: true once it does; false when the timeout passes
   // or `cancelled` returns true first (asked at least every 20 ms). How a rank
   // hears, with no traffic while nothing happens, that a peer failed the epoch.
-  // The default asks check() every 20 ms; the TCP store parks one request.
+  // The default asks check() every 100 ms; the TCP store parks one request.
   virtual Result<bool> watch(const std::string& key, std::chrono::milliseconds timeout,
                              const std::function<bool()>& cancelled);
+  // Which of keys do not exist now (non-blocking), in their order: how a
+  // waiting rank names who is missing. A key the store could not be asked
+  // about counts as absent; an error only when it answered none.
+  virtual Result<std::vector<std::string>> absent(const std::vector<std::string>& keys);
 };
 
 // Prepends "prefix/" to every key: one namespace per communicator and epoch.

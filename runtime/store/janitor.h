@@ -7,8 +7,8 @@
 // noted before it began (the setup of e and the recovery before it); once
 // that recovery holds every rank's ledger, every rank has published one, so
 // every rank is past everything retired and will never read it again. Then
-// each rank erases its own keys (rank 0 also an exchange's shared count and
-// combined value) in one request (erase_many): P requests per recovery.
+// rank 0 erases every key of the retired exchanges, and each rank the single
+// keys it wrote: one request per recovery as a rule (erase_many, rank 0's).
 #pragma once
 
 #include <string>
@@ -33,16 +33,18 @@ class KeyJanitor {
   }
   // Every rank's ledger of the recovery is in: the retired keys go (best
   // effort: a key left behind costs memory at the store, nothing else).
-  // One request (erase_many) per rank.
+  // Every rank takes part in the same exchanges, so rank 0 erases all of
+  // their keys; each rank erases the single keys it wrote. One request
+  // (erase_many) from rank 0, and as a rule none from the others.
   void erase_retired(Store& store, int rank, int size) {
     std::vector<std::string> keys;
     for (const Entry& e : retired_) {
       if (!e.exchange) {
         keys.push_back(e.name);
-        continue;
+      } else if (rank == 0) {
+        for (std::string& k : StoreExchange(store, e.name, size).all_keys())
+          keys.push_back(std::move(k));
       }
-      for (std::string& k : StoreExchange(store, e.name, size).own_keys(rank))
-        keys.push_back(std::move(k));
     }
     retired_.clear();
     if (!keys.empty()) (void)store.erase_many(keys);

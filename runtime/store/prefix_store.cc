@@ -46,6 +46,12 @@ class PrefixStore final : public Store {
                      const std::function<bool()>& cancelled) override {
     return inner_->watch(full(key), timeout, cancelled);
   }
+  Result<std::vector<std::string>> absent(const std::vector<std::string>& keys) override {
+    auto missing = inner_->absent(full(keys));
+    if (!missing.ok()) return missing.status();
+    for (std::string& k : missing.value()) k.erase(0, prefix_.size());
+    return missing;
+  }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + key; }

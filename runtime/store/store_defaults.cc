@@ -35,15 +35,37 @@ Status Store::erase_many(const std::vector<std::string>& keys) {
   return first;
 }
 
+// Looks every 100 ms (a fallback: the liveness channel brings the news
+// first), and at `cancelled` every 20 ms.
 Result<bool> Store::watch(const std::string& key, std::chrono::milliseconds timeout,
                           const std::function<bool()>& cancelled) {
+  constexpr Clock::duration kLookEvery = std::chrono::milliseconds(100);
+  constexpr Clock::duration kCancelEvery = std::chrono::milliseconds(20);
   const Deadline deadline = Deadline::after(timeout);
   for (;;) {
     auto there = check(key);
     if (!there.ok() || there.value()) return there;
-    if (cancelled() || deadline.expired()) return false;
-    std::this_thread::sleep_for(std::min(deadline.remaining(), Clock::duration(Millis(20))));
+    const Deadline next = Deadline::after(kLookEvery).earlier(deadline);
+    while (!next.expired()) {
+      if (cancelled()) return false;
+      std::this_thread::sleep_for(std::min(next.remaining(), kCancelEvery));
+    }
+    if (deadline.expired()) return false;
   }
+}
+
+Result<std::vector<std::string>> Store::absent(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  Status last;
+  bool answered = keys.empty();
+  for (const std::string& key : keys) {
+    auto has = check(key);
+    answered = answered || has.ok();
+    if (!has.ok()) last = has.status();
+    if (!has.ok() || !has.value()) out.push_back(key);
+  }
+  if (!answered) return last;
+  return out;
 }
 
 }  // namespace rcoll
