@@ -186,9 +186,14 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
                         " from the store: " + gathered.status.message());
   }
   // Every rank reported: a rank that did not connect set the key before its
-  // own "0", so only then is there a reason to read.
-  for (const Bytes& v : gathered.values) {
-    if (v != Bytes{1}) return failure({});
+  // own "0", so only then is there a reason to read it.
+  const bool all_connected = std::all_of(gathered.values.begin(), gathered.values.end(),
+                                         [](const Bytes& v) { return v == Bytes{1}; });
+  if (!all_connected) return failure({});
+  if (abandon && abandon()) {
+    return Status(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch, name},
+                  "the connect of epoch " + std::to_string(epoch) +
+                      " was abandoned (a rank died or gave up)");
   }
   return Status();
 }

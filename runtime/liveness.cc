@@ -532,10 +532,13 @@ class LivenessImpl final : public Liveness {
 
 }  // namespace
 
-Result<std::unique_ptr<Liveness>> Liveness::start(const LivenessParams& params) {
+Result<std::unique_ptr<Liveness>> Liveness::start(const LivenessParams& given) {
+  LivenessParams params = given;
   if (params.listen_fd >= 0 &&
-      (params.size < 2 || params.rank < 0 || params.rank >= params.size || !params.store))
-    ::close(params.listen_fd);  // refused below: the listener given is not taken over
+      (params.size < 2 || params.rank < 0 || params.rank >= params.size || !params.store)) {
+    ::close(params.listen_fd);  // no mesh to build (or refused below): not taken over
+    params.listen_fd = -1;
+  }
   if (params.size < 1 || params.rank < 0 || params.rank >= params.size) {
     return Status(ErrorCode::kInvalidArgument, ErrorContext{params.rank, -1, 0, -1, "liveness"},
                   "liveness: rank " + std::to_string(params.rank) + " is outside a world of size " +

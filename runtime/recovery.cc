@@ -213,6 +213,12 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
       c.peer = notice->peer == rank_ ? notice->reporter : notice->peer;
       return Status(notice->code, c, notice->message);
     }
+    // A rank gave up: this recovery cannot succeed, whatever the notice said.
+    return Status(ErrorCode::kAborted, at,
+                  "recovery of epoch " + std::to_string(round.failed) +
+                      " cannot finish: a rank gave up on it (its fatal notice is in the store but "
+                      "could not be read: " +
+                      (text.ok() ? std::string("malformed") : text.status().message()) + ")");
   }
   for (int q : awaited) {
     ErrorContext c = at;

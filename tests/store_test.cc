@@ -376,7 +376,7 @@ TEST_P(StoreTest, WatchWakesOnASetAndEndsOnACancel) {
   ASSERT_TRUE(cancelled.ok()) << cancelled.status().to_string();
   EXPECT_FALSE(cancelled.value());
   EXPECT_LT(ms_since(t0), 10000) << "the cancel, not the timeout, ended the watch";
-  // The client is still usable, and the server forgot the cancelled wait.
+  // The client is still usable after a cancel.
   ASSERT_TRUE(other_->set("watch/other", to_bytes("x")).ok());
   EXPECT_TRUE(store_->watch("watch/other", 1000ms, [] { return false; }).value());
 }
@@ -424,6 +424,23 @@ TEST(TcpStore, MultiGetAbsentAndEraseManyTakeMoreKeysThanOneRequestNames) {
   ASSERT_TRUE(store->erase_many(keys).ok());
   EXPECT_FALSE(store->check("many/0").value());
   EXPECT_FALSE(store->check("many/4999").value());
+}
+
+// An answer over the 64 MiB a value may hold is refused, sized before the
+// server copies anything (4,096 names of one 64 MiB key would be 256 GiB).
+TEST(TcpStore, AMultiGetAnswerOverTheValueLimitIsRefusedAndTheStoreServesOn) {
+  auto server = start_server();
+  auto c = connect_to(server->port());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::shared_ptr<Store> store = std::move(c).value();
+  ASSERT_TRUE(store->set("big", Bytes(size_t{40} << 20, 7)).ok());
+  auto twice = store->multi_get({"big", "big"}, 1000ms);
+  EXPECT_EQ(twice.status().code(), ErrorCode::kInvalidArgument) << twice.status().to_string();
+  EXPECT_NE(twice.status().message().find("over the limit"), std::string::npos)
+      << twice.status().to_string();
+  auto once = store->multi_get({"big"}, 1000ms);
+  ASSERT_TRUE(once.ok()) << once.status().to_string();
+  EXPECT_EQ(once.value()[0].size(), size_t{40} << 20);
 }
 
 TEST(TcpStore, ConnectToClosedPortFailsWithinTimeout) {
@@ -828,7 +845,7 @@ TEST(StoreWire, OversizedFieldsAreRejectedBeforeAllocation) {
   good[0] ^= 1;
   EXPECT_FALSE(store_wire::decode_request(good).ok());
   good = store_wire::encode_request({Op::kCheck, {"k"}, {}, 0});
-  good[5] = 2;  // version
+  good[5] = store_wire::kVersion + 1;  // version
   EXPECT_FALSE(store_wire::decode_request(good).ok());
 }
 

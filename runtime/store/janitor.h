@@ -7,10 +7,13 @@
 // noted before it began (the setup of e and the recovery before it); once
 // that recovery holds every rank's ledger, every rank has published one, so
 // every rank is past everything retired and will never read it again. Then
-// rank 0 erases every key of the retired exchanges, and each rank the single
-// keys it wrote: one request per recovery as a rule (erase_many, rank 0's).
+// the first rank of every 64 erases their keys of the retired exchanges, and
+// each rank the single keys it wrote: ceil(P / 64) requests per recovery as
+// a rule (erase_many). An exchange the block's first rank did not take part
+// in (an NCCL setup it never reached) leaves its keys behind.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,17 +36,24 @@ class KeyJanitor {
   }
   // Every rank's ledger of the recovery is in: the retired keys go (best
   // effort: a key left behind costs memory at the store, nothing else).
-  // Every rank takes part in the same exchanges, so rank 0 erases all of
-  // their keys; each rank erases the single keys it wrote. One request
-  // (erase_many) from rank 0, and as a rule none from the others.
+  // Every rank takes part in the same exchanges, so the first rank of each
+  // block of kBlock ranks erases their keys of them; each rank erases the
+  // single keys it wrote. One request (erase_many) per block as a rule:
+  // ceil(P / 64) per recovery, of at most 64 keys per exchange each (a store
+  // without erase_many erases them one by one, in parallel across blocks).
+  static constexpr int kBlock = 64;
   void erase_retired(Store& store, int rank, int size) {
     std::vector<std::string> keys;
     for (const Entry& e : retired_) {
       if (!e.exchange) {
         keys.push_back(e.name);
-      } else if (rank == 0) {
-        for (std::string& k : StoreExchange(store, e.name, size).all_keys())
-          keys.push_back(std::move(k));
+      } else if (rank % kBlock == 0) {
+        const StoreExchange x(store, e.name, size);
+        for (int q = rank; q < std::min(size, rank + kBlock); ++q) keys.push_back(x.key(q));
+        if (rank == 0) {
+          keys.push_back(x.count_key());
+          keys.push_back(x.combined_key());
+        }
       }
     }
     retired_.clear();

@@ -120,6 +120,20 @@ struct IoFailure {
 thread_local const std::function<bool()>* t_cancelled = nullptr;
 constexpr int kCancelLookMs = 20;
 
+// Sets t_cancelled for a scope, however it is left.
+class CancelScope {
+ public:
+  explicit CancelScope(const std::function<bool()>& cancelled) : outer_(t_cancelled) {
+    t_cancelled = &cancelled;
+  }
+  ~CancelScope() { t_cancelled = outer_; }
+  CancelScope(const CancelScope&) = delete;
+  CancelScope& operator=(const CancelScope&) = delete;
+
+ private:
+  const std::function<bool()>* outer_;
+};
+
 // Waits for `events` on fd; false (and `failure`) on timeout, cancel or error.
 bool wait_for(int fd, short events, const Deadline& d, IoFailure& failure) {
   for (;;) {
@@ -413,10 +427,11 @@ class TcpStoreClient final : public Store {
                      const std::function<bool()>& cancelled) override {
     const int64_t ms = clamp_timeout(timeout);
     Request q{Op::kWait, {key}, {}, ms};
-    t_cancelled = &cancelled;
-    auto r =
-        call(q, Deadline::after(Millis(ms) + kGuardSlack), true, "watch(" + key_text(key) + ")");
-    t_cancelled = nullptr;
+    Result<Response> r = Status();
+    {
+      const CancelScope scope(cancelled);
+      r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true, "watch(" + key_text(key) + ")");
+    }
     if (cancelled()) return false;
     if (!r.ok()) return r.status();
     return r.value().reply == Reply::kOk;
@@ -425,16 +440,24 @@ class TcpStoreClient final : public Store {
   // A wait that does not wait: the server answers with the missing keys.
   Result<std::vector<std::string>> absent(const std::vector<std::string>& keys) override {
     std::vector<std::string> out;
+    Status last;
+    bool answered = keys.empty();
     for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
       const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
       const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(from),
                                           keys.begin() + static_cast<std::ptrdiff_t>(to));
       Request q{Op::kWait, part, {}, 0};
       auto r = call(q, Deadline::after(kRequestTimeout), true, "absent(" + key_list(part) + ")");
-      if (!r.ok()) return r.status();
+      if (!r.ok()) {  // these count as absent: an error only when none was answered
+        last = r.status();
+        out.insert(out.end(), part.begin(), part.end());
+        continue;
+      }
+      answered = true;
       if (r.value().reply == Reply::kOk) continue;
       for (std::string& k : r.value().keys) out.push_back(std::move(k));
     }
+    if (!answered) return last;
     return out;
   }
 

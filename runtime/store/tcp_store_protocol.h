@@ -18,7 +18,8 @@
 //   kErase  keys = {key}                           -> kOk + integer = 1 if it existed
 //   kSetAdd keys = {key, counter}, value,
 //           integer = delta                        -> kOk + integer = the counter's new value
-//                                                     (sets key, then adds, as one step)
+//                                                     (sets key, then adds, in one request;
+//                                                     a refused add leaves the key set)
 //   kMultiGet keys = {k1..kn}, integer = timeout ms -> kOk + value = the n values, each a u32
 //                                                     length and its bytes, in key order; or
 //                                                     kTimeout + keys = the missing ones
@@ -43,7 +44,9 @@ namespace rcoll::store_wire {
 
 inline constexpr uint32_t kRequestMagic = 0x51534352;   // "RCSQ"
 inline constexpr uint32_t kResponseMagic = 0x52534352;  // "RCSR"
-inline constexpr uint8_t kVersion = 1;
+// 2: set_and_add, multi_get, erase_many. A server of version 1 refuses this
+// client's hello by its version, not by closing on its first new op.
+inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderBytes = 12;
 
 inline constexpr size_t kMaxKeyLength = 4096;

@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "base/log.h"
-#include "base/store_exchange.h"
 #include "rcoll/store.h"
 #include "runtime/store/tcp_store_protocol.h"
 
@@ -278,8 +277,12 @@ void Session::read_header() {
                      if (ec) {
                        // A clean EOF between requests is a normal goodbye.
                        if (self->parked_ != nullptr) {
-                         self->close("the client left while its get/wait was parked (" +
-                                     ec.message() + "); dropping the wait");
+                         // A watch (Store::watch) is cancelled by leaving:
+                         // every recovery and every close does so, quietly.
+                         const bool wait = self->parked_->op == Op::kWait;
+                         self->close(wait ? ""
+                                          : "the client left while its get was parked (" +
+                                                ec.message() + "); dropping the wait");
                        } else {
                          bool quiet = ec == asio::error::eof;
                          self->close(quiet ? "" : "connection lost: " + ec.message());
@@ -546,13 +549,9 @@ void ServerImpl::complete(Waiter* w) {
 void ServerImpl::answer(Op op, const std::vector<std::string>& keys, Response& r) {
   if (op == Op::kGet) r.value = data_[keys[0]];
   if (op != Op::kMultiGet) return;
-  std::vector<Bytes> values;
-  values.reserve(keys.size());
+  // Sized first: 4,096 names of one 64 MiB key must not be copied to find out.
   size_t total = 0;
-  for (const std::string& key : keys) {
-    values.push_back(data_[key]);
-    total += 4 + values.back().size();
-  }
+  for (const std::string& key : keys) total += 4 + data_[key].size();
   if (total > store_wire::kMaxValueLength) {
     r.reply = Reply::kError;
     const std::string why = "multi_get of " + std::to_string(keys.size()) + " keys would answer " +
@@ -561,7 +560,13 @@ void ServerImpl::answer(Op op, const std::vector<std::string>& keys, Response& r
     r.value.assign(why.begin(), why.end());
     return;
   }
-  r.value = encode_values(values);
+  r.value.reserve(total);
+  for (const std::string& key : keys) {
+    const Bytes& v = data_[key];
+    const auto n = static_cast<uint32_t>(v.size());
+    for (int i = 0; i < 4; ++i) r.value.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    r.value.insert(r.value.end(), v.begin(), v.end());
+  }
 }
 
 void ServerImpl::expire(const std::shared_ptr<Waiter>& w) {

@@ -36,10 +36,11 @@ write("frame_fuzzer", "truncated", frame(5, root=0)[:30])
 write("frame_fuzzer", "bad_magic", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 24)
 
 # ---- store messages (runtime/store/tcp_store_protocol.h)
-OPS = {"hello": 1, "set": 2, "get": 3, "add": 4, "wait": 5, "check": 6, "erase": 7}
+OPS = {"hello": 1, "set": 2, "get": 3, "add": 4, "wait": 5, "check": 6, "erase": 7, "set_add": 8, "multi_get": 9,
+       "erase_many": 10}
 
 
-def request(op, keys=(), value=b"", integer=0, magic=0x51534352, version=1):
+def request(op, keys=(), value=b"", integer=0, magic=0x51534352, version=2):
     body = struct.pack("<I", len(keys))
     for k in keys:
         body += struct.pack("<I", len(k)) + k
@@ -58,10 +59,15 @@ write("store_fuzzer", "wrong_token", request("hello", value=b"stranger"))
 write("store_fuzzer", "set_before_hello", request("set", [b"k"], b"v"))
 write("store_fuzzer", "second_hello", hello + hello)
 write("store_fuzzer", "response", request(0, [b"k"], b"value", magic=0x52534352))
-write("store_fuzzer", "huge_body_claim", struct.pack("<IBBHI", 0x51534352, 2, 1, 0, 0xFFFFFFF0))
-write("store_fuzzer", "many_keys_claim", struct.pack("<IBBHI", 0x51534352, 5, 1, 0, 24) +
+write("store_fuzzer", "huge_body_claim", struct.pack("<IBBHI", 0x51534352, 2, 2, 0, 0xFFFFFFF0))
+write("store_fuzzer", "many_keys_claim", struct.pack("<IBBHI", 0x51534352, 5, 2, 0, 24) +
       struct.pack("<I", 1 << 30) + b"\0" * 20)
 write("store_fuzzer", "bad_version", request("set", [b"k"], b"v", version=9))
+write("store_fuzzer", "exchange_ops",
+      hello + request("set_add", [b"x/0", b"x/n"], b"v0", integer=1) + request("set_add", [b"x/1", b"x/n"], b"v1", integer=1) +
+      request("multi_get", [b"x/0", b"x/1", b"x/0"], integer=100) + request("wait", [b"x/0", b"x/9"], integer=0) +
+      request("erase_many", [b"x/0", b"x/1", b"x/n"]))
+write("store_fuzzer", "multi_get_parked", hello + request("multi_get", [b"later", b"x"], integer=50) + request("set", [b"later"], b"1"))
 write("store_fuzzer", "counter_text", hello + request("set", [b"c"], b"-9223372036854775808") + request("add", [b"c"], integer=-1))
 
 # ---- environment values (env_fuzzer: inject spec, ifname spec, store addr, then RCOLL_* values)
