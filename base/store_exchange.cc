@@ -16,12 +16,14 @@ Bytes encode_values(const std::vector<Bytes>& values) {
   for (const Bytes& v : values) total += 4 + v.size();
   Bytes out;
   out.reserve(total);
-  for (const Bytes& v : values) {
-    const auto n = static_cast<uint32_t>(v.size());
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
-    out.insert(out.end(), v.begin(), v.end());
-  }
+  for (const Bytes& v : values) append_value(out, v);
   return out;
+}
+
+void append_value(Bytes& out, const Bytes& value) {
+  const auto n = static_cast<uint32_t>(value.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  out.insert(out.end(), value.begin(), value.end());
 }
 
 bool decode_values(const Bytes& combined, int size, std::vector<Bytes>* values) {
@@ -63,9 +65,7 @@ Status StoreExchange::publish(int rank, const Bytes& mine) const {
 }
 
 void StoreExchange::combine() const {
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<size_t>(size_));
-  for (int q = 0; q < size_; ++q) keys.push_back(key(q));
+  const std::vector<std::string> keys = rank_keys();
   // Every rank set its key before counting itself in: quick, unless a rank
   // counted twice and another is not in yet (then the gathers read each).
   auto values = store_.multi_get(keys, Millis(1000));
@@ -75,10 +75,15 @@ void StoreExchange::combine() const {
     (void)store_.set(combined_key(), Bytes{});
 }
 
-std::vector<std::string> StoreExchange::all_keys() const {
+std::vector<std::string> StoreExchange::rank_keys() const {
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(size_) + 2);
   for (int q = 0; q < size_; ++q) keys.push_back(key(q));
+  return keys;
+}
+
+std::vector<std::string> StoreExchange::all_keys() const {
+  std::vector<std::string> keys = rank_keys();
   keys.push_back(count_key());
   keys.push_back(combined_key());
   return keys;

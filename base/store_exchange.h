@@ -88,6 +88,7 @@ class StoreExchange {
   std::vector<std::string> all_keys() const;
 
  private:
+  std::vector<std::string> rank_keys() const;  // every rank's key, in rank order
   void combine() const;
   Gathered ended_at_deadline(const std::vector<int>& waiting, bool answered,
                              const Status& store_status, const Status& last) const;
@@ -111,6 +112,9 @@ std::string rank_list(const std::vector<int>& ranks);
 // The combined value: each rank's, length-prefixed, in rank order. Decoding
 // refuses (false) anything that is not exactly `size` values.
 Bytes encode_values(const std::vector<Bytes>& values);
+// Appends one value as encode_values writes it (for an encoder that does not
+// hold the values in a vector: the store server's multi_get answer).
+void append_value(Bytes& out, const Bytes& value);
 bool decode_values(const Bytes& combined, int size, std::vector<Bytes>* values);
 
 }  // namespace rcoll

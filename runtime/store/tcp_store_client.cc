@@ -272,6 +272,17 @@ Result<Fd> connect_once(const std::string& host, uint16_t port, const Deadline& 
   return Status(ErrorCode::kPeerUnreachable, last);
 }
 
+// Keys in parts of at most kMaxKeys, the most one request may name.
+std::vector<std::vector<std::string>> in_parts(const std::vector<std::string>& keys) {
+  std::vector<std::vector<std::string>> parts;
+  for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
+    const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
+    parts.emplace_back(keys.begin() + static_cast<std::ptrdiff_t>(from),
+                       keys.begin() + static_cast<std::ptrdiff_t>(to));
+  }
+  return parts;
+}
+
 class TcpStoreClient final : public Store {
  public:
   explicit TcpStoreClient(TcpStoreOptions options)
@@ -340,14 +351,7 @@ class TcpStoreClient final : public Store {
     auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true,
                   "wait(" + key_list(keys) + ")");
     if (!r.ok()) return r.status();
-    if (r.value().reply == Reply::kTimeout) {
-      const auto& absent = r.value().keys.empty() ? keys : r.value().keys;
-      return Status(ErrorCode::kTimeout,
-                    "timed out after " + std::to_string(ms) + " ms waiting for store key" +
-                        (absent.size() == 1 ? " " : "s ") + key_list(absent) + " (" +
-                        std::to_string(absent.size()) + " of " + std::to_string(keys.size()) +
-                        " missing) at " + address_);
-    }
+    if (r.value().reply == Reply::kTimeout) return missing(ms, r.value().keys, keys, keys.size());
     return Status();
   }
 
@@ -381,22 +385,14 @@ class TcpStoreClient final : public Store {
     const Deadline deadline = Deadline::after(Millis(clamp_timeout(timeout)));
     std::vector<Bytes> values;
     values.reserve(keys.size());
-    for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
-      const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
-      const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(from),
-                                          keys.begin() + static_cast<std::ptrdiff_t>(to));
+    for (const std::vector<std::string>& part : in_parts(keys)) {
       const int64_t ms = deadline.remaining_ms().count();
       Request q{Op::kMultiGet, part, {}, ms};
       auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), true,
                     "multi_get(" + key_list(part) + ")");
       if (!r.ok()) return r.status();
       if (r.value().reply == Reply::kTimeout) {
-        const auto& absent = r.value().keys.empty() ? part : r.value().keys;
-        return Status(ErrorCode::kTimeout,
-                      "timed out after " + std::to_string(timeout.count()) +
-                          " ms waiting for store key" + (absent.size() == 1 ? " " : "s ") +
-                          key_list(absent) + " (" + std::to_string(absent.size()) + " of " +
-                          std::to_string(keys.size()) + " missing) at " + address_);
+        return missing(clamp_timeout(timeout), r.value().keys, part, keys.size());
       }
       std::vector<Bytes> got;
       if (!decode_values(r.value().value, static_cast<int>(part.size()), &got)) {
@@ -409,10 +405,7 @@ class TcpStoreClient final : public Store {
   }
 
   Status erase_many(const std::vector<std::string>& keys) override {
-    for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
-      const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
-      const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(from),
-                                          keys.begin() + static_cast<std::ptrdiff_t>(to));
+    for (const std::vector<std::string>& part : in_parts(keys)) {
       Request q{Op::kEraseMany, part, {}, 0};
       auto r =
           call(q, Deadline::after(kRequestTimeout), true, "erase_many(" + key_list(part) + ")");
@@ -442,10 +435,7 @@ class TcpStoreClient final : public Store {
     std::vector<std::string> out;
     Status last;
     bool answered = keys.empty();
-    for (size_t from = 0; from < keys.size(); from += store_wire::kMaxKeys) {
-      const size_t to = std::min(keys.size(), from + store_wire::kMaxKeys);
-      const std::vector<std::string> part(keys.begin() + static_cast<std::ptrdiff_t>(from),
-                                          keys.begin() + static_cast<std::ptrdiff_t>(to));
+    for (const std::vector<std::string>& part : in_parts(keys)) {
       Request q{Op::kWait, part, {}, 0};
       auto r = call(q, Deadline::after(kRequestTimeout), true, "absent(" + key_list(part) + ")");
       if (!r.ok()) {  // these count as absent: an error only when none was answered
@@ -466,6 +456,18 @@ class TcpStoreClient final : public Store {
  private:
   static int64_t clamp_timeout(Millis timeout) {
     return std::clamp<int64_t>(timeout.count(), 0, store_wire::kMaxTimeoutMs);
+  }
+
+  // A wait (or multi_get) that ran out: the keys the server said were
+  // missing (else all it asked about), of `total` asked for in all.
+  Status missing(int64_t ms, const std::vector<std::string>& said,
+                 const std::vector<std::string>& asked, size_t total) const {
+    const auto& absent = said.empty() ? asked : said;
+    return Status(ErrorCode::kTimeout, "timed out after " + std::to_string(ms) +
+                                           " ms waiting for store key" +
+                                           (absent.size() == 1 ? " " : "s ") + key_list(absent) +
+                                           " (" + std::to_string(absent.size()) + " of " +
+                                           std::to_string(total) + " missing) at " + address_);
   }
 
   Status hello(int fd, const Deadline& d) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/store_exchange.h"
 #include "rcoll/store.h"
 #include "runtime/store/tcp_store_protocol.h"
 
@@ -561,12 +562,7 @@ void ServerImpl::answer(Op op, const std::vector<std::string>& keys, Response& r
     return;
   }
   r.value.reserve(total);
-  for (const std::string& key : keys) {
-    const Bytes& v = data_[key];
-    const auto n = static_cast<uint32_t>(v.size());
-    for (int i = 0; i < 4; ++i) r.value.push_back(static_cast<uint8_t>(n >> (8 * i)));
-    r.value.insert(r.value.end(), v.begin(), v.end());
-  }
+  for (const std::string& key : keys) append_value(r.value, data_[key]);
 }
 
 void ServerImpl::expire(const std::shared_ptr<Waiter>& w) {
