@@ -86,6 +86,7 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
     lp.job_token = boot_.job_token;
     lp.interval = std::max<Millis>(Millis(10), options_.liveness_budget / 15);
     lp.budget = options_.liveness_budget;
+    lp.to_all = options_.heartbeats_to_all;
     lp.connect_deadline = deadline;
     if (liveness_listener_.valid()) {
       lp.listen_fd = liveness_listener_.release();

@@ -74,6 +74,16 @@ class CommunicatorImpl : public ProgressGuard {
  private:
   Status judge_cycle(const Op& op, int peer);
   void publish_awaited(const Op& op);
+  // Heartbeats go to ring neighbours only (runtime/liveness.h): a stalled op
+  // asks the peers whose state its judging reads for theirs (a collective:
+  // every peer; a send or receive: the chain of waits), and views_current
+  // says whether they all answered.
+  void want_views(const Op& op, int awaited);
+  bool views_current(const Op& op, int awaited) const;
+  // How long an op moves no bytes before it asks for its peers' views: a
+  // third of the liveness budget, or of the op's progress deadline where that
+  // is shorter, so the views are current when the stall is judged.
+  Clock::duration want_views_after(const Op& op) const;
   CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain);
   // Polled while a connect waits for the other ranks: true ends the wait at
   // once (a recovery's peer died or gave up). May be empty.

@@ -146,15 +146,58 @@ Status CommunicatorImpl::judge_cycle(const Op& op, int peer) {
 // waits to have been refreshed, so a rank that had just moved on, or just
 // begun to wait on someone, shows it.
 Clock::duration CommunicatorImpl::next_look() const {
-  if (in_flight_.cycle.empty() && !in_flight_.look_again) return Clock::duration::max();
   const Clock::duration heartbeat =
       std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
+  // A stall whose judging waits for the peers' views: they answer a watch at
+  // once, so two heartbeat intervals are plenty even on a loaded host.
+  if (in_flight_.views_deferred) return 2 * heartbeat;
+  if (in_flight_.cycle.empty() && !in_flight_.look_again) return Clock::duration::max();
   // And long enough for a link that lost a segment to have sent it again
   // (Transport::retransmission_wait): a pair of ranks waiting on each other
   // over a link in a retransmission timeout moves nothing until it fires.
   const Clock::duration retransmit =
       transport_ ? transport_->retransmission_wait() : Clock::duration::zero();
   return std::max(4 * heartbeat, retransmit + 2 * heartbeat);
+}
+
+Clock::duration CommunicatorImpl::want_views_after(const Op& op) const {
+  const Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
+  const Millis deadline = timeout.count() > 0
+                              ? std::min<Millis>(timeout, std::chrono::duration_cast<Millis>(kYear))
+                              : options_.deadline_floor;
+  return std::min<Clock::duration>(options_.liveness_budget / 3, deadline / 3);
+}
+
+void CommunicatorImpl::want_views(const Op& op, int awaited) {
+  if (!liveness_) return;
+  if (op.kind != OpKind::kSendRecv) return liveness_->want(-1);  // who is behind: any rank
+  // Down the chain of waits, as far as the views answered so far show it.
+  int q = awaited;
+  for (int hops = 0; q >= 0 && q < size_ && q != rank_ && hops < size_; ++hops) {
+    liveness_->want(q);
+    const PeerView v = liveness_->peer(q);
+    if (!v.current || v.health != PeerHealth::kAlive || !v.state.in_comm) return;
+    q = v.state.waiting_on;
+  }
+}
+
+bool CommunicatorImpl::views_current(const Op& op, int awaited) const {
+  if (!liveness_) return true;
+  // A dead or silent peer's health is what counts, not its state.
+  auto known = [](const PeerView& v) { return v.current || v.health != PeerHealth::kAlive; };
+  if (op.kind != OpKind::kSendRecv) {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ && !known(liveness_->peer(q))) return false;
+    return true;
+  }
+  int q = awaited;
+  for (int hops = 0; q >= 0 && q < size_ && q != rank_ && hops < size_; ++hops) {
+    const PeerView v = liveness_->peer(q);
+    if (!known(v)) return false;
+    if (v.health != PeerHealth::kAlive || !v.state.in_comm) return true;
+    q = v.state.waiting_on;
+  }
+  return true;
 }
 
 void CommunicatorImpl::moved(uint64_t bytes) {
@@ -164,6 +207,36 @@ void CommunicatorImpl::moved(uint64_t bytes) {
 
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
   publish_awaited(op);
+  // Judged after waiting for the peers' views: the stall began before that wait.
+  if (in_flight_.views_deferred) {
+    in_flight_.views_deferred = false;
+    if (in_flight_.moves == in_flight_.views_moves) stalled_for += in_flight_.views_stall;
+  }
+  // The views the judging reads came in heartbeats since they were wanted
+  // (want_views, from interrupted()). Where they have not all come yet (an
+  // op timeout shorter than the wait for them), ask and look again shortly:
+  // once per op and epoch, then judge with what there is (a view not current
+  // reads as unknown).
+  const int views_of =
+      op.kind == OpKind::kSendRecv && liveness_ && liveness_->peer(rank_).state.waiting_on >= 0
+          ? liveness_->peer(rank_).state.waiting_on
+          : peer;
+  if (liveness_ && peer >= 0 && !views_current(op, views_of)) {
+    want_views(op, views_of);
+    in_flight_.views_wanted = Clock::now();
+    if (in_flight_.views_deferred_epoch != static_cast<int64_t>(epoch_.load())) {
+      in_flight_.views_deferred_epoch = epoch_.load();
+      in_flight_.views_deferred = true;
+      in_flight_.views_stall = stalled_for;
+      in_flight_.views_moves = in_flight_.moves;
+      RCOLL_LOG(kDebug,
+                "%s: no bytes moved for %lld ms; asked the peers it waits on for their state, "
+                "judging once they answer",
+                op.describe().c_str(),
+                static_cast<long long>(std::chrono::duration_cast<Millis>(stalled_for).count()));
+      return Status();
+    }
+  }
   in_flight_.look_again = false;
   const auto ms = std::chrono::duration_cast<Millis>(stalled_for).count();
   ErrorContext ctx{rank_, peer, op.seq, epoch_.load(), transport_->name()};
@@ -259,6 +332,26 @@ Status CommunicatorImpl::interrupted() {
                   "rank " + std::to_string(dead) +
                       " died (its process is gone: liveness connection closed without a goodbye); "
                       "a dead rank cannot be recovered in place");
+  }
+  // An op that moves no bytes asks for the views its judging will read
+  // (heartbeats go to ring neighbours only), renewed every heartbeat
+  // interval while it stays still.
+  if (liveness_ && in_flight_.record) {
+    const Clock::time_point now = Clock::now();
+    if (in_flight_.moves != in_flight_.moves_seen ||
+        in_flight_.still_since == Clock::time_point{}) {
+      in_flight_.moves_seen = in_flight_.moves;
+      in_flight_.still_since = now;
+    }
+    const Op& op = in_flight_.record->op;
+    const Clock::duration interval =
+        std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
+    if (now - in_flight_.still_since >= want_views_after(op) &&
+        now - in_flight_.views_wanted >= interval) {
+      in_flight_.views_wanted = now;
+      const int published = liveness_->peer(rank_).state.waiting_on;
+      want_views(op, op.kind != OpKind::kSendRecv ? -1 : published >= 0 ? published : op.peer);
+    }
   }
   // Log a straggler as soon as it is clearly late: for a collective any live
   // rank not at the op yet, for a send or receive the rank at the end of the

@@ -286,6 +286,9 @@ Status apply_env_overrides(Options* o) {
   auto liveness = env_int("RCOLL_LIVENESS_MS", 50, 24LL * 3600 * 1000);
   if (!liveness.ok()) return liveness.status();
   if (liveness.value()) o->liveness_budget = Millis(*liveness.value());
+  auto to_all = env_int("RCOLL_HEARTBEATS_TO_ALL", 0, 1);
+  if (!to_all.ok()) return to_all.status();
+  if (to_all.value()) o->heartbeats_to_all = *to_all.value() == 1;
   auto straggler = env_int("RCOLL_STRAGGLER_TIMEOUT_MS", 1, 7LL * 24 * 3600 * 1000);
   if (!straggler.ok()) return straggler.status();
   if (straggler.value()) o->straggler_timeout = Millis(*straggler.value());

@@ -3,10 +3,15 @@
 // One thread runs one io_context. Per peer there is one connection of the
 // liveness mesh (transports/tcp/mesh.h, keys "liveness/<rank>"), a read always
 // pending on it and a small send queue. Every `interval` a heartbeat goes to
-// every peer and every peer's silence is checked. How the three cases show:
+// the heartbeat targets (the ring neighbours, the peers whose watch lease runs,
+// or every peer with to_all), and the silence of every peer expected to
+// heartbeat here is checked. How the three cases show:
 //   dead      a read fails with EOF/reset and no goodbye came first: the kernel
 //             closed the sockets of a process that died, so this is immediate
-//   silent    no heartbeat for `budget` while the connection stays open
+//   silent    no heartbeat for `budget` from a neighbour, or from a wanted peer
+//             since it was asked, while the connection stays open; a
+//             neighbour's silence (and its return) is told to every peer in a
+//             kSuspect notice
 //   aborted   a kAbort frame, its payload the reason (at most kMaxAbortReason)
 // A clean shutdown sends kGoodbye, half-closes, and reads until each peer has
 // closed its side too (or a short linger passes), so the peers see a goodbye
@@ -52,6 +57,9 @@ constexpr size_t kMaxAbortReason = 1024;
 constexpr uint16_t kFlagInComm = 1;
 constexpr uint16_t kFlagWaitingSend = 2;
 constexpr uint16_t kFlagGrouped = 4;
+constexpr uint16_t kFlagSuspectSilent = 1;  // a kSuspect notice: silent (else back)
+// The longest watch lease a peer may ask for.
+constexpr Millis kMaxLease{600000};
 // How long a clean shutdown waits for its goodbyes to go out and for the
 // peers to close their side.
 constexpr Millis kGoodbyeLinger{250};
@@ -63,12 +71,29 @@ long long ms_between(Clock::time_point a, Clock::time_point b) {
 class LivenessImpl final : public Liveness {
  public:
   explicit LivenessImpl(const LivenessParams& p)
-      : rank_(p.rank), size_(p.size), interval_(std::max(p.interval, Millis(1))), budget_(p.budget),
+      : rank_(p.rank),
+        size_(p.size),
+        interval_(std::max(p.interval, Millis(1))),
+        budget_(p.budget),
         // Immediate heartbeats (set_local) are spaced at least this far apart
         // (at most 5 ms), so a loop of tiny ops cannot turn the side channel
         // into a busy loop.
-        min_gap_(std::clamp(interval_ / 20, Millis(1), Millis(5))), links_(static_cast<size_t>(p.size)),
-        views_(static_cast<size_t>(p.size)), tick_(io_), urgent_timer_(io_), linger_(io_) {}
+        min_gap_(std::clamp(interval_ / 20, Millis(1), Millis(5))),
+        lease_(2 * std::max(budget_, interval_)),
+        to_all_(p.to_all),
+        links_(static_cast<size_t>(p.size)),
+        views_(static_cast<size_t>(p.size)),
+        wants_(static_cast<size_t>(p.size)),
+        tick_(io_),
+        urgent_timer_(io_),
+        linger_(io_) {
+    // The ring neighbours (every peer with to_all) heartbeat to each other
+    // for good; with 3 ranks or fewer that is every peer anyway.
+    for (int r = 0; r < size_; ++r) {
+      const bool neighbour = r == (rank_ + 1) % size_ || r == (rank_ + size_ - 1) % size_;
+      links_[static_cast<size_t>(r)].neighbour = r != rank_ && (to_all_ || neighbour);
+    }
+  }
 
   ~LivenessImpl() override {
     if (!thread_.joinable()) return;
@@ -142,13 +167,39 @@ class LivenessImpl final : public Liveness {
 
   PeerView peer(int rank) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (rank < 0 || rank >= size_) return PeerView{PeerHealth::kDead, {}, {}, "no such rank"};
+    if (rank < 0 || rank >= size_)
+      return PeerView{PeerHealth::kDead, {}, {}, "no such rank", false, false};
     if (rank == rank_) {
       RankState st = local_;
       st.progress = progress_.load(std::memory_order_relaxed);
       return PeerView{PeerHealth::kAlive, st, Clock::now(), "self"};
     }
-    return views_[rank];
+    PeerView v = views_[rank];
+    const Want& w = wants_[rank];
+    v.current =
+        w.heard && (links_[rank].neighbour || (w.until > Clock::now() && v.last_heard >= w.since));
+    return v;
+  }
+
+  void want(int rank) override {
+    if (rank < -1 || rank >= size_ || rank == rank_) return;
+    const auto now = Clock::now();
+    bool post = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int r = rank < 0 ? 0 : rank; r < (rank < 0 ? size_ : rank + 1); ++r) {
+        if (r == rank_ || links_[r].neighbour) continue;
+        Want& w = wants_[r];
+        if (w.until <= now) w.since = now;  // a new spell of wanting: older states are stale
+        w.until = now + lease_;
+        if (w.told_until - now < lease_ / 2) {
+          w.told_until = now + lease_;
+          to_tell_.push_back(r);
+          post = true;
+        }
+      }
+    }
+    if (post) asio::post(io_, [this] { send_watches(); });
   }
 
   void announce_abort(uint32_t epoch, const std::string& reason) override {
@@ -179,8 +230,12 @@ class LivenessImpl final : public Liveness {
   int64_t highest_aborted_epoch() const override { return highest_aborted_.load(); }
 
  private:
-  // Everything in Link is touched on the liveness thread only.
+  // Everything in Link is touched on the liveness thread only, but for
+  // `neighbour`, which is set before the thread starts and never changes.
   struct Link {
+    bool neighbour = false;  // heartbeats both ways for good (a ring neighbour, or to_all)
+    Clock::time_point watched_until{};  // the peer wants heartbeats from here until then
+    bool silent_told = false;           // a neighbour: every peer was told it is silent
     std::unique_ptr<tcp::socket> socket;
     std::deque<std::vector<uint8_t>> sendq;  // abort notices, the goodbye
     std::vector<uint8_t> out;                // the frame being written
@@ -193,14 +248,66 @@ class LivenessImpl final : public Liveness {
     bool open() const { return socket != nullptr; }
   };
 
+  // What this rank knows of wanting a peer's heartbeats (guarded by mu_).
+  struct Want {
+    Clock::time_point until{};       // wanted until then (want() renews it)
+    Clock::time_point since{};       // this spell of wanting began: states before are stale
+    Clock::time_point told_until{};  // the lease the peer was last asked for ends then
+    bool heard = false;              // a heartbeat of its ever arrived
+    bool silent_by_notice = false;   // its silence was told by a neighbour of its
+  };
+
   // ---- sending
 
   void queue_heartbeats() {
+    const auto now = Clock::now();
     for (int r = 0; r < size_; ++r) {
       Link& l = links_[r];
-      if (!l.open() || l.goodbye_sent) continue;
-      l.heartbeat_due = true;
-      if (!l.writing) start_write(r);
+      if (!l.open() || l.goodbye_sent || (!l.neighbour && l.watched_until <= now)) continue;
+      heartbeat_to(r);
+    }
+  }
+
+  void heartbeat_to(int r) {
+    Link& l = links_[r];
+    l.heartbeat_due = true;
+    if (!l.writing) start_write(r);
+  }
+
+  void send_control(int r, const FrameHeader& h) {
+    Link& l = links_[r];
+    if (!l.open() || l.goodbye_sent) return;
+    const FrameBytes b = encode(h);
+    l.sendq.emplace_back(b.begin(), b.end());
+    if (!l.writing) start_write(r);
+  }
+
+  // The watch requests want() queued: each asks its peer for heartbeats for a lease.
+  void send_watches() {
+    std::vector<int> peers;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      peers.swap(to_tell_);
+    }
+    if (closing_) return;
+    FrameHeader h;
+    h.type = FrameType::kWatch;
+    h.root = rank_;
+    h.count = static_cast<uint64_t>(lease_.count());
+    for (int r : peers) send_control(r, h);
+  }
+
+  // A neighbour of `about` tells every other peer that it turned silent or heartbeats again.
+  void tell_suspect(int about, bool silent, long long silent_ms) {
+    if (to_all_ || closing_) return;  // with to_all every rank watches every rank itself
+    FrameHeader h;
+    h.type = FrameType::kSuspect;
+    h.root = rank_;
+    h.count = static_cast<uint64_t>(about) + 1;
+    h.flags = silent ? kFlagSuspectSilent : 0;
+    h.op_seq = static_cast<uint64_t>(std::max(0LL, silent_ms));
+    for (int r = 0; r < size_; ++r) {
+      if (r != about) send_control(r, h);
     }
   }
 
@@ -275,6 +382,17 @@ class LivenessImpl final : public Liveness {
       case FrameType::kGoodbye:
         on_goodbye(r);
         return;
+      case FrameType::kWatch:
+        on_watch(r, h);
+        return start_read(r);
+      case FrameType::kSuspect:
+        if (h.count == 0 || h.count > static_cast<uint64_t>(size_)) {
+          return protocol_error(r, "suspect notice about rank " +
+                                       std::to_string(static_cast<long long>(h.count) - 1));
+        }
+        on_suspect(r, static_cast<int>(h.count) - 1, (h.flags & kFlagSuspectSilent) != 0,
+                   static_cast<long long>(h.op_seq));
+        return start_read(r);
       case FrameType::kAbort: {
         if (h.payload_bytes > kMaxAbortReason) {
           return protocol_error(r, "abort notice with a " + std::to_string(h.payload_bytes) + "-byte reason");
@@ -297,10 +415,15 @@ class LivenessImpl final : public Liveness {
   void on_heartbeat(int r, const FrameHeader& h) {
     std::optional<LivenessEvent> event;
     const auto now = Clock::now();
+    bool tell_back = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       PeerView& v = views_[r];
+      wants_[r].heard = true;
       if (v.health == PeerHealth::kSilent) {
+        wants_[r].silent_by_notice = false;
+        tell_back = links_[r].silent_told;
+        links_[r].silent_told = false;
         const long long silent_ms = ms_between(v.last_heard, now);
         v.health = PeerHealth::kAlive;
         event = LivenessEvent{LivenessEvent::Kind::kPeerBack, r, h.epoch,
@@ -319,7 +442,62 @@ class LivenessImpl final : public Liveness {
       v.state.epoch = h.epoch;
       v.last_heard = now;
     }
+    if (tell_back) tell_suspect(r, false, 0);
     if (event) emit(*event);
+  }
+
+  // The peer wants this rank's heartbeats for a lease: one goes out at once.
+  void on_watch(int r, const FrameHeader& h) {
+    const Millis lease =
+        std::min(Millis(static_cast<Millis::rep>(std::min<uint64_t>(h.count, kMaxLease.count()))),
+                 kMaxLease);
+    links_[r].watched_until = Clock::now() + lease;
+    if (!links_[r].goodbye_sent && !closing_) heartbeat_to(r);
+  }
+
+  // A neighbour of `about` says it turned silent (or heartbeats again). A rank
+  // that hears `about` itself within the budget knows better and keeps its view.
+  void on_suspect(int teller, int about, bool silent, long long silent_ms) {
+    if (about == rank_ || about == teller) return;
+    std::optional<LivenessEvent> event;
+    const auto now = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PeerView& v = views_[about];
+      Want& w = wants_[about];
+      if (v.health == PeerHealth::kDead) return;
+      const bool hears_it = expects_heartbeats(about, now) && now - v.last_heard <= budget_;
+      if (silent && v.health == PeerHealth::kAlive && !hears_it) {
+        v.health = PeerHealth::kSilent;
+        w.silent_by_notice = true;
+        RCOLL_LOG(kWarn,
+                  "liveness: rank %d (a ring neighbour of rank %d) says rank %d is silent: no "
+                  "heartbeat for %lld ms (budget %lld ms), last known at op seq %llu, epoch %u; "
+                  "its connection is open, so it is suspect, not dead",
+                  teller, about, about, silent_ms, static_cast<long long>(budget_.count()),
+                  static_cast<unsigned long long>(v.state.op_seq), v.state.epoch);
+        event = LivenessEvent{LivenessEvent::Kind::kPeerSilent, about, v.state.epoch,
+                              "rank " + std::to_string(teller) + " heard no heartbeat for " +
+                                  std::to_string(silent_ms) + " ms"};
+      } else if (!silent && v.health == PeerHealth::kSilent && w.silent_by_notice) {
+        v.health = PeerHealth::kAlive;
+        w.silent_by_notice = false;
+        RCOLL_LOG(kWarn,
+                  "liveness: rank %d (a ring neighbour of rank %d) hears rank %d again; no longer "
+                  "suspect",
+                  teller, about, about);
+        event = LivenessEvent{LivenessEvent::Kind::kPeerBack, about, v.state.epoch,
+                              "rank " + std::to_string(teller) + " hears it again"};
+      }
+    }
+    if (event) emit(*event);
+  }
+
+  // Whether `r` heartbeats here now (caller holds mu_): a neighbour, or
+  // wanted, and asked a budget ago or more (its silence counts from then).
+  bool expects_heartbeats(int r, Clock::time_point now) const {
+    if (links_[r].neighbour) return true;
+    return wants_[r].until > now;
   }
 
   void on_abort(int r, uint32_t epoch, std::string reason) {
@@ -419,14 +597,22 @@ class LivenessImpl final : public Liveness {
 
   void check_silence(Clock::time_point now) {
     std::vector<LivenessEvent> events;
+    std::vector<std::pair<int, long long>> tell;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int r = 0; r < size_; ++r) {
-        if (!links_[r].open()) continue;
+        if (!links_[r].open() || !expects_heartbeats(r, now)) continue;
         PeerView& v = views_[r];
-        if (v.health != PeerHealth::kAlive || now - v.last_heard <= budget_) continue;
+        // A wanted peer's silence counts from when it was asked.
+        const Clock::time_point since =
+            links_[r].neighbour ? v.last_heard : std::max(v.last_heard, wants_[r].since);
+        if (v.health != PeerHealth::kAlive || now - since <= budget_) continue;
         v.health = PeerHealth::kSilent;
-        const long long ms = ms_between(v.last_heard, now);
+        const long long ms = ms_between(since, now);
+        if (links_[r].neighbour && !to_all_) {
+          links_[r].silent_told = true;
+          tell.emplace_back(r, ms);
+        }
         RCOLL_LOG(kWarn, "liveness: rank %d (%s) is silent: no heartbeat for %lld ms (budget %lld ms), last at op seq %llu %s, epoch %u; its connection is open, so it is suspect, not dead",
                   r, v.address.c_str(), ms, static_cast<long long>(budget_.count()),
                   static_cast<unsigned long long>(v.state.op_seq), v.state.in_comm ? "in comm" : "in compute",
@@ -435,6 +621,7 @@ class LivenessImpl final : public Liveness {
                                        "no heartbeat for " + std::to_string(ms) + " ms"});
       }
     }
+    for (const auto& [r, ms] : tell) tell_suspect(r, true, ms);
     for (const auto& e : events) emit(e);
   }
 
@@ -503,6 +690,8 @@ class LivenessImpl final : public Liveness {
   const Millis interval_;
   const Millis budget_;
   const Millis min_gap_;
+  const Millis lease_;  // what a watch asks for: two budgets
+  const bool to_all_;
 
   asio::io_context io_;
   std::vector<Link> links_;  // liveness thread only
@@ -510,6 +699,8 @@ class LivenessImpl final : public Liveness {
   mutable std::mutex mu_;  // guards views_ and local_
   std::atomic<uint16_t> progress_{0};  // note_progress: this rank's RankState::progress
   std::vector<PeerView> views_;
+  std::vector<Want> wants_;
+  std::vector<int> to_tell_;  // peers to send a watch request to (send_watches)
   RankState local_;
 
   std::mutex listener_mu_;

@@ -1,12 +1,23 @@
 // The liveness side channel: a small TCP mesh, separate from the data plane and
-// kept across epochs, on which every rank heartbeats its state (current op
-// seq, in compute or in comm, epoch) and announces failed epochs. It tells the
-// three cases of DESIGN.md apart:
+// kept across epochs, on which ranks heartbeat their state (current op seq, in
+// compute or in comm, epoch) and announce failed epochs. It tells the three
+// cases of DESIGN.md apart:
 //   straggler  heartbeats arrive, its op seq is behind ours: wait, log who is late
 //   dead       its liveness connection closed (the kernel closes every socket of
 //              a process that dies): report within the liveness budget
 //   silent     connection open, no heartbeat for the liveness budget (SIGSTOP,
 //              frozen, partitioned): suspect; recovery waits for it
+//
+// Heartbeats go to a sparse overlay, not to every peer (#37): every rank
+// heartbeats to its two ring neighbours, which watch it for silence and tell
+// every rank when it turns silent or heartbeats again (a suspect notice), so
+// the steady state costs 2P heartbeats per interval instead of P(P-1). A rank
+// that needs another's state (an op stalled: who is behind, who waits on whom)
+// asks it for heartbeats (want); the view is current once one arrived, and the
+// peer heartbeats to it for a lease (two budgets) that the asking renews.
+// Deaths need no heartbeats: every pair keeps its connection, whose close
+// every rank sees at once. LivenessParams::to_all restores heartbeats to every
+// peer (RCOLL_HEARTBEATS_TO_ALL=1).
 // One thread, owned and joined by Liveness.
 #pragma once
 
@@ -49,13 +60,18 @@ struct PeerView {
   Clock::time_point last_heard;  // last heartbeat received
   std::string address;           // "ip:port" of its liveness connection
   bool left = false;             // it said goodbye: closed its communicator on purpose
+  // Whether `state` is worth judging by: it came in a heartbeat from a peer
+  // that heartbeats to this rank (a ring neighbour, or one this rank wants
+  // and that answered since). Else it is the last state heard, maybe long
+  // ago: unknown, for the stall judge.
+  bool current = true;
 };
 
 struct LivenessEvent {
   enum class Kind : uint8_t {
     kPeerAborted,  // the peer announced that `epoch` failed (reason in `reason`)
     kPeerDead,     // the peer's liveness connection closed
-    kPeerSilent,   // no heartbeat for the liveness budget
+    kPeerSilent,   // no heartbeat for the liveness budget (seen here, or told by a watcher)
     kPeerBack,     // a silent peer heartbeats again
   };
   Kind kind;
@@ -74,6 +90,9 @@ struct LivenessParams {
   std::string job_token;
   std::chrono::milliseconds interval{100};   // heartbeat period
   std::chrono::milliseconds budget{1500};    // silent after this long without a heartbeat
+  // Heartbeats to every peer (the full mesh of heartbeats) instead of to the
+  // ring neighbours and the peers that want them.
+  bool to_all = false;
   Deadline connect_deadline = Deadline::never();
   // Both set (at creation): the listener opened before the settings exchange
   // and every rank's address, as the settings carried them; no store exchange
@@ -97,6 +116,12 @@ class Liveness {
   // for the wait loops to call whenever bytes moved.
   virtual void note_progress(uint64_t bytes_moved) = 0;
   virtual PeerView peer(int rank) const = 0;
+  // Asks `rank` (-1: every peer) to heartbeat to this rank for the next lease
+  // (two budgets): its view turns current with the first heartbeat, and its
+  // silence is judged from then on. Non-blocking and cheap: call it again
+  // while still interested; a renewal goes out only when half the lease has
+  // passed. Ring neighbours (and every peer with to_all) need no asking.
+  virtual void want(int rank) = 0;
   // Tells every peer now that `epoch` failed. Non-blocking.
   virtual void announce_abort(uint32_t epoch, const std::string& reason) = 0;
   // Called on the liveness thread for every event; keep it short (set a flag,

@@ -80,6 +80,18 @@ struct OpInFlight {
   uint64_t moves_at_look = 0;
   uint32_t epoch_at_look = 0;
   Clock::time_point stall_began_at_look{};  // when the stall judged hung at hung_seen began
+  // The peers' views the judging reads (CommunicatorImpl::want_views): the
+  // moves last seen and since when none came (still_since), when they were
+  // last asked for, and a stall whose judging waits for them to answer
+  // (views_deferred: stalled for views_stall, with views_moves moves, when
+  // deferred; once per op and epoch: views_deferred_epoch).
+  uint64_t moves_seen = 0;
+  Clock::time_point still_since{};
+  Clock::time_point views_wanted{};
+  bool views_deferred = false;
+  int64_t views_deferred_epoch = -1;
+  Clock::duration views_stall{};
+  uint64_t views_moves = 0;  // moves when the judging was deferred
   void look_at(Clock::time_point stall_began, uint32_t epoch) {
     hung_seen = Clock::now();
     look_again = true;

@@ -371,8 +371,10 @@ void CommunicatorImpl::report_positions(const Status& s) {
         where.assign(v.value().begin(), v.value().end());
       } else if (liveness_) {
         const PeerView pv = liveness_->peer(q);
-        where = std::string("no report; heartbeats say ") + to_string(pv.health) + ", at collective seq " +
-                std::to_string(pv.state.op_seq) + (pv.state.in_comm ? " (in comm)" : " (in compute)");
+        where = std::string("no report; heartbeats say ") + to_string(pv.health) +
+                ", at collective seq " + std::to_string(pv.state.op_seq) +
+                (pv.state.in_comm ? " (in comm)" : " (in compute)") +
+                (pv.current ? "" : ", as last heard");
       } else {
         where = "no report";
       }

@@ -38,6 +38,8 @@ std::string settings_every_rank_shares(const Options& o, const TransportChain& c
          "\nsmall_allreduce_bytes=" + std::to_string(o.small_allreduce_bytes) +
          "\nrecovery (RCOLL_RECOVERY)=" + std::to_string(o.recovery ? 1 : 0) +
          "\nshrink_on_death (RCOLL_SHRINK)=" + std::to_string(o.shrink_on_death ? 1 : 0) +
+         "\nheartbeats_to_all (RCOLL_HEARTBEATS_TO_ALL)=" +
+         std::to_string(o.heartbeats_to_all ? 1 : 0) +
          "\ntransports (RCOLL_TRANSPORT, RCOLL_TRANSPORTS)=" + order +
          (chain.nccl() ? ",nccl for device buffers" : "");
 }

@@ -21,7 +21,7 @@ int holds_up(const StallView& view, int peer) {
   int q = peer;
   for (int hops = 0; hops < view.size; ++hops) {
     const PeerView w = view.peer(q);
-    if (w.health != PeerHealth::kAlive) return -1;
+    if (w.health != PeerHealth::kAlive || !w.current) return -1;
     if (!w.state.in_comm) return q;
     if (w.state.waiting_on < 0 || w.state.waiting_on >= view.size || w.state.waiting_on == view.rank) return -1;
     q = w.state.waiting_on;
@@ -35,7 +35,7 @@ int first_behind(const StallView& view) {
   for (int q = 0; q < view.size && view.peer; ++q) {
     if (q == view.rank) continue;
     const PeerView w = view.peer(q);
-    if (w.health == PeerHealth::kAlive && w.state.op_seq < view.match_seq) return q;
+    if (w.health == PeerHealth::kAlive && w.current && w.state.op_seq < view.match_seq) return q;
   }
   return -1;
 }
@@ -61,7 +61,8 @@ std::vector<WaitLink> wait_cycle(const StallView& view) {
     }
     const PeerView w = view.peer(q);
     const RankState& st = w.state;
-    if (w.health != PeerHealth::kAlive || !st.in_comm || st.grouped || st.epoch != me.epoch)
+    if (w.health != PeerHealth::kAlive || !w.current || !st.in_comm || st.grouped ||
+        st.epoch != me.epoch)
       return {};
     if (st.waiting_on < 0 || st.waiting_on >= view.size) return {};
     const WaitLink l = link_of(q, st);
@@ -81,7 +82,7 @@ std::vector<ChainMember> wait_chain(const StallView& view, int peer) {
     for (const ChainMember& m : chain)
       if (m.rank == q) return chain;
     const PeerView w = view.peer(q);
-    if (w.health != PeerHealth::kAlive) break;
+    if (w.health != PeerHealth::kAlive || !w.current) break;
     chain.push_back({q, w.state});
     if (!w.state.in_comm) break;
     q = w.state.waiting_on;

@@ -34,7 +34,9 @@ struct StallView {
   int awaited = -1;             // the peer the op waits on (-1: none in particular)
   // Rank q's liveness view (never asked for this rank's own), and whether
   // this rank saw q die (its connections closed). Looked up as needed: a
-  // chain of waits visits only the ranks on it.
+  // chain of waits visits only the ranks on it. A view that is not current
+  // (PeerView::current: no heartbeat since this rank asked for them) reads
+  // as unknown: never a straggler, never a link of a chain or cycle.
   std::function<PeerView(int)> peer;
   std::function<bool(int)> seen_dead;
 };

@@ -175,7 +175,7 @@ TEST(FrameTest, DecodeRejectsWrongMagic) {
 }
 
 TEST(FrameTest, DecodeRejectsUnknownType) {
-  for (int type : {0, 7, 8, 127, 255}) {
+  for (int type : {0, static_cast<int>(kLastFrameType) + 1, 10, 127, 255}) {
     FrameBytes b = encode(sample_header());
     b[4] = static_cast<uint8_t>(type);
     auto d = decode_frame_header(b.data(), b.size());

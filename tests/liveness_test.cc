@@ -1,8 +1,11 @@
 // The liveness side channel (runtime/liveness.h): heartbeats carry each rank's
-// state, abort notices reach every peer within milliseconds, a clean shutdown
+// state (to its ring neighbours, and to the peers that want it), abort
+// notices reach every peer within milliseconds, a clean shutdown
 // is not a death, a real process death (exit, SIGKILL) is reported within the
 // budget, a SIGSTOPped process turns silent and comes back after SIGCONT, and a
 // mesh to a rank that never starts fails within the connect deadline naming it.
+// A stopped rank's ring neighbours tell every other rank that it is silent,
+// and that it is back.
 // Several ranks share this process (threads); the real faults use fork()ed
 // children (this binary re-executed), which this test starts, stops and kills
 // by pid. Loopback only.
@@ -127,8 +130,10 @@ class LivenessTest : public ::testing::Test {
     return c.ok() ? c.value() : nullptr;
   }
 
-  LivenessParams params(int rank, int size, Millis interval, Millis budget) const {
+  LivenessParams params(int rank, int size, Millis interval, Millis budget,
+                        bool to_all = false) const {
     LivenessParams p;
+    p.to_all = to_all;
     p.rank = rank;
     p.size = size;
     p.store = client();
@@ -143,14 +148,17 @@ class LivenessTest : public ::testing::Test {
 
   // n ranks in this process, each started on its own thread (start blocks
   // until the mesh is complete), each with its listener set.
+  // With `skip`, that rank is left out (another process runs it).
   std::vector<std::unique_ptr<Liveness>> start_all(int n, Millis interval, Millis budget,
-                                                   std::vector<Events>* events) {
+                                                   std::vector<Events>* events, bool to_all = false,
+                                                   int skip = -1) {
     std::vector<std::unique_ptr<Liveness>> out(n);
     std::vector<Status> errors(n);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
+      if (r == skip) continue;
       threads.emplace_back([&, r] {
-        auto l = Liveness::start(params(r, n, interval, budget));
+        auto l = Liveness::start(params(r, n, interval, budget, to_all));
         if (!l.ok()) {
           errors[r] = l.status();
           return;
@@ -167,16 +175,24 @@ class LivenessTest : public ::testing::Test {
   std::unique_ptr<TcpStoreServer> server_;
 };
 
-TEST_F(LivenessTest, HeartbeatsCarryEachRanksState) {
-  constexpr int n = 3;
+// Every rank's state reaches every rank: with heartbeats to all, by itself;
+// with the ring (the default), once each rank wants every peer's.
+class LivenessModes : public LivenessTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(LivenessModes, HeartbeatsCarryEachRanksState) {
+  constexpr int n = 5;
   constexpr Millis interval = 50ms;
+  const bool to_all = GetParam();
   std::vector<Events> events(n);
-  auto ranks = start_all(n, interval, 2000ms, &events);
+  auto ranks = start_all(n, interval, 2000ms, &events, to_all);
   for (auto& l : ranks) ASSERT_NE(l, nullptr);
 
   // Neither in_comm nor epoch changes, so only the periodic heartbeat carries it.
   const auto t0 = Clock::now();
   for (int r = 0; r < n; ++r) ranks[r]->set_local(RankState{100u + static_cast<uint64_t>(r), false, 0});
+  if (!to_all) {
+    for (int r = 0; r < n; ++r) ranks[r]->want(-1);
+  }
   bool all_seen = false;
   while (!all_seen && ms_since(t0) < 2 * interval.count() + 100) {
     all_seen = true;
@@ -195,6 +211,7 @@ TEST_F(LivenessTest, HeartbeatsCarryEachRanksState) {
       if (r == me) continue;
       const PeerView v = ranks[me]->peer(r);
       EXPECT_EQ(v.health, PeerHealth::kAlive) << "rank " << me << " about rank " << r;
+      EXPECT_TRUE(v.current) << "rank " << me << " about rank " << r;
       EXPECT_FALSE(v.state.in_comm);
       EXPECT_LE(ms_since(v.last_heard), 3 * interval.count());
       EXPECT_TRUE(contains(v.address, "127.0.0.1:")) << v.address;
@@ -202,6 +219,54 @@ TEST_F(LivenessTest, HeartbeatsCarryEachRanksState) {
     EXPECT_EQ(events[me].count(Kind::kPeerSilent) + events[me].count(Kind::kPeerDead), 0)
         << "rank " << me << ":" << events[me].describe();
     EXPECT_EQ(ranks[me]->highest_aborted_epoch(), -1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heartbeats, LivenessModes, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return std::string(i.param ? "ToAll" : "Ring");
+                         });
+
+// The ring: a rank hears its two neighbours and no one else until it wants a
+// peer; the wanted peer answers at once (not at its next tick), its view
+// turns current, and it heartbeats here for the lease (two budgets) only:
+// unrenewed, the view goes stale and the heartbeats stop. A rank it never
+// wanted is never judged silent here.
+TEST_F(LivenessTest, AWantedPeerHeartbeatsForTheLeaseOnly) {
+  constexpr int n = 6;
+  constexpr Millis interval = 50ms, budget = 400ms;  // lease 800 ms
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, interval, budget, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  ranks[3]->set_local(RankState{33, true, 0});
+  std::this_thread::sleep_for(3 * interval);
+  for (int q : {1, 5}) EXPECT_TRUE(ranks[0]->peer(q).current) << "neighbour " << q;
+  for (int q : {2, 3, 4})
+    EXPECT_FALSE(ranks[0]->peer(q).current) << "rank " << q << " is no neighbour of rank 0";
+  EXPECT_NE(ranks[0]->peer(3).state.op_seq, 33u) << "rank 3 heartbeat to rank 0 unasked";
+
+  const auto t0 = Clock::now();
+  ranks[0]->want(3);
+  while (!ranks[0]->peer(3).current && ms_since(t0) < 2000) std::this_thread::sleep_for(1ms);
+  const long took = ms_since(t0);
+  ASSERT_TRUE(ranks[0]->peer(3).current) << "rank 3 never answered the want";
+  EXPECT_LT(took, interval.count()) << "the wanted rank waited for its next tick";
+  EXPECT_EQ(ranks[0]->peer(3).state.op_seq, 33u);
+  EXPECT_TRUE(ranks[0]->peer(3).state.in_comm);
+  // Within the lease it goes on heartbeating here.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(ms_since(ranks[0]->peer(3).last_heard), 3 * interval.count());
+  EXPECT_TRUE(ranks[0]->peer(3).current);
+  // Not renewed: past the lease the view is stale and no heartbeat comes.
+  std::this_thread::sleep_for(800ms);
+  EXPECT_FALSE(ranks[0]->peer(3).current);
+  const auto last = ranks[0]->peer(3).last_heard;
+  std::this_thread::sleep_for(4 * interval);
+  EXPECT_EQ(ranks[0]->peer(3).last_heard, last) << "rank 3 heartbeats past the lease";
+  // Nobody unasked, nobody stale, is called silent.
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << "rank " << r << ":" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
   }
 }
 
@@ -328,14 +393,18 @@ TEST_F(LivenessTest, CleanShutdownIsNotADeath) {
 
 // Rank 1 of 2 in a child process: this test binary re-executed (fork + exec,
 // so the child starts single-threaded) to run only LivenessChild.DISABLED_Rank1,
-// which reads its orders from RCOLL_LIVENESS_CHILD="port,interval_ms,budget_ms,live_for_ms".
+// which reads its orders from
+// RCOLL_LIVENESS_CHILD="port,interval_ms,budget_ms,live_for_ms[,rank,size]".
 // It creates its Liveness, then either exits without any destructor after
 // live_for_ms (no goodbye, as if it crashed) or, with -1, heartbeats until the
 // test stops or kills it.
-pid_t spawn_rank1(uint16_t store_port, Millis interval, Millis budget, std::optional<Millis> live_for) {
+pid_t spawn_rank1(uint16_t store_port, Millis interval, Millis budget,
+                  std::optional<Millis> live_for, int rank = 1, int size = 2) {
   const std::string orders = "RCOLL_LIVENESS_CHILD=" + std::to_string(store_port) + "," +
-                             std::to_string(interval.count()) + "," + std::to_string(budget.count()) + "," +
-                             std::to_string(live_for ? live_for->count() : -1);
+                             std::to_string(interval.count()) + "," +
+                             std::to_string(budget.count()) + "," +
+                             std::to_string(live_for ? live_for->count() : -1) + "," +
+                             std::to_string(rank) + "," + std::to_string(size);
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   env_strings.push_back(orders);
@@ -359,7 +428,10 @@ TEST(LivenessChild, DISABLED_Rank1) {
   if (orders == nullptr) GTEST_SKIP() << "only runs as the child of LivenessProcessTest";
   unsigned port = 0;
   long interval = 0, budget = 0, live_for = 0;
-  if (std::sscanf(orders, "%u,%ld,%ld,%ld", &port, &interval, &budget, &live_for) != 4) ::_exit(9);
+  int rank = 1, size = 2;
+  if (std::sscanf(orders, "%u,%ld,%ld,%ld,%d,%d", &port, &interval, &budget, &live_for, &rank,
+                  &size) < 4)
+    ::_exit(9);
   TcpStoreOptions o;
   o.host = "127.0.0.1";
   o.port = static_cast<uint16_t>(port);
@@ -367,8 +439,8 @@ TEST(LivenessChild, DISABLED_Rank1) {
   auto store = connect_tcp_store(o);
   if (!store.ok()) ::_exit(10);
   LivenessParams p;
-  p.rank = 1;
-  p.size = 2;
+  p.rank = rank;
+  p.size = size;
   p.store = store.value();
   p.ifname_spec = "=lo";
   p.job_token = "liveness-test";
@@ -492,6 +564,70 @@ TEST_F(LivenessProcessTest, SigstopIsSilentAfterTheBudgetAndBackAfterSigcont) {
   reap();
 }
 
+// Rank 2 of 5 in a child process, stopped: its ring neighbours (1 and 3) see
+// it silent after the budget and tell ranks 0 and 4, which never heard from
+// it; after SIGCONT every rank hears that it is back. Nobody reports a death.
+TEST_F(LivenessProcessTest, AStoppedRanksNeighboursTellEveryRank) {
+  constexpr int n = 5, stopped_rank = 2;
+  constexpr Millis interval = 50ms, budget = 500ms;
+  child_ = spawn_rank1(server_->port(), interval, budget, std::nullopt, stopped_rank, n);
+  ASSERT_GT(child_, 0);
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, interval, budget, &events, false, stopped_rank);
+  for (int r = 0; r < n; ++r)
+    if (r != stopped_rank) ASSERT_NE(ranks[r], nullptr) << "rank " << r;
+  const auto t0 = Clock::now();
+  while (ranks[1]->peer(stopped_rank).state.op_seq != 42u && ms_since(t0) < 2000)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(ranks[1]->peer(stopped_rank).state.op_seq, 42u) << "no heartbeat from the child";
+  EXPECT_FALSE(ranks[0]->peer(stopped_rank).current) << "rank 0 is no neighbour of rank 2";
+
+  const auto stopped = Clock::now();
+  ASSERT_EQ(::kill(child_, SIGSTOP), 0);
+  for (int r = 0; r < n; ++r) {
+    if (r == stopped_rank) continue;
+    auto silent = events[r].wait_for(Kind::kPeerSilent, stopped_rank, 3000ms);
+    ASSERT_TRUE(silent.has_value())
+        << "rank " << r << " never learned that rank 2 is silent:" << events[r].describe();
+    const long after =
+        static_cast<long>(std::chrono::duration_cast<Millis>(silent->at - stopped).count());
+    EXPECT_GE(after, budget.count() - interval.count() - 10)
+        << "rank " << r << ": silent before the budget";
+    EXPECT_LE(after, budget.count() + 2 * interval.count() + 200) << "rank " << r;
+    EXPECT_EQ(ranks[r]->peer(stopped_rank).health, PeerHealth::kSilent) << "rank " << r;
+    if (r == 0 || r == 4) {
+      EXPECT_TRUE(contains(silent->event.reason, "rank 1 heard") ||
+                  contains(silent->event.reason, "rank 3 heard"))
+          << "rank " << r << " was told by a neighbour of rank 2: " << silent->event.reason;
+    }
+  }
+  std::this_thread::sleep_for(300ms);
+  for (int r = 0; r < n; ++r) {
+    if (r == stopped_rank) continue;
+    EXPECT_EQ(events[r].count(Kind::kPeerSilent), 1) << "rank " << r << ":" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
+  }
+
+  const auto resumed = Clock::now();
+  ASSERT_EQ(::kill(child_, SIGCONT), 0);
+  for (int r = 0; r < n; ++r) {
+    if (r == stopped_rank) continue;
+    auto back = events[r].wait_for(Kind::kPeerBack, stopped_rank, 2000ms);
+    ASSERT_TRUE(back.has_value()) << "rank " << r
+                                  << " never heard rank 2 is back:" << events[r].describe();
+    EXPECT_LE(std::chrono::duration_cast<Millis>(back->at - resumed).count(),
+              2 * interval.count() + 200)
+        << "rank " << r;
+    EXPECT_EQ(ranks[r]->peer(stopped_rank).health, PeerHealth::kAlive) << "rank " << r;
+  }
+  // One silence in all (rank 2's), told once however many neighbours told it.
+  for (int r = 0; r < n; ++r) {
+    if (r == stopped_rank) continue;
+    EXPECT_EQ(events[r].count(Kind::kPeerSilent), 1) << "rank " << r << ":" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerBack), 1) << "rank " << r << ":" << events[r].describe();
+  }
+}
+
 // ---- connecting -------------------------------------------------------------------
 
 TEST_F(LivenessTest, MeshToAPeerThatNeverStartsFailsNamingIt) {
@@ -527,7 +663,8 @@ TEST_F(LivenessTest, SingleRankNeedsNoPeers) {
 }
 
 // Heartbeats at the default 100 ms interval cost next to nothing: CPU time of
-// this whole process (8 ranks) per rank, the least of three 1 s windows (one
+// this whole process (8 ranks, heartbeats to their ring neighbours only) per
+// rank, the least of three 1 s windows (one
 // window can catch a sanitizer's background thread or a page-fault burst; a
 // rank that polls instead of sleeping costs 12% or more in every window: 2
 // cores shared by 8 ranks). The bound is 2% of a core per rank, 4% under a
@@ -559,18 +696,20 @@ TEST_F(LivenessTest, HeartbeatCpuCostIsSmall) {
     std::snprintf(buf, sizeof buf, "%s%.3f%%", w == 0 ? "" : ", ", per_rank * 100.0);
     windows += buf;
     for (int r = 0; r < n; ++r) {
-      for (int q = 0; q < n; ++q) {
-        if (q == r) continue;
+      for (int q : {(r + 1) % n, (r + n - 1) % n}) {
         EXPECT_GT(ranks[r]->peer(q).last_heard, t0)
-            << "rank " << r << " heard nothing from rank " << q << " in window " << w << ": "
-            << events[r].describe();
+            << "rank " << r << " heard nothing from its neighbour rank " << q << " in window " << w
+            << ": " << events[r].describe();
       }
+      const int across = (r + n / 2) % n;
+      EXPECT_LT(ranks[r]->peer(across).last_heard, t0)
+          << "rank " << r << " heard rank " << across << ", no neighbour of it, unasked";
     }
   }
   std::printf(
-      "heartbeat cost: %s of a core per rank in three 1 s windows (%d ranks, %d peers each, 100 ms "
-      "interval%s)\n",
-      windows.c_str(), n, n - 1, sanitized ? ", sanitized build" : "");
+      "heartbeat cost: %s of a core per rank in three 1 s windows (%d ranks, 2 ring neighbours "
+      "each, 100 ms interval%s)\n",
+      windows.c_str(), n, sanitized ? ", sanitized build" : "");
   RecordProperty("cpu_percent_per_rank", std::to_string(least * 100.0));
   EXPECT_LT(least, bound) << "every window: " << windows;
   for (int r = 0; r < n; ++r) EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << events[r].describe();

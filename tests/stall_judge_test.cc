@@ -146,6 +146,30 @@ TEST(StallJudge, PipelineStageFollowsTheChainOfWaitsToTheStraggler) {
   EXPECT_EQ(v.peer, 1);
 }
 
+// Heartbeats go to ring neighbours only: a peer's view that is not current
+// (no heartbeat since this rank asked for it) is its state as last heard,
+// maybe long ago. It is unknown: not a straggler, not a link of a chain or a
+// cycle. Before PeerView::current, a stale "in compute" read as a straggler.
+TEST(StallJudge, AViewThatIsNotCurrentIsUnknownNotAStraggler) {
+  Group g;
+  g.in_collective(1, 6);
+  g.in_collective(3, 6);
+  g.at(2).state.op_seq = 4;
+  g.at(2).current = false;  // last heard at op 4, long ago
+  EXPECT_EQ(first_behind(g.view(false, 1)), -1);
+  EXPECT_EQ(judge_stall(g.view(false, 1), patient()).kind, Stall::kHung);
+
+  Group p;  // a pipeline: 3 waits on 2, which waits on 1; rank 1 last heard in compute
+  p.rank = 3;
+  p.waits(2, 1);
+  p.at(1).current = false;
+  EXPECT_EQ(holds_up(p.view(true, 2), 2), -1);
+  EXPECT_EQ(judge_stall(p.view(true, 2), patient()).kind, Stall::kHung);
+  EXPECT_EQ(wait_chain(p.view(true, 2), 2).size(), 1u) << "the chain stops at the stale view";
+  p.at(1).current = true;
+  EXPECT_EQ(holds_up(p.view(true, 2), 2), 1);
+}
+
 TEST(StallJudge, ChainEndingInACollectiveIsHung) {
   Group g;
   g.rank = 3;
@@ -210,6 +234,13 @@ TEST(WaitCycle, EveryStageReceivingFirstAroundARingIsACycle) {
   EXPECT_EQ(c[1], (WaitLink{3, 2, false, 1}));
   EXPECT_EQ(describe_cycle(c).substr(0, 62),
             "rank 0 receives from rank 3 (p2p #1 3->0), rank 3 receives fro");
+}
+
+TEST(WaitCycle, AStaleViewBreaksIt) {
+  Group g;
+  for (int q = 0; q < 4; ++q) transfer(g, q, (q + 3) % 4, false, 1);
+  g.at(2).current = false;
+  EXPECT_TRUE(wait_cycle(g.view(true, 3)).empty());
 }
 
 TEST(WaitCycle, TwoRanksSendingToEachOtherIsACycle) {

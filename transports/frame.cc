@@ -69,7 +69,8 @@ Result<FrameHeader> decode_frame_header(const uint8_t* data, size_t size) {
   }
   FrameHeader h;
   uint8_t type = data[4];
-  if (type < 1 || type > static_cast<uint8_t>(FrameType::kGoodbye)) return Status(ErrorCode::kTransport, "unknown frame type " + std::to_string(type));
+  if (type < 1 || type > static_cast<uint8_t>(kLastFrameType))
+    return Status(ErrorCode::kTransport, "unknown frame type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
   uint8_t kind = data[5];
   if (kind > static_cast<uint8_t>(kLastOpKind)) {

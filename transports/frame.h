@@ -23,9 +23,12 @@ inline constexpr size_t kFrameHeaderBytes = 48;
 // No frame may carry more than this; a header that claims more is hostile or corrupt.
 inline constexpr uint64_t kMaxFramePayload = uint64_t{1} << 31;
 
-// kHeartbeat and kGoodbye travel only on the liveness channel (runtime/liveness.h):
-// a heartbeat carries the sender's op_seq, epoch and in_comm (flags bit 0); a
-// goodbye announces a clean shutdown, so the connection closing after it is no death.
+// kHeartbeat, kGoodbye, kWatch and kSuspect travel only on the liveness channel
+// (runtime/liveness.h): a heartbeat carries the sender's op_seq, epoch and
+// in_comm (flags bit 0); a goodbye announces a clean shutdown, so the
+// connection closing after it is no death; a watch asks the receiver to
+// heartbeat to the sender for `count` ms; a suspect notice tells that rank
+// `count` - 1 turned silent (flags bit 0) or heartbeats again.
 enum class FrameType : uint8_t {
   kData = 1,
   kHello = 2,
@@ -33,7 +36,11 @@ enum class FrameType : uint8_t {
   kAbort = 4,
   kHeartbeat = 5,
   kGoodbye = 6,
+  kWatch = 7,
+  kSuspect = 8,
 };
+// The highest frame type (decoders reject anything above).
+inline constexpr FrameType kLastFrameType = FrameType::kSuspect;
 
 enum class OpKind : uint8_t {
   kNone = 0,

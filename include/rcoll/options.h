@@ -132,6 +132,11 @@ struct Options {
   // A peer whose heartbeats stop for this long is suspect (RCOLL_LIVENESS_MS);
   // a peer whose process died is reported within it.
   std::chrono::milliseconds liveness_budget{1500};
+  // Heartbeats to every peer (P(P-1) per interval) instead of to the two ring
+  // neighbours, which tell every rank when one turns silent, and to the peers
+  // a stalled op asks (RCOLL_HEARTBEATS_TO_ALL=1). For comparison: the
+  // sparse default tells the same straggler, silent and dead cases apart.
+  bool heartbeats_to_all = false;
   // How long an op waits for a live peer that has not reached it yet (a rank
   // restoring a checkpoint, say) before failing (RCOLL_STRAGGLER_TIMEOUT_S, or
   // RCOLL_STRAGGLER_TIMEOUT_MS).
