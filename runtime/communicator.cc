@@ -1,8 +1,10 @@
 #include "rcoll/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -99,7 +101,10 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
     dead_.reset(new std::atomic<bool>[static_cast<size_t>(size_)]);
     for (int q = 0; q < size_; ++q) dead_[static_cast<size_t>(q)] = false;
     CommunicatorImpl* self = this;
-    liveness_->set_listener([self](const LivenessEvent& e) {
+    // Every rank that failed an epoch itself tells every peer: the first
+    // notice of an epoch is worth a line, the others (up to P-1) are not.
+    auto noted = std::make_shared<std::atomic<int64_t>>(-1);
+    liveness_->set_listener([self, noted](const LivenessEvent& e) {
       switch (e.kind) {
         case LivenessEvent::Kind::kPeerDead:
           self->dead_[static_cast<size_t>(e.peer)] = true;
@@ -114,10 +119,20 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
         case LivenessEvent::Kind::kPeerBack:
           RCOLL_LOG(kWarn, "rank %d heartbeats again (%s); no longer suspect, ops with it go on", e.peer, e.reason.c_str());
           break;
-        case LivenessEvent::Kind::kPeerAborted:
-          RCOLL_LOG(kInfo, "rank %d announced that epoch %u failed: %s; this rank aborts that epoch and joins the recovery",
-                    e.peer, e.epoch, e.reason.c_str());
+        case LivenessEvent::Kind::kPeerAborted: {
+          // (Events come on the liveness thread only.)
+          if (static_cast<int64_t>(e.epoch) > noted->load()) {
+            noted->store(e.epoch);
+            RCOLL_LOG(kInfo,
+                      "rank %d announced that epoch %u failed: %s; this rank aborts that epoch and "
+                      "joins the recovery",
+                      e.peer, e.epoch, e.reason.c_str());
+          } else {
+            RCOLL_LOG(kDebug, "rank %d announced that epoch %u failed too: %s", e.peer, e.epoch,
+                      e.reason.c_str());
+          }
           break;
+        }
       }
     });
     // A death reported before the listener was in place is only in the views.

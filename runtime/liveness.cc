@@ -504,7 +504,8 @@ class LivenessImpl final : public Liveness {
     int64_t prev = highest_aborted_.load();
     while (static_cast<int64_t>(epoch) > prev && !highest_aborted_.compare_exchange_weak(prev, epoch)) {
     }
-    RCOLL_LOG(kInfo, "liveness: rank %d announced that epoch %u failed: %s", r, epoch, reason.c_str());
+    RCOLL_LOG(kDebug, "liveness: rank %d announced that epoch %u failed: %s", r, epoch,
+              reason.c_str());
     emit(LivenessEvent{LivenessEvent::Kind::kPeerAborted, r, epoch, std::move(reason)});
   }
 

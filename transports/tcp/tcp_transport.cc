@@ -429,10 +429,22 @@ class TcpTransport final : public Transport {
   void shutdown(const Status& why, bool log) {
     if (closed_) return;
     closed_ = true;
-    aborting_ = !log;
-    // fail_peer announces the abort to every peer still connected.
+    // One line for the whole data plane, not one per peer (63 at 64 ranks).
+    int open = 0;
+    for (const Peer& pr : peers_) open += pr.socket && pr.error.ok() ? 1 : 0;
+    if (log && open > 0) {
+      RCOLL_LOG(kInfo, "%s; closing the links to %d peer%s of epoch %u", why.to_string().c_str(),
+                open, open == 1 ? "" : "s", epoch_);
+    }
+    // fail_peer announces the abort to every peer still connected (quietly:
+    // aborting_, the line above said it).
+    aborting_ = true;
+    const bool announce =
+        log && why.code() != ErrorCode::kPeerDead && why.code() != ErrorCode::kAborted;
     for (int p = 0; p < size_; ++p) {
-      if (peers_[p].socket) fail_peer(p, why);
+      if (!peers_[p].socket) continue;
+      if (announce && peers_[p].error.ok()) send_abort_notice(peers_[p]);
+      fail_peer(p, why);
     }
   }
 
