@@ -83,7 +83,7 @@ class CommunicatorImpl : public ProgressGuard {
   // How long an op moves no bytes before it asks for its peers' views: a
   // third of the liveness budget, or of the op's progress deadline where that
   // is shorter, so the views are current when the stall is judged.
-  Clock::duration want_views_after(const Op& op) const;
+  Clock::duration want_views_after(const OpRecord& rec) const;
   CommunicatorImpl(Options options, Bootstrap boot, TransportChain chain);
   // Polled while a connect waits for the other ranks: true ends the wait at
   // once (a recovery's peer died or gave up). May be empty.

@@ -160,23 +160,26 @@ Clock::duration CommunicatorImpl::next_look() const {
   return std::max(4 * heartbeat, retransmit + 2 * heartbeat);
 }
 
-Clock::duration CommunicatorImpl::want_views_after(const Op& op) const {
-  const Millis timeout = op.options.timeout.count() > 0 ? op.options.timeout : options_.op_timeout;
-  const Millis deadline = timeout.count() > 0
-                              ? std::min<Millis>(timeout, std::chrono::duration_cast<Millis>(kYear))
-                              : options_.deadline_floor;
-  return std::min<Clock::duration>(options_.liveness_budget / 3, deadline / 3);
+Clock::duration CommunicatorImpl::want_views_after(const OpRecord& rec) const {
+  // The attempt's progress deadline, hang cap included (an op on NCCL
+  // counts its slices otherwise, but the floor dominates both).
+  const Clock::duration budget = progress_budget(rec.op, rec.tuning.piece_bytes, rec.tuning.window);
+  return std::min<Clock::duration>(options_.liveness_budget / 3, budget / 3);
 }
 
 void CommunicatorImpl::want_views(const Op& op, int awaited) {
   if (!liveness_) return;
   if (op.kind != OpKind::kSendRecv) return liveness_->want(-1);  // who is behind: any rank
-  // Down the chain of waits, as far as the views answered so far show it.
-  int q = awaited;
-  for (int hops = 0; q >= 0 && q < size_ && q != rank_ && hops < size_; ++hops) {
+  // Down the chain of waits, through the views that have not answered yet
+  // too (their last-known waits): asking costs a frame, and a chain known
+  // only one hop per look would leave a long pipeline's tail unknown when the
+  // stall is judged.
+  std::vector<bool> seen(static_cast<size_t>(size_), false);
+  for (int q = awaited; q >= 0 && q < size_ && q != rank_ && !seen[static_cast<size_t>(q)];) {
+    seen[static_cast<size_t>(q)] = true;
     liveness_->want(q);
     const PeerView v = liveness_->peer(q);
-    if (!v.current || v.health != PeerHealth::kAlive || !v.state.in_comm) return;
+    if (v.health != PeerHealth::kAlive || !v.state.in_comm) return;
     q = v.state.waiting_on;
   }
 }
@@ -208,9 +211,11 @@ void CommunicatorImpl::moved(uint64_t bytes) {
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
   publish_awaited(op);
   // Judged after waiting for the peers' views: the stall began before that wait.
+  // (Counted from the deferral, whatever clock the caller kept meanwhile.)
   if (in_flight_.views_deferred) {
     in_flight_.views_deferred = false;
-    if (in_flight_.moves == in_flight_.views_moves) stalled_for += in_flight_.views_stall;
+    if (in_flight_.moves == in_flight_.views_moves)
+      stalled_for = in_flight_.views_stall + (Clock::now() - in_flight_.views_deferred_at);
   }
   // The views the judging reads came in heartbeats since they were wanted
   // (want_views, from interrupted()). Where they have not all come yet (an
@@ -228,6 +233,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
       in_flight_.views_deferred_epoch = epoch_.load();
       in_flight_.views_deferred = true;
       in_flight_.views_stall = stalled_for;
+      in_flight_.views_deferred_at = Clock::now();
       in_flight_.views_moves = in_flight_.moves;
       RCOLL_LOG(kDebug,
                 "%s: no bytes moved for %lld ms; asked the peers it waits on for their state, "
@@ -346,8 +352,8 @@ Status CommunicatorImpl::interrupted() {
     const Op& op = in_flight_.record->op;
     const Clock::duration interval =
         std::max<Clock::duration>(Millis(10), options_.liveness_budget / 15);
-    if (now - in_flight_.still_since >= want_views_after(op) &&
-        now - in_flight_.views_wanted >= interval) {
+    if (now - in_flight_.views_wanted >= interval &&
+        now - in_flight_.still_since >= want_views_after(*in_flight_.record)) {
       in_flight_.views_wanted = now;
       const int published = liveness_->peer(rank_).state.waiting_on;
       want_views(op, op.kind != OpKind::kSendRecv ? -1 : published >= 0 ? published : op.peer);

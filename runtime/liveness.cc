@@ -79,7 +79,7 @@ class LivenessImpl final : public Liveness {
         // (at most 5 ms), so a loop of tiny ops cannot turn the side channel
         // into a busy loop.
         min_gap_(std::clamp(interval_ / 20, Millis(1), Millis(5))),
-        lease_(2 * std::max(budget_, interval_)),
+        lease_(std::min<Millis>(2 * std::max(budget_, interval_), kMaxLease)),
         to_all_(p.to_all),
         links_(static_cast<size_t>(p.size)),
         views_(static_cast<size_t>(p.size)),
@@ -189,17 +189,23 @@ class LivenessImpl final : public Liveness {
       std::lock_guard<std::mutex> lock(mu_);
       for (int r = rank < 0 ? 0 : rank; r < (rank < 0 ? size_ : rank + 1); ++r) {
         if (r == rank_ || links_[r].neighbour) continue;
-        Want& w = wants_[r];
-        if (w.until <= now) w.since = now;  // a new spell of wanting: older states are stale
-        w.until = now + lease_;
-        if (w.told_until - now < lease_ / 2) {
-          w.told_until = now + lease_;
-          to_tell_.push_back(r);
-          post = true;
-        }
+        post |= ask(r, now);
       }
     }
     if (post) asio::post(io_, [this] { send_watches(); });
+  }
+
+  // Asks `r` for another lease of heartbeats, unless more than half of the
+  // last one is left (caller holds mu_). True: a watch request is queued
+  // (the caller posts send_watches). Only what `r` was asked for is
+  // expected of it: a want that renews nothing extends nothing.
+  bool ask(int r, Clock::time_point now) {
+    Want& w = wants_[r];
+    if (w.until - now >= lease_ / 2) return false;
+    if (w.until <= now) w.since = now;  // a new spell of wanting: older states are stale
+    w.until = now + lease_;
+    to_tell_.push_back(r);
+    return true;
   }
 
   void announce_abort(uint32_t epoch, const std::string& reason) override {
@@ -250,11 +256,10 @@ class LivenessImpl final : public Liveness {
 
   // What this rank knows of wanting a peer's heartbeats (guarded by mu_).
   struct Want {
-    Clock::time_point until{};       // wanted until then (want() renews it)
-    Clock::time_point since{};       // this spell of wanting began: states before are stale
-    Clock::time_point told_until{};  // the lease the peer was last asked for ends then
-    bool heard = false;              // a heartbeat of its ever arrived
-    bool silent_by_notice = false;   // its silence was told by a neighbour of its
+    Clock::time_point until{};      // the lease it was last asked for ends then (ask)
+    Clock::time_point since{};      // this spell of wanting began: states before are stale
+    bool heard = false;             // a heartbeat of its ever arrived
+    bool silent_by_notice = false;  // its silence was told by a neighbour of its
   };
 
   // ---- sending
@@ -383,16 +388,24 @@ class LivenessImpl final : public Liveness {
         on_goodbye(r);
         return;
       case FrameType::kWatch:
+        if (h.payload_bytes != 0) return protocol_error(r, "watch request with a payload");
         on_watch(r, h);
         return start_read(r);
-      case FrameType::kSuspect:
-        if (h.count == 0 || h.count > static_cast<uint64_t>(size_)) {
+      case FrameType::kSuspect: {
+        if (h.payload_bytes != 0) return protocol_error(r, "suspect notice with a payload");
+        const int about = h.count == 0 || h.count > static_cast<uint64_t>(size_)
+                              ? -1
+                              : static_cast<int>(h.count) - 1;
+        // Only a ring neighbour of the rank watches it (and none does with to_all).
+        if (about < 0 || to_all_ ||
+            (about != (r + 1) % size_ && about != (r + size_ - 1) % size_)) {
           return protocol_error(r, "suspect notice about rank " +
-                                       std::to_string(static_cast<long long>(h.count) - 1));
+                                       std::to_string(static_cast<long long>(h.count) - 1) +
+                                       ", which it does not watch");
         }
-        on_suspect(r, static_cast<int>(h.count) - 1, (h.flags & kFlagSuspectSilent) != 0,
-                   static_cast<long long>(h.op_seq));
+        on_suspect(r, about, (h.flags & kFlagSuspectSilent) != 0, static_cast<long long>(h.op_seq));
         return start_read(r);
+      }
       case FrameType::kAbort: {
         if (h.payload_bytes > kMaxAbortReason) {
           return protocol_error(r, "abort notice with a " + std::to_string(h.payload_bytes) + "-byte reason");
@@ -466,7 +479,7 @@ class LivenessImpl final : public Liveness {
       PeerView& v = views_[about];
       Want& w = wants_[about];
       if (v.health == PeerHealth::kDead) return;
-      const bool hears_it = expects_heartbeats(about, now) && now - v.last_heard <= budget_;
+      const bool hears_it = w.heard && now - v.last_heard <= budget_;
       if (silent && v.health == PeerHealth::kAlive && !hears_it) {
         v.health = PeerHealth::kSilent;
         w.silent_by_notice = true;
@@ -494,7 +507,7 @@ class LivenessImpl final : public Liveness {
   }
 
   // Whether `r` heartbeats here now (caller holds mu_): a neighbour, or
-  // wanted, and asked a budget ago or more (its silence counts from then).
+  // within the lease it was asked for (its silence counts from the asking).
   bool expects_heartbeats(int r, Clock::time_point now) const {
     if (links_[r].neighbour) return true;
     return wants_[r].until > now;
@@ -599,11 +612,18 @@ class LivenessImpl final : public Liveness {
   void check_silence(Clock::time_point now) {
     std::vector<LivenessEvent> events;
     std::vector<std::pair<int, long long>> tell;
+    bool post_watches = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int r = 0; r < size_; ++r) {
-        if (!links_[r].open() || !expects_heartbeats(r, now)) continue;
+        if (!links_[r].open()) continue;
         PeerView& v = views_[r];
+        // A peer judged silent here (not told by its neighbours, whose
+        // notice of its return would come) is asked again until it answers.
+        if (!links_[r].neighbour && v.health == PeerHealth::kSilent &&
+            !wants_[r].silent_by_notice && ask(r, now))
+          post_watches = true;
+        if (!expects_heartbeats(r, now)) continue;
         // A wanted peer's silence counts from when it was asked.
         const Clock::time_point since =
             links_[r].neighbour ? v.last_heard : std::max(v.last_heard, wants_[r].since);
@@ -622,6 +642,7 @@ class LivenessImpl final : public Liveness {
                                        "no heartbeat for " + std::to_string(ms) + " ms"});
       }
     }
+    if (post_watches) send_watches();
     for (const auto& [r, ms] : tell) tell_suspect(r, true, ms);
     for (const auto& e : events) emit(e);
   }

@@ -16,9 +16,12 @@
 // asks it for heartbeats (want); the view is current once one arrived, and the
 // peer heartbeats to it for a lease (two budgets) that the asking renews.
 // Deaths need no heartbeats: every pair keeps its connection, whose close
-// every rank sees at once. LivenessParams::to_all restores heartbeats to every
-// peer (RCOLL_HEARTBEATS_TO_ALL=1).
-// One thread, owned and joined by Liveness.
+// every rank sees at once. Ranks that freeze together with both their
+// neighbours (a whole host's consecutive ranks) are told by the ranks at the
+// edges of the frozen run only; the others are found silent by the ranks
+// that want them (a stalled collective wants every peer), a budget after
+// asking. The budget and to_all are settings every rank must share. LivenessParams::to_all restores
+// heartbeats to every peer (RCOLL_HEARTBEATS_TO_ALL=1). One thread, owned and joined by Liveness.
 #pragma once
 
 #include <chrono>

@@ -197,7 +197,11 @@ struct CommunicatorImpl::NcclWatch {
       return Status();
     }
     Status verdict = c.on_stall(op, awaited, now - last_progress);
-    if (verdict.ok()) last_progress = now;  // a live straggler: wait another budget
+    // A live straggler: wait another budget; judging put off until the
+    // peers' views answer: look again after next_look().
+    if (verdict.ok())
+      last_progress =
+          c.in_flight_.views_deferred ? now - budget + std::min(budget, c.next_look()) : now;
     return verdict;
   }
   nccl::Comm::Waiter waiter() {

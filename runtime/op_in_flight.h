@@ -84,13 +84,15 @@ struct OpInFlight {
   // moves last seen and since when none came (still_since), when they were
   // last asked for, and a stall whose judging waits for them to answer
   // (views_deferred: stalled for views_stall, with views_moves moves, when
-  // deferred; once per op and epoch: views_deferred_epoch).
+  // deferred at views_deferred_at; once per op and epoch: views_deferred_epoch).
+  // Every caller of on_stall asks again after next_look() then.
   uint64_t moves_seen = 0;
   Clock::time_point still_since{};
   Clock::time_point views_wanted{};
   bool views_deferred = false;
   int64_t views_deferred_epoch = -1;
   Clock::duration views_stall{};
+  Clock::time_point views_deferred_at{};
   uint64_t views_moves = 0;  // moves when the judging was deferred
   void look_at(Clock::time_point stall_began, uint32_t epoch) {
     hung_seen = Clock::now();

@@ -40,6 +40,10 @@ std::string settings_every_rank_shares(const Options& o, const TransportChain& c
          "\nshrink_on_death (RCOLL_SHRINK)=" + std::to_string(o.shrink_on_death ? 1 : 0) +
          "\nheartbeats_to_all (RCOLL_HEARTBEATS_TO_ALL)=" +
          std::to_string(o.heartbeats_to_all ? 1 : 0) +
+         // A neighbour judges silence by its own budget and tells every rank:
+         // a rank heartbeating at a longer budget's interval would be called
+         // silent by its neighbours, everywhere.
+         "\nliveness_budget (RCOLL_LIVENESS_MS)=" + std::to_string(o.liveness_budget.count()) +
          "\ntransports (RCOLL_TRANSPORT, RCOLL_TRANSPORTS)=" + order +
          (chain.nccl() ? ",nccl for device buffers" : "");
 }
