@@ -718,7 +718,7 @@ class LivenessImpl final : public Liveness {
   asio::io_context io_;
   std::vector<Link> links_;  // liveness thread only
 
-  mutable std::mutex mu_;  // guards views_, wants_, to_tell_ and local_
+  mutable std::mutex mu_;              // guards views_, wants_, to_tell_ and local_
   std::atomic<uint16_t> progress_{0};  // note_progress: this rank's RankState::progress
   std::vector<PeerView> views_;
   std::vector<Want> wants_;

@@ -1185,6 +1185,17 @@ TEST(CommunicatorTest, SettingsThatDifferBetweenRanksAreRefusedAtCreation) {
        0,
        [](Options& o) { o.pipeline_depth = 2; },
        {"pipeline_depth (RCOLL_PIPELINE_DEPTH) is 2 on rank 0 but 0 on rank 1", "2 of 3 ranks"}},
+      // A ring neighbour judges silence by its own budget and tells every
+      // rank; a rank heartbeating to all or to its neighbours only must be
+      // alike everywhere (runtime/liveness.h).
+      {2,
+       1,
+       [](Options& o) {
+         o.heartbeats_to_all = true;
+         o.liveness_budget = std::chrono::milliseconds(3000);
+       },
+       {"heartbeats_to_all (RCOLL_HEARTBEATS_TO_ALL) is 0 on rank 0 but 1 on rank 1",
+        "liveness_budget (RCOLL_LIVENESS_MS) is 1500 on rank 0 but 3000 on rank 1"}},
       {2,
        1,
        [](Options& o) { o.transport = "ucx"; },
