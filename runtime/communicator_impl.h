@@ -68,6 +68,13 @@ class CommunicatorImpl : public ProgressGuard {
   // ProgressGuard: consulted by algorithms while they wait.
   Status on_stall(const Op& op, int peer, Clock::duration stalled_for) override;
   Clock::duration next_look() const override;
+  // For a wait that keeps its own stall clock against `budget` (the NCCL
+  // waits): where that clock restarts after on_stall said to wait on. A
+  // whole budget from `now` for a live straggler; where judging waits for
+  // the peers' views, so that it is asked again after next_look().
+  Clock::time_point restart_stall_clock(Clock::time_point now, Clock::duration budget) const {
+    return in_flight_.views_deferred ? now - budget + std::min(budget, next_look()) : now;
+  }
   void moved(uint64_t bytes) override;
   Status interrupted() override;
 

@@ -91,10 +91,7 @@ StoreExchange::Gathered CommunicatorImpl::wait_for_ranks(const StoreExchange& ex
     if (stall_rule && Clock::now() - since >= budget) {
       Status verdict = on_stall(op, missing.front(), Clock::now() - since);
       if (!verdict.ok()) return Status(verdict.code(), verdict.context(), std::string(what) + ": " + verdict.message());
-      // A live straggler: wait another budget (judging put off until the
-      // peers' views answer: look again after next_look()).
-      since = in_flight_.views_deferred ? Clock::now() - budget + std::min(budget, next_look())
-                                        : Clock::now();
+      since = restart_stall_clock(Clock::now(), budget);
     }
     return Status();
   };

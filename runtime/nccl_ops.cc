@@ -197,11 +197,7 @@ struct CommunicatorImpl::NcclWatch {
       return Status();
     }
     Status verdict = c.on_stall(op, awaited, now - last_progress);
-    // A live straggler: wait another budget; judging put off until the
-    // peers' views answer: look again after next_look().
-    if (verdict.ok())
-      last_progress =
-          c.in_flight_.views_deferred ? now - budget + std::min(budget, c.next_look()) : now;
+    if (verdict.ok()) last_progress = c.restart_stall_clock(now, budget);
     return verdict;
   }
   nccl::Comm::Waiter waiter() {

@@ -388,7 +388,7 @@ TEST_F(LivenessTest, CleanShutdownIsNotADeath) {
 }
 
 // A wanted rank answers at once, not at its next tick: with a 1 s interval,
-// every one of four wanted ranks answers within 200 ms (a tick would make
+// every one of the five wanted ranks answers within 200 ms (a tick would make
 // most of them wait half a second or more).
 TEST_F(LivenessTest, AWantedPeerAnswersAtOnce) {
   constexpr int n = 8;
