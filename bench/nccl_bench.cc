@@ -82,8 +82,11 @@ class NcclBench {
   float reduced(int salt, uint64_t i) const {
     return static_cast<float>(rcoll::bench::reduce_pattern(n_, i, salt, rcoll::bench::Reduction::kSum, false));
   }
+  // From pageable memory cudaMemcpy may return before the copy lands, and
+  // NCCL reads on a stream of its own: the copy is waited for.
   void upload(float* d, const std::vector<float>& h) {
     cuda_check(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
 
   const BaselineConfig& cfg_;
@@ -113,6 +116,7 @@ void NcclBench::run_once(const std::string& op) {
 double NcclBench::reduce_scalar(double v, bool max) {
   if (scalar_ == nullptr) cuda_check(cudaMalloc(&scalar_, sizeof(double)), "cudaMalloc");
   cuda_check(cudaMemcpy(scalar_, &v, sizeof(double), cudaMemcpyHostToDevice), "cudaMemcpy");
+  cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");  // see upload()
   nccl_check(
       ncclAllReduce(scalar_, scalar_, 1, ncclFloat64, max ? ncclMax : ncclSum, comm_, stream_),
       "ncclAllReduce");

@@ -111,8 +111,12 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
           RCOLL_LOG(kError, "rank %d is dead: its liveness connection closed without a goodbye (the process is gone)", e.peer);
           break;
         case LivenessEvent::Kind::kPeerSilent:
-          RCOLL_LOG(kWarn, "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); suspect: an op that "
-                    "stalls on it recovers and waits for it up to the recovery timeout (%lld ms)",
+          RCOLL_LOG(kWarn,
+                    "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); "
+                    "suspect: an op that "
+                    "stalls on it recovers and waits for it up to the recovery timeout (%lld ms), "
+                    "or, on NCCL while a CUDA "
+                    "stream waits at the stream gate, waits for it as for a straggler",
                     e.peer, static_cast<long long>(self->options_.liveness_budget.count()),
                     static_cast<long long>(self->options_.recovery_timeout.count()));
           break;
@@ -154,6 +158,8 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
   credits_.reset(rank_, size_);
+  const auto phases = env_string("RCOLL_NCCL_PHASES");
+  nccl_.phases.on = phases && *phases == "1";
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
 }
 
@@ -344,8 +350,25 @@ void CommunicatorImpl::close() {
     if (auto* g = nccl_.gate.load()) g->open_through(numbering_.last());
   }
   release_device_resources();
+  log_nccl_phases();
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
+}
+
+// RCOLL_NCCL_PHASES=1: where the device ops' host time went, per op.
+void CommunicatorImpl::log_nccl_phases() const {
+  const NcclPhases& p = nccl_.phases;
+  if (!p.on || p.ops == 0) return;
+  std::string line;
+  for (size_t i = 0; i < NcclPhases::kCount; ++i) {
+    const double us =
+        std::chrono::duration<double, std::micro>(p.sum[i]).count() / static_cast<double>(p.ops);
+    char part[64];
+    std::snprintf(part, sizeof part, "%s%s %.2f", i ? ", " : "", NcclPhases::kNames[i], us);
+    line += part;
+  }
+  RCOLL_LOG(kInfo, "device ops' host time per op over %llu ops of %zu bytes (us): %s",
+            static_cast<unsigned long long>(p.ops), p.bytes, line.c_str());
 }
 
 // With the communicator's device current (else CUDA would make a context on

@@ -80,6 +80,7 @@ class CommunicatorImpl : public ProgressGuard {
 
  private:
   Status judge_cycle(const Op& op, int peer);
+  Status wait_for_silent_under_gate(const Op& op, int silent, const StallRules& rules);
   void publish_awaited(const Op& op);
   // Heartbeats go to ring neighbours only (runtime/liveness.h): a stalled op
   // asks the peers whose state its judging reads for theirs (a collective:
@@ -207,6 +208,7 @@ class CommunicatorImpl : public ProgressGuard {
   // any: a recovery meanwhile knows whether the failure was on NCCL.
   const Op* waiting_device_op_ = nullptr;
   void release_device_resources();
+  void log_nccl_phases() const;
   // Runs one op to completion, recovering as often as allowed.
   Status run_op(const Op& op);
   OpRecord new_record(const Op& op);

@@ -208,6 +208,48 @@ void CommunicatorImpl::moved(uint64_t bytes) {
   if (liveness_) liveness_->note_progress(bytes);
 }
 
+// A silent rank (no heartbeat, its connection open: frozen, stopped or
+// partitioned) holds an op on NCCL while a caller's stream waits at a stream
+// gate (Work::stream_wait). A recovery would stop NCCL's communicator, and
+// NCCL then frees its pinned memory (ncclCommRevoke too: its proxy thread
+// calls cudaFreeHost), which waits for the whole GPU, the gated stream
+// included, while holding a lock of the CUDA driver that the recovery's next
+// CUDA call (a new communicator's event, its allocations) needs: the gate
+// would open only after the recovery, which waits for the free, which waits
+// for the gate. Stacks of both threads were taken on an H200 in a DDP run
+// with a rank SIGSTOPped for 5 s (bench/RESULTS.md, stop 47). So the silent
+// rank is waited for as a straggler, on the same communicator, up to the
+// straggler timeout: a frozen rank that comes back joins the op and it
+// completes with no recovery. A dead one is judged dead (its connection
+// closes), and the straggler timeout fails the op for good.
+Status CommunicatorImpl::wait_for_silent_under_gate(const Op& op, int silent,
+                                                    const StallRules& rules) {
+  const auto late_ms = std::chrono::duration_cast<Millis>(rules.late).count();
+  if (rules.late < rules.straggler_timeout) {
+    // Logged once per op (not through the straggler's own line, which may
+    // have named this rank already, before it went silent).
+    if (!in_flight_.silent_under_gate_noted) {
+      in_flight_.silent_under_gate_noted = true;
+      RCOLL_LOG(kWarn,
+                "%s on nccl: rank %d is silent (no heartbeat) %lld ms into the op, and a CUDA "
+                "stream waits at the stream "
+                "gate for this op: waiting for the rank on the same NCCL communicator, no recovery "
+                "(stopping NCCL now "
+                "would wait for that stream); the straggler timeout (%lld ms) fails the op",
+                op.describe().c_str(), silent, static_cast<long long>(late_ms),
+                static_cast<long long>(
+                    std::chrono::duration_cast<Millis>(rules.straggler_timeout).count()));
+    }
+    return Status();
+  }
+  in_flight_.straggler_expired = true;
+  return Status(ErrorCode::kTimeout, ErrorContext{rank_, silent, op.seq, epoch_.load(), "nccl"},
+                op.describe() + ": rank " + std::to_string(silent) + " has been silent for " +
+                    std::to_string(late_ms) +
+                    " ms of this op while a CUDA stream waits at the stream gate; the straggler "
+                    "timeout expired");
+}
+
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
   publish_awaited(op);
   // Judged after waiting for the peers' views: the stall began before that wait.
@@ -260,6 +302,12 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
     case Stall::kDead:
       return Status(ErrorCode::kPeerDead, ctx, op.describe() + ": " + who + " is dead (its process is gone)");
     case Stall::kSilent:
+      if (in_flight_.record != nullptr && in_flight_.record->nccl &&
+          kernels::cuda::StreamGate::any_held()) {
+        // A stream waits at a stream gate: stopping NCCL's communicator
+        // for a recovery would deadlock (see wait_for_silent_under_gate).
+        return wait_for_silent_under_gate(op, verdict.peer, rules);
+      }
       // DESIGN.md, silent peers: recover, and the recovery waits for it.
       return Status(ErrorCode::kTimeout, ctx,
                     op.describe() + ": no bytes moved for " + std::to_string(ms) + " ms and " + who +

@@ -260,6 +260,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_.comm;
+  nccl_.phases.mark(NcclPhases::kSetup);
   const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
   NcclWatch watch(*this, op);
 
@@ -281,6 +282,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // (ticket, slice) in issue order.
   std::vector<std::pair<uint64_t, size_t>> tickets;
   if (Status s = issue_nccl_slices(rec, first, comm, backup, watch, &tickets); !s.ok()) return fail(s);
+  nccl_.phases.mark(NcclPhases::kIssue);
 
   // The confirmation goes right behind the slices on the stream: it runs,
   // and contributes this rank's fingerprint, only once this rank's slices are
@@ -305,10 +307,13 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   if (op.gated && rec.work != nullptr && !rec.work->issued) {
     if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
+  nccl_.phases.mark(NcclPhases::kQueueVerdict);
   if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, abort_after_first); !s.ok())
     return fail(s);
+  nccl_.phases.mark(NcclPhases::kSlices);
   if (confirms) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
+    nccl_.phases.mark(NcclPhases::kConfirmation);
     if (Status s = check_nccl_fingerprints(op, comm); !s.ok()) return s;
     rec.confirmed = true;
   }

@@ -118,6 +118,18 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   op.work->finish(std::move(s));
   bury_nccl();
   kernels::cuda::StreamGate::free_deferred();
+  if (nccl_.phases.on && op.on_device()) {
+    nccl_.phases.mark(NcclPhases::kEnd);
+    if (op.out.bytes() != nccl_.phases.bytes) {
+      // A new size: the last size's sums are logged; this op (the first of
+      // its size, a warmup in a benchmark) is not counted.
+      log_nccl_phases();
+      nccl_.phases.sum = {};
+      nccl_.phases.ops = 0;
+      nccl_.phases.bytes = op.out.bytes();
+    }
+    ++nccl_.phases.ops;
+  }
 }
 
 Status CommunicatorImpl::give_up_on_exception(const Op* op) {
@@ -198,6 +210,7 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 // straggler timeout. A failure after it leaves the peers done and this op failed.
 Status CommunicatorImpl::run_device_op(const Op& op) {
   if (!fatal_.ok()) return run_op(op);  // names the earlier failure
+  nccl_.phases.start();
   // A failure of this rank's own GPU work: its peers wait for it at this op,
   // so they are told (as for any failure for good) rather than left to time out.
   auto local_failure = [&](const Status& why, const char* what) {
@@ -246,6 +259,7 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
     }
     if (!s.ok()) return local_failure(s, "the caller's stream");
   }
+  nccl_.phases.mark(NcclPhases::kCallerStream);
   if (runs_on_nccl(op)) {
     Status s = run_op(op);
     if (!nccl_.restart_staged) return s;

@@ -9,7 +9,8 @@
 #   scripts/gpu_torch_ext.sh                        build-torch-gpu: the extension for that machine's Python
 # Then there, from the repository root, with both folders carried:
 #   scripts/gpu_session.sh [STEP...]                default: every step, in the order below
-# Steps: env torch ctest ddp pipeline bench recovery. Every step has a time limit and
+# Steps: env torch ctest ddp pipeline bench recovery, and hang (the DDP SIGSTOP run
+# alone, with stacks should it hang). Every step has a time limit and
 # a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
 # cut short still brings back what it did), $OUT/summary.txt one line per step.
 set -uo pipefail
@@ -74,14 +75,26 @@ for s in "${steps[@]}"; do
       step torch_collectives_cuda ${RCOLL_GPU_LIMIT_COLLECTIVES:-150} env RCOLL_CHECK_DEVICE=cuda python3 python/tests/collectives_check.py --launch 2
       ;;
     ctest)
-      # The device-op tests: stream waits (under faults too), send/recv on
-      # NCCL, blocking calls, and the NCCL suite at 1, 2 and 4 ranks.
-      step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest -j 3 \
-        -R "stream_wait|nccl_np2_blocking|correctness_cuda_nccl_np[124]$|nccl_comm_test|NcclComm"
+      # The CUDA-labelled tests (RCOLL_GPU_CTEST: a ctest -R pattern; default
+      # all of them): kernels, NCCL communicators, device ops on every
+      # transport, stream waits (under faults too), send/recv on NCCL,
+      # blocking calls, the NCCL recoveries and fallbacks.
+      step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest \
+        -j ${RCOLL_GPU_CTEST_JOBS:-4} -R "${RCOLL_GPU_CTEST:-.}"
       ;;
     ddp)
       step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
         --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120} ${RCOLL_DDP_ARGS:-}
+      ;;
+    hang)
+      # The DDP run with rank 1 frozen (SIGSTOP) for 5 s, alone and logging at
+      # INFO; should it hang, every rank's stacks (cuda-gdb) land in stacks/.
+      step ddp_sigstop ${RCOLL_GPU_LIMIT_HANG:-240} env RCOLL_HANG_STACKS_DIR=$logs/stacks RCOLL_DEBUG=INFO \
+        NCCL_DEBUG=${NCCL_DEBUG:-WARN} python3 -c '
+import sys; sys.path.insert(0, "python/tests"); import ddp_cuda as d
+rc, out, secs = d.torchrun(2, "ddp_cuda_train.py", ["--backend", "rcoll", "--out", "/tmp/sigstop.pt", "--steps", "40",
+                           "--warmup", "5", "--sigstop-at", "20", "--sigstop-ms", "5000"], {}, int(sys.argv[1]))
+print(out); print("exit", rc, "in", round(secs, 1), "s")' ${RCOLL_GPU_RUN_TIMEOUT:-60}
       ;;
     pipeline)
       step pipeline_cuda ${RCOLL_GPU_LIMIT_PIPELINE:-300} python3 python/tests/pipeline_cuda.py --ranks 4 \
@@ -89,14 +102,18 @@ for s in "${steps[@]}"; do
       ;;
     bench)
       # rcoll against raw NCCL, same ranks, same run (RCOLL_GPU_BENCH: rank
-      # counts, "b" for blocking NCCL calls; default 1 2 1b 2b).
+      # counts, "b" after one for blocking NCCL calls, "r" for recovery off,
+      # which drops the per-op confirmation; default 1 2 1b 2b).
       run="$bundle/tools/rcoll-run"
       sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
       for cell in ${RCOLL_GPU_BENCH:-1 2 1b 2b}; do
-        np=${cell%b}
-        blocking=0
-        [[ $cell == *b ]] && blocking=1
-        step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=$blocking \
+        np=${cell%%[br]*}
+        blocking=0 recovery=1
+        [[ $cell == *b* ]] && blocking=1
+        [[ $cell == *r* ]] && recovery=0
+        # Each rank logs where its device ops' host time went (RCOLL_NCCL_PHASES).
+        step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=$blocking RCOLL_RECOVERY=$recovery \
+          RCOLL_NCCL_PHASES=1 RCOLL_DEBUG=${RCOLL_GPU_BENCH_DEBUG:-INFO} \
           $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \
           --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_np${cell}.json \
           --compare-dir $logs/bench_np${cell}
@@ -108,7 +125,7 @@ for s in "${steps[@]}"; do
       step recovery ${RCOLL_GPU_LIMIT_RECOVERY:-400} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} \
         scripts/gpu_tests.sh ctest -j 2 -R "${RCOLL_GPU_RECOVERY:-recovery_cuda_nccl|fallback_cuda_nccl}"
       ;;
-    *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench recovery)" >&2 ;;
+    *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench recovery hang)" >&2 ;;
   esac
 done
 echo "=== $(date +%T) done"

@@ -8,14 +8,15 @@ NCCL hosts) under torchrun: with nccl, with rcoll, with rcoll under RCOLL_INJECT
 (a link closed mid-training: "auto" closes rank 1's link at the first op of
 step 2*steps/5, found from the fault-free run's op counts), and with rcoll
 while rank 1 is frozen (SIGSTOP) from --sigstop-at for --sigstop-s seconds
-(5: a frozen rank stops heartbeating, and an op on NCCL that waits on a
-silent rank recovers after the liveness budget, 1.5 s, waiting in the
-recovery for the rank to come back).
+(5: a frozen rank stops heartbeating; DDP's stream waits at rcoll's stream
+gate, where a recovery would have to stop NCCL, which waits for that
+stream: the silent rank is waited for on the same communicator instead).
 Asserts: every run finished every step on every rank; rcoll's parameters equal
 NCCL's within float tolerance (with 2 ranks usually bit for bit: both add two
 values); the fault-free rcoll run counted no recoveries; each faulty run ended
-with exactly the fault-free rcoll run's parameters and counted at least one
-recovery on every rank; counters["device_transport"] is "nccl" where reported.
+with exactly the fault-free rcoll run's parameters; the closed link counted at
+least one recovery on every rank, the frozen rank none (a rank said it waits
+for it under the stream gate); counters["device_transport"] is "nccl" where reported.
 Prints one line per run and `DDP_CUDA_SUMMARY {json}` (median step ms of nccl
 and rcoll, their ratio against the 1.10x target, which is reported, not
 asserted). Exit 0: all passed; 1: a check failed; 77: no CUDA device (skip).
@@ -23,6 +24,7 @@ asserted). Exit 0: all passed; 1: a check failed; 77: no CUDA device (skip).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_RATIO = 1.10
+SILENT_UNDER_GATE = "waiting for the rank on the same NCCL communicator"
 LOG_MARKERS = ("steps with", "SIGSTOP", "recover", "fault injection", "silent", "Error", "error")
 
 
@@ -53,6 +56,7 @@ def torchrun(ranks, script, args, env_extra, timeout):
         out, _ = p.communicate(timeout=timeout)
         rc = p.returncode
     except subprocess.TimeoutExpired:
+        dump_stacks(p.pid)
         # SIGTERM, not SIGKILL: torchrun then stops its workers, which run in sessions of their own.
         p.terminate()
         try:
@@ -62,6 +66,34 @@ def torchrun(ranks, script, args, env_extra, timeout):
             out, _ = p.communicate()
         out, rc = out + f"\n(timed out after {timeout} s)\n", 124
     return rc, out, time.time() - t0
+
+
+def dump_stacks(pid):
+    """Where a hung run's processes are: every thread's stack of each process under
+    torchrun, by cuda-gdb (or gdb), into RCOLL_HANG_STACKS_DIR/stacks.<pid>.txt.
+    Nothing where that is unset, or no debugger or psutil is at hand."""
+    where = os.environ.get("RCOLL_HANG_STACKS_DIR")
+    gdb = shutil.which("cuda-gdb") or shutil.which("gdb")
+    if not where or not gdb:
+        return
+    try:
+        import psutil
+        children = psutil.Process(pid).children(recursive=True)
+    except Exception as e:  # no psutil, or torchrun already gone
+        print(f"(no stacks: {e})", flush=True)
+        return
+    os.makedirs(where, exist_ok=True)
+    for child in children:
+        path = os.path.join(where, f"stacks.{child.pid}.txt")
+        try:
+            with open(path, "w") as f:
+                f.write(" ".join(child.cmdline()) + "\n")
+                f.flush()
+                subprocess.run([gdb, "-p", str(child.pid), "-batch", "-ex", "info threads", "-ex", "thread apply all bt 40"],
+                               stdout=f, stderr=subprocess.STDOUT, timeout=90)
+            print(f"(stacks of pid {child.pid} in {path})", flush=True)
+        except Exception as e:
+            print(f"(no stacks of pid {child.pid}: {e})", flush=True)
 
 
 def rank_infos(out, ranks):
@@ -85,7 +117,7 @@ def train(a, d, name, backend, args=(), env=None):
                              dict(CUBLAS_WORKSPACE_CONFIG=":4096:8", **(env or {})), a.timeout)
     infos = rank_infos(out, a.ranks)
     params = torch.load(out) if rc == 0 and os.path.exists(out) else None
-    run = {"name": name, "rc": rc, "params": params, "infos": infos}
+    run = {"name": name, "rc": rc, "params": params, "infos": infos, "log": log}
     counters = [i["counters"] if i and "counters" in i else {} for i in infos]
     print(f"--- {name}: exit {rc}, {secs:.1f} s, steps {[i and i['steps'] for i in infos]}, "
           f"median step ms {[i and round(i['median_step_ms'], 2) for i in infos]}"
@@ -202,7 +234,15 @@ def main():
                   f"{run['infos'][0]['counters']}", flush=True)
             check(identical(run["params"], rcoll["params"]),
                   f"{run['name']}: parameters differ from the fault-free rcoll run (max {diff:.3g})")
-            check(min(rec) >= 1, f"{run['name']}: expected a recovery on every rank, counted {rec}")
+            if key == "sigstop":
+                # DDP waits on its stream (Work::stream_wait): stopping NCCL for a
+                # recovery would wait for that stream, so the frozen rank is waited
+                # for on the same communicator, and the op completes once it is back.
+                check(max(rec) == 0, f"{run['name']}: expected no recovery (a stream waits at the gate), counted {rec}")
+                check(SILENT_UNDER_GATE in run["log"],
+                      f"{run['name']}: no rank said it waits for the silent rank under the stream gate")
+            else:
+                check(min(rec) >= 1, f"{run['name']}: expected a recovery on every rank, counted {rec}")
 
     t_nccl, t_rcoll = median_ms(nccl), median_ms(rcoll)
     ratio = t_rcoll / t_nccl if t_nccl and t_rcoll else None

@@ -90,7 +90,12 @@ class DeviceFloats {
   explicit DeviceFloats(size_t n) : n_(n) { EXPECT_EQ(cudaMalloc(&p_, n * sizeof(float)), cudaSuccess); }
   ~DeviceFloats() { cudaFree(p_); }
   float* get() const { return p_; }
-  void put(const std::vector<float>& v) { ASSERT_EQ(cudaMemcpy(p_, v.data(), n_ * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess); }
+  // Waited for: from pageable memory the copy may land after cudaMemcpy
+  // returns, and NCCL reads on a stream of its own.
+  void put(const std::vector<float>& v) {
+    ASSERT_EQ(cudaMemcpy(p_, v.data(), n_ * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  }
   std::vector<float> fetch() const {
     std::vector<float> v(n_);
     EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);

@@ -87,7 +87,13 @@ class Device {
   explicit Device(size_t bytes) { cuda_check(cudaMalloc(&p_, bytes + 1), "cudaMalloc"); }
   ~Device() { cudaFree(p_); }
   char* get() const { return static_cast<char*>(p_); }
-  void put(const std::vector<char>& h) { cuda_check(cudaMemcpy(p_, h.data(), h.size(), cudaMemcpyHostToDevice), "cudaMemcpy"); }
+  // From pageable memory cudaMemcpy may return before the copy lands; the
+  // NCCL calls that read it run on a stream of their own, so the copy is
+  // waited for (without this, a 4-rank reduce-scatter on an H200 read stale input).
+  void put(const std::vector<char>& h) {
+    cuda_check(cudaMemcpy(p_, h.data(), h.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
   std::vector<char> fetch(size_t bytes) const {
     std::vector<char> h(bytes + 1);
     cuda_check(cudaMemcpy(h.data(), p_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
