@@ -111,14 +111,15 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
           RCOLL_LOG(kError, "rank %d is dead: its liveness connection closed without a goodbye (the process is gone)", e.peer);
           break;
         case LivenessEvent::Kind::kPeerSilent:
-          RCOLL_LOG(kWarn,
-                    "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); "
-                    "suspect: an op that "
-                    "stalls on it recovers and waits for it up to the recovery timeout (%lld ms), "
-                    "or, on NCCL while a CUDA "
-                    "stream waits at the stream gate, waits for it as for a straggler",
-                    e.peer, static_cast<long long>(self->options_.liveness_budget.count()),
-                    static_cast<long long>(self->options_.recovery_timeout.count()));
+          RCOLL_LOG(
+              kWarn,
+              "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); "
+              "suspect: an op that "
+              "stalls on it recovers and waits for it up to the recovery timeout (%lld ms), "
+              "or, on NCCL while a CUDA "
+              "stream waits at the stream gate, waits for it on the same communicator as long",
+              e.peer, static_cast<long long>(self->options_.liveness_budget.count()),
+              static_cast<long long>(self->options_.recovery_timeout.count()));
           break;
         case LivenessEvent::Kind::kPeerBack:
           RCOLL_LOG(kWarn, "rank %d heartbeats again (%s); no longer suspect, ops with it go on", e.peer, e.reason.c_str());

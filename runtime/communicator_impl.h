@@ -80,7 +80,7 @@ class CommunicatorImpl : public ProgressGuard {
 
  private:
   Status judge_cycle(const Op& op, int peer);
-  Status wait_for_silent_under_gate(const Op& op, int silent, const StallRules& rules);
+  Status wait_for_silent_under_gate(const Op& op, int silent);
   void publish_awaited(const Op& op);
   // Heartbeats go to ring neighbours only (runtime/liveness.h): a stalled op
   // asks the peers whose state its judging reads for theirs (a collective:

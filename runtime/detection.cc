@@ -218,36 +218,31 @@ void CommunicatorImpl::moved(uint64_t bytes) {
 // would open only after the recovery, which waits for the free, which waits
 // for the gate. Stacks of both threads were taken on an H200 in a DDP run
 // with a rank SIGSTOPped for 5 s (bench/RESULTS.md, stop 47). So the silent
-// rank is waited for as a straggler, on the same communicator, up to the
-// straggler timeout: a frozen rank that comes back joins the op and it
-// completes with no recovery. A dead one is judged dead (its connection
-// closes), and the straggler timeout fails the op for good.
-Status CommunicatorImpl::wait_for_silent_under_gate(const Op& op, int silent,
-                                                    const StallRules& rules) {
-  const auto late_ms = std::chrono::duration_cast<Millis>(rules.late).count();
-  if (rules.late < rules.straggler_timeout) {
-    // Logged once per op (not through the straggler's own line, which may
-    // have named this rank already, before it went silent).
-    if (!in_flight_.silent_under_gate_noted) {
-      in_flight_.silent_under_gate_noted = true;
-      RCOLL_LOG(kWarn,
-                "%s on nccl: rank %d is silent (no heartbeat) %lld ms into the op, and a CUDA "
-                "stream waits at the stream "
-                "gate for this op: waiting for the rank on the same NCCL communicator, no recovery "
-                "(stopping NCCL now "
-                "would wait for that stream); the straggler timeout (%lld ms) fails the op",
-                op.describe().c_str(), silent, static_cast<long long>(late_ms),
-                static_cast<long long>(
-                    std::chrono::duration_cast<Millis>(rules.straggler_timeout).count()));
-    }
-    return Status();
+// rank is waited for on the same communicator, as a recovery would wait for
+// it, up to the recovery timeout: a frozen rank that comes back joins the op
+// and it completes with no recovery; one that does not fails the op for good
+// (kPeerUnreachable), and only then, with the gate about to open, is NCCL
+// stopped. A dead rank is judged dead (its connection closes).
+Status CommunicatorImpl::wait_for_silent_under_gate(const Op& op, int silent) {
+  const Clock::time_point now = Clock::now();
+  if (in_flight_.silent_under_gate_since == Clock::time_point{}) {
+    in_flight_.silent_under_gate_since = now;
+    RCOLL_LOG(kWarn,
+              "%s on nccl: rank %d is silent (no heartbeat) and a CUDA stream waits at the "
+              "stream gate for this op: waiting for the rank on the same NCCL communicator, no "
+              "recovery (stopping NCCL now would wait for that stream); if it is not back within "
+              "the recovery timeout (%lld ms), the op fails",
+              op.describe().c_str(), silent,
+              static_cast<long long>(options_.recovery_timeout.count()));
   }
-  in_flight_.straggler_expired = true;
-  return Status(ErrorCode::kTimeout, ErrorContext{rank_, silent, op.seq, epoch_.load(), "nccl"},
-                op.describe() + ": rank " + std::to_string(silent) + " has been silent for " +
-                    std::to_string(late_ms) +
-                    " ms of this op while a CUDA stream waits at the stream gate; the straggler "
-                    "timeout expired");
+  const auto waited = std::chrono::duration_cast<Millis>(now - in_flight_.silent_under_gate_since);
+  if (waited < options_.recovery_timeout) return Status();
+  return Status(ErrorCode::kPeerUnreachable,
+                ErrorContext{rank_, silent, op.seq, epoch_.load(), "nccl"},
+                op.describe() + " on nccl: rank " + std::to_string(silent) +
+                    " stayed silent (no heartbeat) for " + std::to_string(waited.count()) +
+                    " ms while a CUDA stream waited at the stream gate for this op (the "
+                    "recovery timeout); the op failed without a recovery");
 }
 
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
@@ -306,7 +301,7 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
           kernels::cuda::StreamGate::any_held()) {
         // A stream waits at a stream gate: stopping NCCL's communicator
         // for a recovery would deadlock (see wait_for_silent_under_gate).
-        return wait_for_silent_under_gate(op, verdict.peer, rules);
+        return wait_for_silent_under_gate(op, verdict.peer);
       }
       // DESIGN.md, silent peers: recover, and the recovery waits for it.
       return Status(ErrorCode::kTimeout, ctx,

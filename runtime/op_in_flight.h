@@ -36,11 +36,13 @@ struct OpInFlight {
     return record ? record->op.describe() : std::string(none);
   }
   Clock::time_point started{};
-  int straggler = -1;                    // the late rank logged for this op (-1: none)
-  Clock::time_point straggler_noted{};   // when it was last logged
-  bool straggler_expired = false;        // the last stall was a straggler past its timeout
-  bool silent_under_gate_noted = false;  // logged: a silent rank waited for under a stream gate
-  int recoveries = 0;                    // recoveries of this op so far
+  int straggler = -1;                   // the late rank logged for this op (-1: none)
+  Clock::time_point straggler_noted{};  // when it was last logged
+  bool straggler_expired = false;       // the last stall was a straggler past its timeout
+  // When a silent rank began to be waited for under a stream gate (logged
+  // then); the recovery timeout counts from here.
+  Clock::time_point silent_under_gate_since{};
+  int recoveries = 0;  // recoveries of this op so far
   // The hang timeout's clock (Options::hang_timeout): when the stall last
   // judged hung began (stall_began), and when the spell of hangs began
   // (hang_since), which lasts across recoveries while no slice of the op
