@@ -114,10 +114,9 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
           RCOLL_LOG(
               kWarn,
               "rank %d is silent: no heartbeat for %lld ms (frozen, stopped or partitioned); "
-              "suspect: an op that "
-              "stalls on it recovers and waits for it up to the recovery timeout (%lld ms), "
-              "or, on NCCL while a CUDA "
-              "stream waits at the stream gate, waits for it on the same communicator as long",
+              "suspect: an op that stalls on it recovers and waits for it up to the recovery "
+              "timeout (%lld ms); an op on NCCL while a CUDA stream waits at a stream gate waits "
+              "for it on the same NCCL communicator instead, up to that timeout",
               e.peer, static_cast<long long>(self->options_.liveness_budget.count()),
               static_cast<long long>(self->options_.recovery_timeout.count()));
           break;
@@ -159,8 +158,8 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   log_.send_through.assign(static_cast<size_t>(size_), 0);
   log_.recv_through.assign(static_cast<size_t>(size_), 0);
   credits_.reset(rank_, size_);
-  const auto phases = env_string("RCOLL_NCCL_PHASES");
-  nccl_.phases.on = phases && *phases == "1";
+  const auto phases = nccl_phases_requested();  // a malformed value failed creation already
+  nccl_.phases.on = phases.ok() && phases.value();
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
 }
 

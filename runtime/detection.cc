@@ -225,24 +225,28 @@ void CommunicatorImpl::moved(uint64_t bytes) {
 // stopped. A dead rank is judged dead (its connection closes).
 Status CommunicatorImpl::wait_for_silent_under_gate(const Op& op, int silent) {
   const Clock::time_point now = Clock::now();
-  if (in_flight_.silent_under_gate_since == Clock::time_point{}) {
-    in_flight_.silent_under_gate_since = now;
+  OpInFlight& f = in_flight_;
+  if (f.silent_under_gate != silent || f.moves != f.silent_under_gate_moves) {
+    f.silent_under_gate = silent;
+    f.silent_under_gate_since = now;
+    f.silent_under_gate_moves = f.moves;
     RCOLL_LOG(kWarn,
-              "%s on nccl: rank %d is silent (no heartbeat) and a CUDA stream waits at the "
-              "stream gate for this op: waiting for the rank on the same NCCL communicator, no "
+              "%s on nccl, epoch %u: rank %d is silent (no heartbeat) and a CUDA stream waits at a "
+              "stream gate of this process: waiting for rank %d on the same NCCL communicator, no "
               "recovery (stopping NCCL now would wait for that stream); if it is not back within "
               "the recovery timeout (%lld ms), the op fails",
-              op.describe().c_str(), silent,
+              op.describe().c_str(), epoch_.load(), silent, silent,
               static_cast<long long>(options_.recovery_timeout.count()));
   }
-  const auto waited = std::chrono::duration_cast<Millis>(now - in_flight_.silent_under_gate_since);
+  const auto waited = std::chrono::duration_cast<Millis>(now - f.silent_under_gate_since);
   if (waited < options_.recovery_timeout) return Status();
-  return Status(ErrorCode::kPeerUnreachable,
-                ErrorContext{rank_, silent, op.seq, epoch_.load(), "nccl"},
-                op.describe() + " on nccl: rank " + std::to_string(silent) +
-                    " stayed silent (no heartbeat) for " + std::to_string(waited.count()) +
-                    " ms while a CUDA stream waited at the stream gate for this op (the "
-                    "recovery timeout); the op failed without a recovery");
+  return Status(
+      ErrorCode::kPeerUnreachable, ErrorContext{rank_, silent, op.seq, epoch_.load(), "nccl"},
+      op.describe() + " on nccl: rank " + std::to_string(silent) +
+          " stayed silent (no heartbeat) for " + std::to_string(waited.count()) +
+          " ms (the recovery timeout, " + std::to_string(options_.recovery_timeout.count()) +
+          " ms) while a CUDA stream waited at a stream gate of this process; the op failed "
+          "without a recovery (its output is undefined), and this communicator's later ops fail");
 }
 
 Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalled_for) {
@@ -291,6 +295,8 @@ Status CommunicatorImpl::on_stall(const Op& op, int peer, Clock::duration stalle
   rules.late = Clock::now() - in_flight_.started;
   rules.straggler_timeout = straggler_timeout(op);
   const StallVerdict verdict = judge_stall(stall_view(op, peer), rules);
+  if (verdict.kind != Stall::kSilent)
+    in_flight_.silent_under_gate = -1;  // a wait under the gate starts over
   ctx.peer = verdict.peer;
   const std::string who = "rank " + std::to_string(verdict.peer);
   switch (verdict.kind) {

@@ -189,6 +189,12 @@ const char* algorithm_name(BroadcastAlgorithm a) {
   return i < std::size(kBroadcastAlgorithmNames) ? kBroadcastAlgorithmNames[i] : "?";
 }
 
+Result<bool> nccl_phases_requested() {
+  auto v = env_int("RCOLL_NCCL_PHASES", 0, 1);
+  if (!v.ok()) return v.status();
+  return v.value().value_or(0) == 1;
+}
+
 Status apply_env_overrides(Options* o) {
   if (o->transport == "auto") {
     o->transport = env_string("RCOLL_TRANSPORT").value_or("auto");
@@ -234,6 +240,7 @@ Status apply_env_overrides(Options* o) {
     }
     o->broadcast_algorithm = static_cast<BroadcastAlgorithm>(i);
   }
+  if (auto phases = nccl_phases_requested(); !phases.ok()) return phases.status();
   auto blocking = env_int("RCOLL_NCCL_BLOCKING", 0, 1);
   if (!blocking.ok()) return blocking.status();
   if (o->nccl_blocking < 0) o->nccl_blocking = blocking.value() ? static_cast<int>(*blocking.value()) : 0;

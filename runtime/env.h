@@ -32,6 +32,11 @@ Result<Bootstrap> bootstrap(const Options& options);
 // and so is a socket buffer below kMinSocketBufferBytes, from either source.
 Status apply_env_overrides(Options* options);
 
+// RCOLL_NCCL_PHASES=1: log where device ops' host time goes (a diagnostic,
+// not an option). Unset is false; anything but 0 or 1 an error naming it
+// (apply_env_overrides checks it too, so creation refuses it).
+Result<bool> nccl_phases_requested();
+
 // The smallest Options::socket_buffer_bytes / RCOLL_SOCKET_BUFFER_BYTES (0
 // aside). Over loopback (MTU 64 KiB) 12 KiB buffers stalled the connect-time
 // link timing past the 8 s connect timeout, 16 KiB ones passed (bench/RESULTS.md,

@@ -7,7 +7,6 @@
 // order, reversed: each member outlives the ones declared after it.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -19,41 +18,10 @@
 #include "base/deadline.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/stream_gate.h"
+#include "runtime/nccl_phases.h"
 #include "transports/nccl/nccl_comm.h"
 
 namespace rcoll {
-
-// Where a device op's host time goes, phase by phase (RCOLL_NCCL_PHASES=1:
-// summed over a run of ops of one size, logged when the size changes and at
-// close). Off, each mark is one branch.
-struct NcclPhases {
-  enum Phase : size_t {
-    kCallerStream,
-    kSetup,
-    kIssue,
-    kQueueVerdict,
-    kSlices,
-    kConfirmation,
-    kEnd,
-    kCount
-  };
-  static constexpr const char* kNames[kCount] = {
-      "caller stream", "setup", "issue", "queue verdict", "slices", "confirmation", "end"};
-  bool on = false;
-  Clock::time_point last{};
-  std::array<Clock::duration, kCount> sum{};
-  uint64_t ops = 0;
-  size_t bytes = 0;  // of the ops summed
-  void start() {
-    if (on) last = Clock::now();
-  }
-  void mark(Phase p) {
-    if (!on) return;
-    const Clock::time_point now = Clock::now();
-    sum[p] += now - last;
-    last = now;
-  }
-};
 
 struct NcclPlane {
   NcclPhases phases;

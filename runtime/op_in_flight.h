@@ -39,9 +39,13 @@ struct OpInFlight {
   int straggler = -1;                   // the late rank logged for this op (-1: none)
   Clock::time_point straggler_noted{};  // when it was last logged
   bool straggler_expired = false;       // the last stall was a straggler past its timeout
-  // When a silent rank began to be waited for under a stream gate (logged
-  // then); the recovery timeout counts from here.
+  // A silent rank waited for under a stream gate (wait_for_silent_under_gate):
+  // which, since when (the recovery timeout counts from there; logged then),
+  // and the op's moves then. Another rank, a move, or a verdict other than
+  // silent starts it over.
+  int silent_under_gate = -1;
   Clock::time_point silent_under_gate_since{};
+  uint64_t silent_under_gate_moves = 0;
   int recoveries = 0;  // recoveries of this op so far
   // The hang timeout's clock (Options::hang_timeout): when the stall last
   // judged hung began (stall_began), and when the spell of hangs began

@@ -120,15 +120,8 @@ void CommunicatorImpl::execute(Op& op, bool closing_barrier) {
   kernels::cuda::StreamGate::free_deferred();
   if (nccl_.phases.on && op.on_device()) {
     nccl_.phases.mark(NcclPhases::kEnd);
-    if (op.out.bytes() != nccl_.phases.bytes) {
-      // A new size: the last size's sums are logged; this op (the first of
-      // its size, a warmup in a benchmark) is not counted.
-      log_nccl_phases();
-      nccl_.phases.sum = {};
-      nccl_.phases.ops = 0;
-      nccl_.phases.bytes = op.out.bytes();
-    }
-    ++nccl_.phases.ops;
+    if (nccl_.phases.new_size(op.out.bytes())) log_nccl_phases();
+    nccl_.phases.take_op(op.out.bytes());
   }
 }
 
@@ -209,8 +202,8 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 // they are told (as for any failure for good) instead of waiting out their
 // straggler timeout. A failure after it leaves the peers done and this op failed.
 Status CommunicatorImpl::run_device_op(const Op& op) {
-  if (!fatal_.ok()) return run_op(op);  // names the earlier failure
   nccl_.phases.start();
+  if (!fatal_.ok()) return run_op(op);  // names the earlier failure
   // A failure of this rank's own GPU work: its peers wait for it at this op,
   // so they are told (as for any failure for good) rather than left to time out.
   auto local_failure = [&](const Status& why, const char* what) {

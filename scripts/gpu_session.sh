@@ -9,8 +9,9 @@
 #   scripts/gpu_torch_ext.sh                        build-torch-gpu: the extension for that machine's Python
 # Then there, from the repository root, with both folders carried:
 #   scripts/gpu_session.sh [STEP...]                default: every step, in the order below
-# Steps: env torch ctest ddp pipeline bench recovery, and hang (the DDP SIGSTOP run
-# alone, with stacks should it hang). Every step has a time limit and
+# Steps: env torch ctest ddp pipeline bench (the default, in this order); recovery
+# (the NCCL recoveries alone, which ctest runs too) and hang (the DDP SIGSTOP run
+# alone, with stacks should it hang) on request. Every step has a time limit and
 # a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
 # cut short still brings back what it did), $OUT/summary.txt one line per step.
 set -uo pipefail
@@ -22,7 +23,7 @@ mkdir -p "$out" "$logs"
 bundle=$root/build-gpu
 ext=$root/build-torch-gpu/python
 steps=("$@")
-((${#steps[@]})) || steps=(env torch ctest ddp pipeline bench recovery)
+((${#steps[@]})) || steps=(env torch ctest ddp pipeline bench)
 
 # NCCL: the system's, else the one PyTorch's wheels bring (what torch loads too).
 nccl_dir=$(ldconfig -p | awk '/libnccl.so.2 / {print $NF; exit}' | xargs -r dirname)
@@ -75,12 +76,13 @@ for s in "${steps[@]}"; do
       step torch_collectives_cuda ${RCOLL_GPU_LIMIT_COLLECTIVES:-150} env RCOLL_CHECK_DEVICE=cuda python3 python/tests/collectives_check.py --launch 2
       ;;
     ctest)
-      # The CUDA-labelled tests (RCOLL_GPU_CTEST: a ctest -R pattern; default
-      # all of them): kernels, NCCL communicators, device ops on every
-      # transport, stream waits (under faults too), send/recv on NCCL,
-      # blocking calls, the NCCL recoveries and fallbacks.
+      # The CUDA-labelled tests but the PyTorch ones (the ddp, pipeline and
+      # torch steps run those; RCOLL_GPU_CTEST: a ctest -R pattern instead):
+      # kernels, NCCL communicators, device ops on every transport, stream
+      # waits (under faults too), send/recv on NCCL, blocking calls, the NCCL
+      # recoveries and fallbacks.
       step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest \
-        -j ${RCOLL_GPU_CTEST_JOBS:-4} -R "${RCOLL_GPU_CTEST:-.}"
+        -j ${RCOLL_GPU_CTEST_JOBS:-4} -LE torch -R "${RCOLL_GPU_CTEST:-.}"
       ;;
     ddp)
       step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
@@ -94,7 +96,7 @@ for s in "${steps[@]}"; do
 import sys; sys.path.insert(0, "python/tests"); import ddp_cuda as d
 rc, out, secs = d.torchrun(2, "ddp_cuda_train.py", ["--backend", "rcoll", "--out", "/tmp/sigstop.pt", "--steps", "40",
                            "--warmup", "5", "--sigstop-at", "20", "--sigstop-ms", "5000"], {}, int(sys.argv[1]))
-print(out); print("exit", rc, "in", round(secs, 1), "s")' ${RCOLL_GPU_RUN_TIMEOUT:-60}
+print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_GPU_RUN_TIMEOUT:-60}
       ;;
     pipeline)
       step pipeline_cuda ${RCOLL_GPU_LIMIT_PIPELINE:-300} python3 python/tests/pipeline_cuda.py --ranks 4 \
@@ -111,9 +113,11 @@ print(out); print("exit", rc, "in", round(secs, 1), "s")' ${RCOLL_GPU_RUN_TIMEOU
         blocking=0 recovery=1
         [[ $cell == *b* ]] && blocking=1
         [[ $cell == *r* ]] && recovery=0
-        # Each rank logs where its device ops' host time went (RCOLL_NCCL_PHASES).
+        # RCOLL_GPU_PHASES=1: each rank logs where its device ops' host time
+        # went (RCOLL_NCCL_PHASES, about eight clock reads an op).
+        phases=${RCOLL_GPU_PHASES:-0}
         step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=$blocking RCOLL_RECOVERY=$recovery \
-          RCOLL_NCCL_PHASES=1 RCOLL_DEBUG=${RCOLL_GPU_BENCH_DEBUG:-INFO} \
+          RCOLL_NCCL_PHASES=$phases RCOLL_DEBUG=$([[ $phases == 1 ]] && echo INFO || echo WARN) \
           $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \
           --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_np${cell}.json \
           --compare-dir $logs/bench_np${cell}

@@ -57,10 +57,27 @@ class UnusedStore final : public Store {
 
 // Every variable bootstrap reads, cleared for each test and restored after it.
 const char* const kVars[] = {
-    "RCOLL_RANK", "RCOLL_WORLD_SIZE", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "RCOLL_STORE_ADDR", "RCOLL_STORE_SERVE",
-    "RCOLL_STORE_FILE", "MASTER_ADDR", "MASTER_PORT", "RCOLL_SOCKET_IFNAME", "RCOLL_TRANSPORT",
-    "RCOLL_JOB_TOKEN", "RCOLL_INJECT", "RCOLL_SOCKET_BUFFER_BYTES",
+    "RCOLL_RANK",
+    "RCOLL_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "RCOLL_STORE_ADDR",
+    "RCOLL_STORE_SERVE",
+    "RCOLL_STORE_FILE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RCOLL_SOCKET_IFNAME",
+    "RCOLL_TRANSPORT",
+    "RCOLL_JOB_TOKEN",
+    "RCOLL_INJECT",
+    "RCOLL_SOCKET_BUFFER_BYTES",
+    "RCOLL_NCCL_PHASES",
 };
 
 class BootstrapTest : public ::testing::Test {
@@ -415,6 +432,26 @@ TEST_F(BootstrapTest, UnknownTransportIsInvalid) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
     EXPECT_TRUE(contains(e.what(), "carrier-pigeon")) << e.what();
   }
+}
+
+// A diagnostic switch is read as strictly as an option: "yes" is refused at
+// creation, naming the variable; 0 and 1 are taken.
+TEST_F(BootstrapTest, MalformedNcclPhasesIsInvalid) {
+  set("RCOLL_NCCL_PHASES", "yes");
+  Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.name = unique_name();
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "create accepted RCOLL_NCCL_PHASES=yes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_TRUE(contains(e.what(), "RCOLL_NCCL_PHASES")) << e.what();
+  }
+  set("RCOLL_NCCL_PHASES", "1");
+  o.name = unique_name();
+  EXPECT_NO_THROW(Communicator::create(o));
 }
 
 // A socket buffer under one loopback segment stalled TCP for the whole

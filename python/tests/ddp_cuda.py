@@ -34,7 +34,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_RATIO = 1.10
-SILENT_UNDER_GATE = "waiting for the rank on the same NCCL communicator"
+SILENT_UNDER_GATE = "on the same NCCL communicator, no recovery"
 LOG_MARKERS = ("steps with", "SIGSTOP", "recover", "fault injection", "silent", "Error", "error")
 
 
@@ -83,17 +83,28 @@ def dump_stacks(pid):
         print(f"(no stacks: {e})", flush=True)
         return
     os.makedirs(where, exist_ok=True)
+    # All at once, each bounded: the caller's own time limit keeps running.
+    dumps = []
     for child in children:
         path = os.path.join(where, f"stacks.{child.pid}.txt")
         try:
-            with open(path, "w") as f:
-                f.write(" ".join(child.cmdline()) + "\n")
-                f.flush()
-                subprocess.run([gdb, "-p", str(child.pid), "-batch", "-ex", "info threads", "-ex", "thread apply all bt 40"],
-                               stdout=f, stderr=subprocess.STDOUT, timeout=90)
-            print(f"(stacks of pid {child.pid} in {path})", flush=True)
+            f = open(path, "w")
+            f.write(" ".join(child.cmdline()) + "\n")
+            f.flush()
+            dumps.append((child.pid, path, f, subprocess.Popen(
+                [gdb, "-p", str(child.pid), "-batch", "-ex", "info threads", "-ex", "thread apply all bt 40"],
+                stdout=f, stderr=subprocess.STDOUT)))
         except Exception as e:
             print(f"(no stacks of pid {child.pid}: {e})", flush=True)
+    for pid, path, f, p in dumps:
+        try:
+            p.wait(timeout=40)
+            print(f"(stacks of pid {pid} in {path})", flush=True)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            print(f"(stacks of pid {pid}: the debugger took over 40 s; what it wrote is in {path})", flush=True)
+        f.close()
 
 
 def rank_infos(out, ranks):

@@ -42,8 +42,9 @@ set_tests_properties(torch_ddp_parity_faults_np2 torch_ddp_parity_faults_np4 PRO
 # CUDA tensors on NCCL (skipped without a GPU: exit 77). DDP at 2 ranks on
 # backend rcoll against nccl: the same parameters after 50 steps, both step
 # times reported; then a closed link and a rank frozen (SIGSTOP) for 5 s mid-
-# training: every step finishes with the fault-free run's parameters, and the
-# recoveries are counted. A 4-stage pipeline of device send/recv (1.4-7.2 MB)
+# training: every step finishes with the fault-free run's parameters; the
+# closed link recovers once on each rank, the frozen rank is waited for with no
+# recovery (DDP's stream waits at the stream gate: docs/gpu.md). A 4-stage pipeline of device send/recv (1.4-7.2 MB)
 # with a stage late by 12 s (longer than the progress deadline's floor): every
 # microbatch right, no recovery (the stages behind wait along the chain).
 add_test(NAME torch_ddp_cuda_np2 COMMAND ${RCOLL_TORCH_PYTHON} ${here}/ddp_cuda.py --ranks 2)
