@@ -80,9 +80,10 @@ for s in "${steps[@]}"; do
       # torch steps run those; RCOLL_GPU_CTEST: a ctest -R pattern instead):
       # kernels, NCCL communicators, device ops on every transport, stream
       # waits (under faults too), send/recv on NCCL, blocking calls, the NCCL
-      # recoveries and fallbacks.
+      # recoveries and fallbacks. RCOLL_GPU_CTEST_ARGS: more ctest arguments
+      # (--repeat until-fail:10, say).
       step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest \
-        -j ${RCOLL_GPU_CTEST_JOBS:-4} -LE torch -R "${RCOLL_GPU_CTEST:-.}"
+        -j ${RCOLL_GPU_CTEST_JOBS:-4} -LE torch -R "${RCOLL_GPU_CTEST:-.}" ${RCOLL_GPU_CTEST_ARGS:-}
       ;;
     ddp)
       step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
