@@ -1,7 +1,7 @@
 """DDP on CUDA with rcoll gives NCCL's parameters at about NCCL's step time, and survives faults.
 
     python ddp_cuda.py [--ranks 2] [--steps 50] [--warmup 5] [--skip-faults] [--timeout 240]
-                       [--inject auto|SPEC] [--sigstop-at 20] [--sigstop-s 20]
+                       [--inject auto|SPEC] [--sigstop-at 20] [--sigstop-s 5]
 
 Runs ddp_cuda_train.py (a 25M-parameter MLP, ranks sharing one GPU as separate
 NCCL hosts) under torchrun: with nccl, with rcoll, with rcoll under RCOLL_INJECT

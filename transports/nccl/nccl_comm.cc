@@ -124,8 +124,11 @@ struct Comm::Impl {
   // memory, and that waits for the whole device. While a stream waits at a
   // stream gate of the process (kernels/stream_gate.h), perhaps for the very
   // recovery this failure starts, that might never end: then the calls are
-  // revoked instead (ncclCommRevoke, nothing freed), and the destructor
-  // frees the memory later (release()).
+  // revoked instead (ncclCommRevoke), and the destructor frees the rest later
+  // (release()). NCCL's proxy thread still frees its pinned memory after a
+  // revoke (cudaFreeHost, which waits for the whole GPU: stop 47's stacks),
+  // so the runtime avoids stopping a communicator while a stream is held
+  // where it can (runtime/detection.cc, wait_for_silent_under_gate).
   void stop() {
     if (stopped || comm == nullptr) return;
     stopped = true;

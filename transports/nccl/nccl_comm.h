@@ -48,8 +48,9 @@ inline void one_host_per_rank_if_sharing(const std::string& tag, int rank, int l
 bool built();
 // "2.28.9", or why there is none.
 std::string version();
-// Whether the NCCL loaded can stop a communicator's calls without freeing its
-// memory (ncclCommRevoke, NCCL 2.28 on). Without it, aborting frees at once,
+// Whether the NCCL loaded can stop a communicator's calls without the caller
+// freeing its memory (ncclCommRevoke, NCCL 2.28 on; its proxy thread still
+// frees pinned memory, docs/gpu.md). Without it, aborting frees at once,
 // which waits for the whole GPU: a stream may then not wait on the GPU for a
 // recovery (the runtime makes no stream gate).
 bool revocable();
