@@ -1,17 +1,23 @@
 // The TCP transport alone, ranks as threads over loopback: receives posted
 // with post_background_recv (completion credits) are matched in order with a
-// peer's other receives and complete while the rank waits on other peers.
+// peer's other receives and complete while the rank waits on other peers;
+// an epoch connects each rank's partners only, and the other peers connect on
+// first use, both sides dialling at once included.
 #include "transports/tcp/tcp_transport.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -19,6 +25,7 @@
 #include "rcoll/store.h"
 #include "tests/thread_ranks.h"
 #include "transports/tcp/mesh.h"
+#include "transports/tcp/on_demand_links.h"
 
 namespace rcoll {
 namespace {
@@ -206,6 +213,350 @@ TEST(TcpTransport, MeshSocketsCapTheTimeoutAndKeepTheGiveUpTime) {
     EXPECT_EQ(rto_max, kTcpRtoMaxMs);
     EXPECT_EQ(user_timeout, kTcpUserTimeoutMs);
   });
+}
+
+// The partners an epoch connects at once: symmetric (else one side would wait
+// for a dial that never comes), never the rank itself, the ring neighbours,
+// and at most 2 + ceil(log2 P) of them.
+TEST(EagerPartners, AreSymmetricRingAndDoublingPartnersOnly) {
+  for (int p = 1; p <= 300; ++p) {
+    int bound = 2;
+    while ((1 << (bound - 2)) < p) ++bound;
+    for (int r = 0; r < p; ++r) {
+      const std::vector<bool> mine = eager_partners(r, p);
+      ASSERT_EQ(mine.size(), static_cast<size_t>(p));
+      EXPECT_FALSE(mine[static_cast<size_t>(r)]) << r << " of " << p;
+      int count = 0;
+      for (int q = 0; q < p; ++q) {
+        if (!mine[static_cast<size_t>(q)]) continue;
+        ++count;
+        EXPECT_TRUE(eager_partners(q, p)[static_cast<size_t>(r)])
+            << r << " -> " << q << " of " << p;
+        const bool ring = q == (r + 1) % p || r == (q + 1) % p;
+        const int x = r ^ q;
+        EXPECT_TRUE(ring || (x & (x - 1)) == 0) << r << " -> " << q << " of " << p;
+      }
+      if (p > 1) {
+        EXPECT_TRUE(mine[static_cast<size_t>((r + 1) % p)]);
+        EXPECT_TRUE(mine[static_cast<size_t>((r + p - 1) % p)]);
+      }
+      EXPECT_LE(count, bound) << r << " of " << p;
+    }
+  }
+}
+
+// The sockets this process holds (every rank is a thread of it).
+int open_sockets() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind("socket:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// Sends to every other rank and receives from every other rank, all posted
+// at once, and waits at `posted` before moving any byte: pairs that are not
+// partners have both dialled each other before either reads a hello. Checks
+// every byte.
+void exchange_with_everyone(Transport& t, uint16_t round, std::barrier<>& posted) {
+  const int p = t.size(), r = t.rank();
+  auto byte = [&](int from, int to, size_t i) {
+    return static_cast<char>(from * 31 + to * 7 + static_cast<int>(i) + round);
+  };
+  const size_t n =
+      3000 + static_cast<size_t>(round) * 20000;  // inline, then straight to the buffer
+  std::vector<std::vector<char>> out(static_cast<size_t>(p)), in(static_cast<size_t>(p));
+  std::vector<Request> sends(static_cast<size_t>(p)), recvs(static_cast<size_t>(p));
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    in[q].assign(n, 0);
+    t.post_recv(q, frame(round, n), in[q].data(), &recvs[q]);
+  }
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    out[q].resize(n);
+    for (size_t i = 0; i < n; ++i) out[q][i] = byte(r, q, i);
+    t.post_send(q, frame(round, n), out[q].data(), &sends[q]);
+  }
+  posted.arrive_and_wait();
+  const Deadline give_up = Deadline::after(10000ms);
+  for (;;) {
+    bool all = true;
+    for (int q = 0; q < p; ++q)
+      all = all && (q == r || (sends[q].finished() && recvs[q].finished()));
+    if (all || give_up.expired()) break;
+    t.progress(Deadline::after(100ms));
+  }
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    ASSERT_TRUE(sends[q].finished() && recvs[q].finished()) << "rank " << r << " with rank " << q;
+    ASSERT_FALSE(sends[q].failed()) << sends[q].status.to_string();
+    ASSERT_FALSE(recvs[q].failed()) << recvs[q].status.to_string();
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(in[q][i], byte(q, r, i)) << "from " << q << " byte " << i;
+  }
+}
+
+// 8 ranks: the epoch opens with each rank's partners connected only (the
+// sockets counted), the first exchange with everyone connects exactly the
+// missing pairs, with both sides of each dialling at once, and a second
+// exchange reuses them.
+TEST(TcpTransportOnDemand, EveryPairConnectsOnFirstUseEvenWhenBothDialAtOnce) {
+  constexpr int kRanks = 8;
+  std::barrier sync(kRanks);
+  std::atomic<int> at_start{0}, after_first{0}, after_second{0};
+  int missing_pairs = 0;
+  for (int r = 0; r < kRanks; ++r)
+    for (int q = r + 1; q < kRanks; ++q) missing_pairs += eager_partners(r, kRanks)[q] ? 0 : 1;
+  ASSERT_GT(missing_pairs, 0);
+  run_transports(kRanks, [&](Transport& t) {
+    sync.arrive_and_wait();
+    if (t.rank() == 0) at_start = open_sockets();
+    sync.arrive_and_wait();
+    exchange_with_everyone(t, 1, sync);
+    sync.arrive_and_wait();
+    if (t.rank() == 0) after_first = open_sockets();
+    sync.arrive_and_wait();
+    exchange_with_everyone(t, 2, sync);
+    sync.arrive_and_wait();
+    if (t.rank() == 0) after_second = open_sockets();
+    sync.arrive_and_wait();
+  });
+  // A connection within this process is two sockets, one per side.
+  EXPECT_EQ(after_first - at_start, 2 * missing_pairs);
+  EXPECT_EQ(after_second, after_first);
+}
+
+// A peer that only receives is reached by the sender's dial while it waits,
+// whether its wait polls or sleeps in ppoll (the listener wakes it).
+TEST(TcpTransportOnDemand, APeerThatOnlyReceivesIsReachedWhileItSleeps) {
+  constexpr int kRanks = 8;
+  ASSERT_FALSE(eager_partners(0, kRanks)[5]);
+  std::barrier sync(kRanks);
+  run_transports(kRanks, [&](Transport& t) {
+    std::vector<char> data(100000);
+    Request req;
+    if (t.rank() == 0) {
+      t.post_recv(5, frame(3, data.size()), data.data(), &req);
+      ASSERT_TRUE(wait_all(t, {&req}));
+      EXPECT_FALSE(req.failed()) << req.status.to_string();
+      for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], static_cast<char>(i * 5)) << i;
+    } else if (t.rank() == 5) {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 5);
+      std::this_thread::sleep_for(300ms);  // rank 0 sleeps in ppoll by now
+      t.post_send(0, frame(3, data.size()), data.data(), &req);
+      ASSERT_TRUE(wait_all(t, {&req}));
+      EXPECT_FALSE(req.failed()) << req.status.to_string();
+    }
+    sync.arrive_and_wait();
+  });
+}
+
+// A link closed before its first use fails the requests queued on it, as a
+// connected link's closing does (close-link fault injection on a peer not
+// connected yet).
+TEST(TcpTransportOnDemand, ALinkBrokenBeforeItsFirstUseFailsItsRequests) {
+  constexpr int kRanks = 8;
+  ASSERT_FALSE(eager_partners(0, kRanks)[3]);
+  std::barrier sync(kRanks);
+  run_transports(kRanks, [&](Transport& t) {
+    if (t.rank() == 0) {
+      std::vector<char> data(64);
+      Request queued, later;
+      t.post_send(3, frame(4, data.size()), data.data(), &queued);
+      t.break_link(3);
+      EXPECT_TRUE(queued.failed());
+      EXPECT_EQ(queued.status.code(), ErrorCode::kTransport) << queued.status.to_string();
+      t.post_send(3, frame(4, data.size()), data.data(), &later);
+      EXPECT_TRUE(later.failed()) << "a send on a broken link was taken";
+    }
+    sync.arrive_and_wait();
+  });
+}
+
+// A dial to a peer that has left the epoch (its transport closed, and with it
+// the listener) fails with kPeerUnreachable naming the peer and the address.
+TEST(TcpTransportOnDemand, ADialToAPeerThatLeftTheEpochFailsNamingIt) {
+  constexpr int kRanks = 8;
+  std::barrier sync(kRanks);
+  run_transports(kRanks, [&](Transport& t) {
+    if (t.rank() == 6) t.abort(Status(ErrorCode::kAborted, "rank 6 leaves the epoch"));
+    sync.arrive_and_wait();
+    if (t.rank() == 1) {
+      ASSERT_FALSE(eager_partners(1, kRanks)[6]);
+      std::vector<char> data(64);
+      Request req;
+      t.post_send(6, frame(5, data.size()), data.data(), &req);
+      ASSERT_TRUE(wait_all(t, {&req}));
+      ASSERT_TRUE(req.failed());
+      EXPECT_EQ(req.status.code(), ErrorCode::kPeerUnreachable) << req.status.to_string();
+      EXPECT_NE(req.status.message().find("first use to rank 6 (127.0.0.1:"), std::string::npos)
+          << req.status.to_string();
+    }
+    sync.arrive_and_wait();
+  });
+}
+
+// A rank played by the test over raw sockets, for the handshake's races.
+class FakeRank {
+ public:
+  explicit FakeRank(const MeshParams& p) : p_(p) {
+    auto l = listen_for_mesh(p_);
+    EXPECT_TRUE(l.ok()) << l.status().to_string();
+    if (l.ok()) listener_ = std::move(l).value();
+  }
+  const std::string& address() const { return listener_.address(); }
+  // Takes the next connection at its listener (waits up to 2 s).
+  int accept_one() {
+    pollfd pf{listener_.valid() ? fd_of_listener() : -1, POLLIN, 0};
+    if (::poll(&pf, 1, 2000) != 1) return -1;
+    return ::accept(pf.fd, nullptr, nullptr);
+  }
+  // Dials "IP PORT IFNAME" and sends this rank's hello.
+  int dial(const std::string& address) {
+    const size_t a = address.find(' ');
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(a + 1))));
+    inet_pton(AF_INET, address.substr(0, a).c_str(), &to.sin_addr);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return -1;
+    send_header(fd, mesh_hello(FrameType::kHello, p_));
+    return fd;
+  }
+  void send_header(int fd, const FrameHeader& h) {
+    const FrameBytes b = encode(h);
+    ASSERT_EQ(::send(fd, b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size()));
+  }
+  // The next header on `fd` (waits up to 2 s); not ok at EOF or a timeout.
+  static Result<FrameHeader> read_header(int fd) {
+    FrameBytes b{};
+    size_t got = 0;
+    while (got < b.size()) {
+      pollfd pf{fd, POLLIN, 0};
+      if (::poll(&pf, 1, 2000) != 1) return Status(ErrorCode::kTimeout, "no header within 2 s");
+      const ssize_t k = ::recv(fd, b.data() + got, b.size() - got, 0);
+      if (k <= 0) return Status(ErrorCode::kClosed, "closed");
+      got += static_cast<size_t>(k);
+    }
+    return decode_frame_header(b.data(), b.size());
+  }
+
+ private:
+  int fd_of_listener() {
+    if (fd_ < 0) fd_ = listener_.release();
+    return fd_;
+  }
+  MeshParams p_;
+  MeshListener listener_;
+  int fd_ = -1;
+};
+
+MeshParams two_rank_mesh(int rank) {
+  MeshParams p;
+  p.rank = rank;
+  p.size = 2;
+  p.epoch = 4;
+  p.job_token = "job";
+  p.ifname_spec = "=lo";
+  p.purpose = "epoch 4";
+  return p;
+}
+
+// Polls `links` until it reports something (up to 2 s).
+std::vector<OnDemandLinks::Event> poll_until_event(OnDemandLinks& links) {
+  std::vector<OnDemandLinks::Event> events;
+  const Deadline give_up = Deadline::after(2000ms);
+  while (events.empty() && !give_up.expired()) {
+    links.poll(true, &events);
+    std::this_thread::sleep_for(1ms);
+  }
+  return events;
+}
+
+// Bytes written on `fd` arrive on `other`: the two are one connection's ends.
+bool same_connection(int fd, int other) {
+  const char ping[4] = {'p', 'i', 'n', 'g'};
+  if (::send(fd, ping, sizeof(ping), MSG_NOSIGNAL) != 4) return false;
+  char got[4] = {};
+  pollfd pf{other, POLLIN, 0};
+  if (::poll(&pf, 1, 2000) != 1) return false;
+  return ::recv(other, got, sizeof(got), MSG_DONTWAIT) == 4 && std::memcmp(got, ping, 4) == 0;
+}
+
+// Both ranks dial each other, and each reads the other's hello before any
+// ack: the lower rank refuses the higher one's hello (an ack with count 0)
+// and keeps its own dial; the higher rank takes the lower one's connection and
+// drops its own dial. Either way both keep the lower rank's connection.
+TEST(TcpTransportOnDemand, CrossedDialsKeepTheLowerRanksConnection) {
+  for (int me : {0, 1}) {
+    SCOPED_TRACE("this rank is rank " + std::to_string(me));
+    const int other = 1 - me;
+    FakeRank fake(two_rank_mesh(other));
+    MeshParams mine = two_rank_mesh(me);
+    auto listener = listen_for_mesh(mine);
+    ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+    const std::string my_address = listener.value().address();
+    std::vector<std::string> addresses(2);
+    addresses[static_cast<size_t>(me)] = my_address;
+    addresses[static_cast<size_t>(other)] = fake.address();
+    OnDemandLinks links(mine, addresses, listener.value().release(), {false, false});
+
+    links.want(other);
+    std::vector<OnDemandLinks::Event> events;
+    links.poll(false, &events);               // connects and sends the hello
+    const int theirs_in = fake.accept_one();  // this rank's dial, at the fake
+    ASSERT_GE(theirs_in, 0);
+    auto hello = FakeRank::read_header(theirs_in);
+    ASSERT_TRUE(hello.ok()) << hello.status().to_string();
+    EXPECT_EQ(hello.value().type, FrameType::kHello);
+    EXPECT_EQ(hello.value().root, me);
+    const int theirs_out = fake.dial(my_address);  // the fake dials too, before any ack
+    ASSERT_GE(theirs_out, 0);
+
+    if (me == 0) {
+      // The lower rank refuses the crossing hello and keeps its dial.
+      events = {};
+      const Deadline give_up = Deadline::after(2000ms);
+      Result<FrameHeader> no = Status(ErrorCode::kTimeout, "not yet");
+      while (!give_up.expired()) {
+        links.poll(true, &events);
+        pollfd pf{theirs_out, POLLIN, 0};
+        if (::poll(&pf, 1, 1) == 1) {
+          no = FakeRank::read_header(theirs_out);
+          break;
+        }
+      }
+      ASSERT_TRUE(no.ok()) << no.status().to_string();
+      EXPECT_EQ(no.value().type, FrameType::kHelloAck);
+      EXPECT_EQ(no.value().count, 0u) << "the lower rank took a crossing dial";
+      EXPECT_TRUE(events.empty());
+      fake.send_header(theirs_in, mesh_hello(FrameType::kHelloAck, two_rank_mesh(other)));
+      events = poll_until_event(links);
+      ASSERT_EQ(events.size(), 1u);
+      EXPECT_TRUE(events[0].error.ok()) << events[0].error.to_string();
+      EXPECT_EQ(events[0].peer, other);
+      EXPECT_TRUE(same_connection(events[0].fd, theirs_in)) << "not the lower rank's connection";
+      ::close(events[0].fd);
+    } else {
+      // The higher rank takes the lower rank's connection and drops its dial.
+      events = poll_until_event(links);
+      ASSERT_EQ(events.size(), 1u);
+      EXPECT_TRUE(events[0].error.ok()) << events[0].error.to_string();
+      auto ack = FakeRank::read_header(theirs_out);
+      ASSERT_TRUE(ack.ok()) << ack.status().to_string();
+      EXPECT_EQ(ack.value().type, FrameType::kHelloAck);
+      EXPECT_EQ(ack.value().count, 2u);
+      EXPECT_TRUE(same_connection(events[0].fd, theirs_out)) << "not the lower rank's connection";
+      auto dropped = FakeRank::read_header(theirs_in);
+      EXPECT_EQ(dropped.status().code(), ErrorCode::kClosed) << "its own dial stayed open";
+      ::close(events[0].fd);
+    }
+    ::close(theirs_in);
+    ::close(theirs_out);
+  }
 }
 
 }  // namespace

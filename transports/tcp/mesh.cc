@@ -30,49 +30,38 @@ struct AppliedOptions {
   int rto_max_ms = 0;        // the retransmission timeout's cap, as set (0: the kernel's 120 s)
 };
 
-AppliedOptions set_socket_options(tcp::socket& s, const MeshParams& p) {
+AppliedOptions set_socket_options(int fd, const MeshParams& p) {
   AppliedOptions applied;
-  error_code ignored;
-  s.set_option(tcp::no_delay(true), ignored);
-  s.set_option(asio::socket_base::keep_alive(true), ignored);
+  const int on = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
   if (p.socket_buffer_bytes > 0) {
-    s.set_option(asio::socket_base::send_buffer_size(static_cast<int>(p.socket_buffer_bytes)), ignored);
-    s.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(p.socket_buffer_bytes)), ignored);
+    const int bytes = static_cast<int>(p.socket_buffer_bytes);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
   }
-  if (!p.congestion.empty() &&
-      setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, p.congestion.data(),
-                 static_cast<socklen_t>(p.congestion.size())) != 0) {
+  if (!p.congestion.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, p.congestion.data(),
+                                          static_cast<socklen_t>(p.congestion.size())) != 0) {
     applied.congestion_errno = errno;
   }
   char name[32] = {};
   socklen_t len = sizeof(name) - 1;
-  if (getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0) {
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0) {
     applied.congestion.assign(name, strnlen(name, len));
   }
-  if (setsockopt(s.native_handle(), IPPROTO_TCP, TCP_RTO_MAX_MS, &kTcpRtoMaxMs,
-                 sizeof(kTcpRtoMaxMs)) == 0) {
+  if (setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &kTcpRtoMaxMs, sizeof(kTcpRtoMaxMs)) == 0) {
     applied.rto_max_ms = kTcpRtoMaxMs;
-    (void)setsockopt(s.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &kTcpUserTimeoutMs,
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kTcpUserTimeoutMs,
                      sizeof(kTcpUserTimeoutMs));
   }
   return applied;
 }
 
-FrameHeader hello_header(FrameType type, const MeshParams& p) {
-  FrameHeader h;
-  h.type = type;
-  h.epoch = p.epoch;
-  h.root = p.rank;
-  h.count = static_cast<uint64_t>(p.size);
-  h.op_seq = job_token_hash(p.job_token);
-  return h;
-}
-
 // Builds one mesh: listens and publishes this rank's address, dials every
-// rank below and accepts every rank above, all as handlers on `io`, which
-// run() drives until the mesh is complete or the deadline passes. The
-// handlers point at the builder, so it tears down whatever is still in flight
-// before it returns.
+// rank below and accepts every rank above (of p.connect_now, where given),
+// all as handlers on `io`, which run() drives until those are connected or
+// the deadline passes. The handlers point at the builder, so it tears down
+// whatever is still in flight before it returns.
 class MeshBuilder {
  public:
   MeshBuilder(asio::io_context& io, const MeshParams& p, const NetInterface& iface)
@@ -84,11 +73,18 @@ class MeshBuilder {
         acceptor_(io),
         expected_token_(job_token_hash(p.job_token)),
         last_error_(static_cast<size_t>(p.size)),
-        pending_(p.size - 1),
-        to_accept_(p.size - 1 - p.rank),
-        exchange_(*p.store, p.key_prefix, p.size) {}
+        partial_(!p.connect_now.empty()),
+        exchange_(*p.store, p.key_prefix, p.size) {
+    for (int q = 0; q < p.size; ++q) {
+      if (q == p.rank || !now(q)) continue;
+      ++pending_;
+      if (q > p.rank) ++to_accept_;
+    }
+  }
 
   Result<MeshSockets> build();
+  // The same, handing over the listener and the addresses (a partial mesh).
+  Result<PartialMesh> build_partial();
 
  private:
   // Dial lower ranks, retrying until the deadline (a rank may publish before
@@ -123,9 +119,14 @@ class MeshBuilder {
   void accept_next();
   void on_accept(Incoming* in, const error_code& ec);
   void on_hello(Incoming* in, const error_code& ec);
-  void refuse(Incoming* in, const std::string& from, const std::string& why);
+  // `quiet`: a debug line only (a dial on first use given up by its rank).
+  void refuse(Incoming* in, const std::string& from, const std::string& why, bool quiet = false);
   void on_ack_sent(Incoming* in, int peer, const error_code& ec);
   void connected(int peer, std::unique_ptr<tcp::socket> sock);
+  // Whether `peer` is one to connect now.
+  bool now(int peer) const {
+    return !partial_ || (static_cast<size_t>(peer) < p_.connect_now.size() && p_.connect_now[peer]);
+  }
   void run();
   void tear_down();
   Result<MeshSockets> report_connected();
@@ -144,16 +145,25 @@ class MeshBuilder {
   uint16_t port_ = 0;
   const uint64_t expected_token_;
   std::vector<std::string> last_error_;
-  int pending_;
+  const bool partial_;      // p.connect_now given: the listener outlives the build
+  int pending_ = 0;         // peers to connect now, not connected yet
   AppliedOptions applied_;  // as applied to the last socket; a refusal is kept
   std::vector<std::unique_ptr<Dial>> dials_;
   std::vector<std::unique_ptr<Incoming>> incoming_;
-  int to_accept_;
+  int to_accept_ = 0;  // peers above this rank to connect now, not accepted yet
+  int early_ = 0;      // peers not to connect now that dialled in anyway
   bool cancelled_ = false;
-  const StoreExchange exchange_;  // the ranks' addresses
+  std::vector<std::string> addresses_;  // every rank's, once read
+  const StoreExchange exchange_;        // the ranks' addresses
 };
 
 Result<MeshSockets> MeshBuilder::build() {
+  auto built = build_partial();
+  if (!built.ok()) return built.status();
+  return std::move(built.value().sockets);
+}
+
+Result<PartialMesh> MeshBuilder::build_partial() {
   if (Status s = listen_and_publish(); !s.ok()) return s;
   accept_next();  // served while the addresses are awaited, too
   if (Status s = dial_lower_ranks(); !s.ok()) {
@@ -161,10 +171,25 @@ Result<MeshSockets> MeshBuilder::build() {
     return s;
   }
   run();
+  // A partial mesh keeps its listener: its address is the one published.
+  error_code ec;
+  int listen_fd = partial_ ? acceptor_.release(ec) : -1;
+  if (ec) listen_fd = -1;
   tear_down();
-  if (pending_ == 0) return report_connected();
-  if (cancelled_) return cancelled_status();
-  return report_missing();
+  MeshListener listener(listen_fd, addresses_.empty() ? "" : addresses_[p_.rank]);
+  if (pending_ > 0) {
+    if (cancelled_) return cancelled_status();
+    return report_missing();
+  }
+  if (partial_ && !listener.valid()) {
+    return Status(
+        ErrorCode::kTransport, context(-1),
+        p_.purpose + ": could not keep the listener for the connections to come: " + ec.message());
+  }
+  auto sockets = report_connected();
+  if (!sockets.ok()) return sockets.status();
+  return PartialMesh{std::move(sockets).value(), std::move(listener), std::move(addresses_),
+                     iface_.name};
 }
 
 Status MeshBuilder::listen_and_publish() {
@@ -196,8 +221,9 @@ Status MeshBuilder::listen_and_publish() {
              !s.ok()) {
     return s;
   }
-  RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers", purpose_,
-            iface_.address.c_str(), port_, iface_.name.c_str(), p_.size - 1);
+  RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers%s", purpose_,
+            iface_.address.c_str(), port_, iface_.name.c_str(), pending_,
+            pending_ < p_.size - 1 ? " now (the others on first use)" : "");
   return Status();
 }
 
@@ -242,9 +268,11 @@ Status MeshBuilder::dial_lower_ranks() {
             (one ? " never published its address for " : " never published their addresses for ") +
             p_.purpose);
   }
+  for (const Bytes& value : got.values) addresses_.emplace_back(value.begin(), value.end());
   for (int peer = 0; peer < p_.rank; ++peer) {
-    const Bytes& value = got.values[static_cast<size_t>(peer)];
-    if (Status s = add_dial(peer, std::string(value.begin(), value.end())); !s.ok()) return s;
+    // Taken already: a peer not to connect now that dialled in first.
+    if (!now(peer) || socks_[peer]) continue;
+    if (Status s = add_dial(peer, addresses_[static_cast<size_t>(peer)]); !s.ok()) return s;
     attempt(dials_.back().get());
   }
   return Status();
@@ -299,7 +327,7 @@ void MeshBuilder::on_connect(Dial* d, const error_code& ec) {
     });
     return;
   }
-  d->out = encode(hello_header(FrameType::kHello, p_));
+  d->out = encode(mesh_hello(FrameType::kHello, p_));
   asio::async_write(*d->sock, asio::buffer(d->out),
                     [this, d](const error_code& ec, size_t) { on_hello_sent(d, ec); });
 }
@@ -332,7 +360,8 @@ void MeshBuilder::on_hello_ack(Dial* d, const error_code& ec) {
 }
 
 void MeshBuilder::accept_next() {
-  if (to_accept_ == 0) return;
+  // A partial mesh also takes the peers that connect on first use.
+  if (to_accept_ == 0 && !partial_) return;
   incoming_.push_back(std::make_unique<Incoming>());
   Incoming* in = incoming_.back().get();
   in->sock = std::make_unique<tcp::socket>(io_);
@@ -349,7 +378,9 @@ void MeshBuilder::on_accept(Incoming* in, const error_code& ec) {
 void MeshBuilder::on_hello(Incoming* in, const error_code& ec) {
   if (ec == asio::error::operation_aborted) return;  // torn down at the deadline
   const std::string from = remote_address(*in->sock);
-  if (ec) return refuse(in, from, "no hello (" + ec.message() + ")");
+  // A rank that dialled on first use may give the dial up (its link failed,
+  // or it left the epoch) before its hello.
+  if (ec) return refuse(in, from, "no hello (" + ec.message() + ")", partial_);
   auto h = decode_frame_header(in->in.data(), in->in.size());
   if (!h.ok()) return refuse(in, from, h.status().message());
   const FrameHeader& hello = h.value();
@@ -368,20 +399,28 @@ void MeshBuilder::on_hello(Incoming* in, const error_code& ec) {
         "world size " + std::to_string(hello.count) + " differs from " + std::to_string(p_.size));
   }
   const int peer = hello.root;
-  if (peer <= p_.rank || peer >= p_.size || socks_[peer]) {
+  // A peer to connect now dials only if it is above this rank; any other peer
+  // of a partial mesh may dial in first, ahead of its first frame.
+  const bool expected = now(peer) ? peer > p_.rank : partial_ && peer != p_.rank;
+  if (peer < 0 || peer >= p_.size || !expected || socks_[peer]) {
     return refuse(in, from, "unexpected rank " + std::to_string(peer));
   }
-  --to_accept_;
-  in->out = encode(hello_header(FrameType::kHelloAck, p_));
+  if (now(peer)) --to_accept_;
+  in->out = encode(mesh_hello(FrameType::kHelloAck, p_));
   asio::async_write(*in->sock, asio::buffer(in->out),
                     [this, in, peer](const error_code& ec, size_t) { on_ack_sent(in, peer, ec); });
 }
 
-void MeshBuilder::refuse(Incoming* in, const std::string& from, const std::string& why) {
-  RCOLL_LOG(
-      kWarn,
-      "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks",
-      purpose_, p_.rank, from.c_str(), why.c_str());
+void MeshBuilder::refuse(Incoming* in, const std::string& from, const std::string& why,
+                         bool quiet) {
+  if (quiet) {
+    RCOLL_LOG(kDebug, "%s: closed connection from %s: %s", purpose_, from.c_str(), why.c_str());
+  } else {
+    RCOLL_LOG(
+        kWarn,
+        "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks",
+        purpose_, p_.rank, from.c_str(), why.c_str());
+  }
   error_code ignored;
   in->sock->close(ignored);
 }
@@ -390,7 +429,7 @@ void MeshBuilder::on_ack_sent(Incoming* in, int peer, const error_code& ec) {
   if (ec == asio::error::operation_aborted) return;
   if (ec) {
     last_error_[peer] = "sending hello ack failed: " + ec.message();
-    ++to_accept_;
+    if (now(peer)) ++to_accept_;
     accept_next();
     return;
   }
@@ -398,12 +437,16 @@ void MeshBuilder::on_ack_sent(Incoming* in, int peer, const error_code& ec) {
 }
 
 void MeshBuilder::connected(int peer, std::unique_ptr<tcp::socket> sock) {
-  AppliedOptions now = set_socket_options(*sock, p_);
-  if (applied_.congestion_errno == 0) applied_.congestion_errno = now.congestion_errno;
-  applied_.congestion = std::move(now.congestion);
-  applied_.rto_max_ms = now.rto_max_ms;
+  AppliedOptions applied = set_socket_options(sock->native_handle(), p_);
+  if (applied_.congestion_errno == 0) applied_.congestion_errno = applied.congestion_errno;
+  applied_.congestion = std::move(applied.congestion);
+  applied_.rto_max_ms = applied.rto_max_ms;
   socks_[peer] = std::move(sock);
-  --pending_;
+  if (now(peer)) {
+    --pending_;
+  } else {
+    ++early_;
+  }
 }
 
 void MeshBuilder::run() {
@@ -451,8 +494,18 @@ Result<MeshSockets> MeshBuilder::report_connected() {
                                                         std::to_string(applied_.rto_max_ms) + " ms"
                                                   : ", retransmission timeout uncapped (the kernel "
                                                     "refused TCP_RTO_MAX_MS: before Linux 6.15)";
-  RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s%s)", purpose_, p_.size - 1,
-            p_.transport.c_str(), iface_.name.c_str(), cc.c_str(), rto.c_str());
+  int partners = 0;
+  for (int q = 0; q < p_.size; ++q) partners += q != p_.rank && now(q) ? 1 : 0;
+  if (partners == p_.size - 1) {
+    RCOLL_LOG(kInfo, "%s: connected to all %d peers over %s (%s%s%s)", purpose_, partners,
+              p_.transport.c_str(), iface_.name.c_str(), cc.c_str(), rto.c_str());
+  } else {
+    RCOLL_LOG(kInfo,
+              "%s: connected to its %d partners of %d peers over %s (%s%s%s); %d more dialled in "
+              "early, the rest connect on first use",
+              purpose_, partners, p_.size - 1, p_.transport.c_str(), iface_.name.c_str(),
+              cc.c_str(), rto.c_str(), early_);
+  }
   return std::move(socks_);
 }
 
@@ -460,7 +513,7 @@ Status MeshBuilder::report_missing() const {
   std::string missing;
   int first_missing = -1;
   for (int peer = 0; peer < p_.size; ++peer) {
-    if (peer == p_.rank || socks_[peer]) continue;
+    if (peer == p_.rank || socks_[peer] || !now(peer)) continue;
     if (first_missing < 0) first_missing = peer;
     missing += "\n  rank " + std::to_string(peer) + ": ";
     if (peer < p_.rank) {
@@ -483,6 +536,18 @@ Status MeshBuilder::report_missing() const {
 }
 
 }  // namespace
+
+void apply_mesh_socket_options(int fd, const MeshParams& p) { (void)set_socket_options(fd, p); }
+
+FrameHeader mesh_hello(FrameType type, const MeshParams& p) {
+  FrameHeader h;
+  h.type = type;
+  h.epoch = p.epoch;
+  h.root = p.rank;
+  h.count = static_cast<uint64_t>(p.size);
+  h.op_seq = job_token_hash(p.job_token);
+  return h;
+}
 
 std::string remote_address(const tcp::socket& s) {
   error_code ec;
@@ -538,6 +603,16 @@ Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
                   iface.status().message());
   }
   return build_tcp_mesh(io, p, iface.value());
+}
+
+Result<PartialMesh> build_partial_tcp_mesh(asio::io_context& io, const MeshParams& p,
+                                           const NetInterface& iface) {
+  if (p.size <= 1) {
+    PartialMesh none;
+    none.sockets.resize(static_cast<size_t>(std::max(p.size, 0)));
+    return none;
+  }
+  return MeshBuilder(io, p, iface).build_partial();
 }
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p,

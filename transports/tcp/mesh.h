@@ -1,6 +1,8 @@
-// Building a full TCP mesh among the ranks: the part of connecting that the
-// data plane (one mesh per epoch) and the liveness side channel (one mesh for
-// the communicator's lifetime) share.
+// Building a TCP mesh among the ranks: the part of connecting that the data
+// plane (one mesh per epoch) and the liveness side channel (one mesh for the
+// communicator's lifetime) share. The liveness channel builds the full mesh;
+// the data plane connects its partners only (MeshParams::connect_now) and the
+// rest on first use (transports/tcp/on_demand_links.h).
 //
 // Every rank listens on the selected interface and publishes "IP PORT IFNAME"
 // under "<key_prefix><rank>" (base/store_exchange.h: every rank's address is
@@ -82,12 +84,41 @@ struct MeshParams {
   // rank. How the liveness channel's addresses ride on the settings exchange.
   int listen_fd = -1;
   std::vector<std::string> addresses;
+  // The peers to connect now, by rank; empty = every peer. Must be symmetric
+  // (q is in p's set exactly when p is in q's): a rank dials the lower ranks
+  // of its set and waits for the higher ones. Any other peer of the job that
+  // dials in meanwhile (connecting on first use) is taken as well.
+  std::vector<bool> connect_now;
 };
+
+// The socket options every connection of a mesh gets (no delay, keepalive,
+// the buffer sizes and congestion control asked for, the retransmission
+// timeout's cap); for a connection made outside the build.
+void apply_mesh_socket_options(int fd, const MeshParams& p);
+
+// The hello and its ack: the sender's rank, world size, epoch and job-token
+// hash. An ack whose count is 0 refuses a connection on first use that
+// crossed one the lower rank dialled (transports/tcp/on_demand_links.h).
+FrameHeader mesh_hello(FrameType type, const MeshParams& p);
 
 // Listens on the interface build_tcp_mesh would select for `p`.
 Result<MeshListener> listen_for_mesh(const MeshParams& p);
 
 using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
+
+// What a build that keeps its listener leaves: the connections made, the
+// listener still open, and every rank's address as published.
+struct PartialMesh {
+  MeshSockets sockets;  // null for this rank and for peers not connected yet
+  MeshListener listener;
+  std::vector<std::string> addresses;  // "IP PORT IFNAME", by rank
+  std::string interface_name;
+};
+
+// Connects the peers of p.connect_now (and takes any other peer that dials
+// in meanwhile), then hands over the listener for the connections to come.
+Result<PartialMesh> build_partial_tcp_mesh(boost::asio::io_context& io, const MeshParams& p,
+                                           const NetInterface& iface);
 
 // One connected socket per peer, indexed by rank (null for this rank), bound to
 // `io`. Runs `io` itself until the mesh is complete or the deadline passes and

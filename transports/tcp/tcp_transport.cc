@@ -1,11 +1,13 @@
 #include "transports/tcp/tcp_transport.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio.hpp>
@@ -20,6 +22,7 @@
 #include "rcoll/types.h"
 #include "transports/tcp/interfaces.h"
 #include "transports/tcp/mesh.h"
+#include "transports/tcp/on_demand_links.h"
 
 namespace rcoll {
 namespace {
@@ -28,17 +31,11 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
-std::string endpoint_string(const tcp::socket& s) {
-  error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec) return "?";
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
-}
-
-// Asio builds the mesh (transports/tcp/mesh.h); the data path then moves bytes
-// with non-blocking sendmsg/recv on the connected sockets, driven by
-// progress() on the one thread that owns the transport, and sleeps in ppoll
-// only once polling found nothing for a while. Measured against the Asio
+// Asio builds the mesh of this rank's partners (transports/tcp/mesh.h); the
+// other peers connect on first use (transports/tcp/on_demand_links.h). The
+// data path moves bytes with non-blocking sendmsg/recv on the connected
+// sockets, driven by progress() on the one thread that owns the transport,
+// and sleeps in ppoll only once polling found nothing for a while. Measured against the Asio
 // reactor path it replaced (async_read/async_write, one epoll_wait per poll,
 // header and payload read separately): see bench/RESULTS.md.
 class TcpTransport final : public Transport {
@@ -63,6 +60,11 @@ class TcpTransport final : public Transport {
     if (Status s = check_peer(peer); !s.ok()) return fail_request(req, std::move(s));
     Peer& pr = peers_[peer];
     pr.sendq.push_back(SendItem{encode(header), static_cast<const char*>(data), header.payload_bytes, req});
+    if (pr.fd < 0) {
+      // Not connected yet: the frame waits for the dial's ack.
+      if (links_) links_->want(peer);
+      return;
+    }
     // The frame leaves now if the socket has room: no wait for the next poll.
     if (pr.sendq.size() == 1) send_some(peer);
   }
@@ -101,7 +103,8 @@ class TcpTransport final : public Transport {
   void abort(const Status& why) override { shutdown(why, true); }
 
   void break_link(int peer) override {
-    if (peer < 0 || peer >= size_ || !peers_[peer].socket) return;
+    // A peer not connected yet fails as well: its connection is the one lost.
+    if (peer < 0 || peer >= size_ || peer == rank_) return;
     fail_peer(peer, Status(ErrorCode::kTransport, context(peer),
                            "link to rank " + std::to_string(peer) + " closed by fault injection"));
   }
@@ -128,8 +131,7 @@ class TcpTransport final : public Transport {
     bool background;  // post_background_recv
   };
   struct Peer {
-    std::unique_ptr<tcp::socket> socket;
-    int fd = -1;
+    int fd = -1;  // -1: not connected yet (error ok) or failed (error set)
     std::string address;
     RingQueue<SendItem> sendq;
     size_t sent = 0;  // bytes of the front frame (header included) already written
@@ -149,7 +151,7 @@ class TcpTransport final : public Transport {
   }
 
   Status check_peer(int peer) {
-    if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[peer].socket) {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
       return Status(ErrorCode::kInternal, context(peer), "no connection to rank " + std::to_string(peer));
     }
     if (!peers_[peer].error.ok()) return peers_[peer].error;
@@ -186,8 +188,12 @@ class TcpTransport final : public Transport {
     const bool background = poll_background_ || ++passes_ % kBackgroundPollEvery == 0;
     poll_background_ = false;
     bool moved = false;
+    // Handshakes of connections on first use, on every pass while one is under
+    // way; the listener as often as background receives.
+    if (links_ && (background || links_->busy())) moved |= move_links(background);
     for (int p = 0; p < size_; ++p) {
       Peer& pr = peers_[p];
+      if (pr.fd < 0) continue;
       if (!pr.sendq.empty()) moved |= send_some(p);
       // A header already read into the inbox costs no call to take, and no
       // ppoll would wake for it.
@@ -344,6 +350,42 @@ class TcpTransport final : public Transport {
     complete_request(done);
   }
 
+  // Takes the connections made on first use, or fails the peers that could
+  // not be reached; true if anything moved.
+  bool move_links(bool look_at_listener) {
+    link_events_.clear();
+    const bool moved = links_->poll(look_at_listener, &link_events_);
+    for (OnDemandLinks::Event& e : link_events_) {
+      if (e.fd < 0) {
+        fail_peer(e.peer, std::move(e.error));
+        continue;
+      }
+      Peer& pr = peers_[e.peer];
+      if (!pr.error.ok()) {  // failed meanwhile (break_link)
+        ::close(e.fd);
+        continue;
+      }
+      adopt(e.peer, e.fd);
+      if (!pr.sendq.empty()) send_some(e.peer);
+    }
+    return moved;
+  }
+
+  // `fd` (non-blocking, connected, its hello done) is the link to `peer` from now on.
+  void adopt(int peer, int fd) {
+    Peer& pr = peers_[peer];
+    pr.fd = fd;
+    pr.address = socket_peer_address(fd);
+    pr.inbox.resize(kInboxBytes);
+    // The mesh capped the retransmission timeout where the kernel allows it
+    // (an uncapped one, 120 s, bounds nothing worth waiting for).
+    int rto_max_ms = 0;
+    socklen_t len = sizeof(rto_max_ms);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max_ms, &len) == 0 && rto_max_ms > 0 &&
+        rto_max_ms <= kTcpRtoMaxMs)
+      retransmission_wait_ = std::max(retransmission_wait_, Clock::duration(Millis(rto_max_ms)));
+  }
+
   // Sleeps until a socket with work queued is ready, or `until`.
   void sleep_until_ready(Deadline until) {
     pollfds_.clear();
@@ -353,6 +395,10 @@ class TcpTransport final : public Transport {
       if (!pr.sendq.empty()) events |= POLLOUT;
       if (!pr.recvq.empty()) events |= POLLIN;
       if (events != 0) pollfds_.push_back(pollfd{pr.fd, events, 0});
+    }
+    if (links_) {
+      links_->add_poll_fds(&pollfds_);
+      until = links_->wake_by(until);
     }
     timespec ts{};
     timespec* timeout = nullptr;
@@ -406,12 +452,12 @@ class TcpTransport final : public Transport {
     const bool peer_went_away = why.code() == ErrorCode::kPeerDead || why.code() == ErrorCode::kAborted;
     if (!peer_went_away && !aborting_) send_abort_notice(pr);
     pr.error = why;
-    if (pr.socket) {
-      error_code ignored;
-      pr.socket->shutdown(tcp::socket::shutdown_both, ignored);
-      pr.socket->close(ignored);
+    if (pr.fd >= 0) {
+      ::shutdown(pr.fd, SHUT_RDWR);
+      ::close(pr.fd);
     }
     pr.fd = -1;
+    if (links_) links_->forget(peer);
     // Requests are completed after the queues are emptied: a completion may
     // let the caller post again.
     RingQueue<SendItem> sends;
@@ -431,7 +477,7 @@ class TcpTransport final : public Transport {
     closed_ = true;
     // One line for the whole data plane, not one per peer (63 at 64 ranks).
     int open = 0;
-    for (const Peer& pr : peers_) open += pr.socket && pr.error.ok() ? 1 : 0;
+    for (const Peer& pr : peers_) open += pr.fd >= 0 && pr.error.ok() ? 1 : 0;
     if (log && open > 0) {
       RCOLL_LOG(kInfo, "%s; closing the links to %d peer%s of epoch %u", why.to_string().c_str(),
                 open, open == 1 ? "" : "s", epoch_);
@@ -441,8 +487,9 @@ class TcpTransport final : public Transport {
     aborting_ = true;
     const bool announce =
         log && why.code() != ErrorCode::kPeerDead && why.code() != ErrorCode::kAborted;
+    if (links_) links_->close();
     for (int p = 0; p < size_; ++p) {
-      if (!peers_[p].socket) continue;
+      if (p == rank_) continue;
       if (announce && peers_[p].error.ok()) send_abort_notice(peers_[p]);
       fail_peer(p, why);
     }
@@ -457,6 +504,8 @@ class TcpTransport final : public Transport {
   bool poll_background_ = false;
   asio::io_context io_;  // builds the mesh; the data path does not use it
   std::vector<Peer> peers_;
+  std::unique_ptr<OnDemandLinks> links_;  // null for a group of one
+  std::vector<OnDemandLinks::Event> link_events_;
   std::vector<pollfd> pollfds_;
   uint64_t completions_ = 0;
   uint64_t bytes_sent_ = 0;
@@ -468,9 +517,10 @@ class TcpTransport final : public Transport {
 
 }  // namespace
 
-// Builds the full mesh for one epoch (transports/tcp/mesh.h): every pair
-// connected, each connection's hello (rank, world size, epoch, job-token hash)
-// checked, strangers and ranks of another job or epoch refused.
+// Connects this rank's partners for one epoch (transports/tcp/mesh.h), each
+// connection's hello (rank, world size, epoch, job-token hash) checked,
+// strangers and ranks of another job or epoch refused; the listener stays
+// open for the peers that connect on first use.
 Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& iface) {
   MeshParams m;
   m.rank = rank_;
@@ -496,30 +546,29 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   m.deadline = p.deadline;
   m.cancelled = p.cancelled;
   m.purpose = "epoch " + std::to_string(p.epoch);
-  auto socks = build_tcp_mesh(io_, m, iface);
-  if (!socks.ok()) return socks.status();
+  m.connect_now = p.connect_all ? std::vector<bool>(static_cast<size_t>(size_), true)
+                                : eager_partners(rank_, size_);
+  m.connect_now[static_cast<size_t>(rank_)] = false;
+  auto built = build_partial_tcp_mesh(io_, m, iface);
+  if (!built.ok()) return built.status();
+  std::vector<bool> connected(static_cast<size_t>(size_), false);
   for (int peer = 0; peer < size_; ++peer) {
-    auto& sock = socks.value()[peer];
+    auto& sock = built.value().sockets[peer];
     if (!sock) continue;
     error_code ec;
-    sock->non_blocking(true, ec);
-    if (ec) {
-      return Status(ErrorCode::kTransport, context(peer),
-                    "cannot make the socket to rank " + std::to_string(peer) + " non-blocking: " + ec.message());
+    const int fd = sock->release(ec);
+    if (ec || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK) != 0) {
+      const std::string why = ec ? ec.message() : std::strerror(errno);
+      if (!ec) ::close(fd);
+      return Status(
+          ErrorCode::kTransport, context(peer),
+          "cannot make the socket to rank " + std::to_string(peer) + " non-blocking: " + why);
     }
-    Peer& pr = peers_[peer];
-    pr.address = endpoint_string(*sock);
-    pr.fd = sock->native_handle();
-    pr.inbox.resize(kInboxBytes);
-    pr.socket = std::move(sock);
-    // The mesh capped the retransmission timeout where the kernel allows it
-    // (an uncapped one, 120 s, bounds nothing worth waiting for).
-    int rto_max_ms = 0;
-    socklen_t len = sizeof(rto_max_ms);
-    if (getsockopt(pr.fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_max_ms, &len) == 0 && rto_max_ms > 0 &&
-        rto_max_ms <= kTcpRtoMaxMs)
-      retransmission_wait_ = std::max(retransmission_wait_, Clock::duration(Millis(rto_max_ms)));
+    adopt(peer, fd);
+    connected[static_cast<size_t>(peer)] = true;
   }
+  links_ = std::make_unique<OnDemandLinks>(m, std::move(built.value().addresses),
+                                           built.value().listener.release(), connected);
   return Status();
 }
 

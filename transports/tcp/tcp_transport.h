@@ -38,10 +38,15 @@ struct TcpConnectParams {
   // Polled while waiting for peers: true ends the connect at once with
   // kAborted (MeshParams::cancelled). May be empty.
   std::function<bool()> cancelled;
+  // Connect every peer now, not only this rank's partners (ring neighbours
+  // and recursive-doubling partners; the rest connect on first use). Every
+  // rank of the epoch must agree.
+  bool connect_all = false;
 };
 
-// Listens, publishes the address, connects to every peer (lower ranks are
-// dialled, higher ranks are accepted), exchanges hellos and checks the job
+// Listens, publishes the address, connects to this rank's partners (lower
+// ranks are dialled, higher ranks are accepted; the other peers on first use,
+// transports/tcp/on_demand_links.h), exchanges hellos and checks the job
 // token. Fails within the deadline with kPeerUnreachable naming the peers and
 // addresses not reached, or kInvalidArgument for a bad interface spec.
 Result<std::unique_ptr<Transport>> connect_tcp_transport(const TcpConnectParams& params);

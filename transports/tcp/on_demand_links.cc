@@ -1,0 +1,476 @@
+#include "transports/tcp/on_demand_links.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "base/log.h"
+
+namespace rcoll {
+namespace {
+
+// A dial whose handshake closed before its ack is tried this many times in
+// all, this long apart: the peer's mesh build may have closed a connection it
+// had taken but not answered when the build ended.
+constexpr int kDialTries = 5;
+constexpr auto kRetryPause = std::chrono::milliseconds(20);
+// A connection that sends no whole hello within this is closed.
+constexpr auto kHelloWithin = std::chrono::seconds(10);
+
+struct Address {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+// "IP PORT IFNAME" as the mesh publishes it.
+bool parse_address(const std::string& text, Address* out) {
+  const size_t a = text.find(' ');
+  if (a == std::string::npos) return false;
+  const size_t b = text.find(' ', a + 1);
+  const std::string ip = text.substr(0, a);
+  const std::string port_text = text.substr(a + 1, b == std::string::npos ? b : b - a - 1);
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port == 0 || port > 65535) return false;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&out->addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out->addr);
+  if (inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    out->len = sizeof(sockaddr_in);
+    return true;
+  }
+  if (inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    out->len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string socket_peer_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = {};
+  uint16_t port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof(host));
+    port = ntohs(v4->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof(host));
+    port = ntohs(v6->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+namespace {
+
+// Where `text` ("IP PORT IFNAME") dials: "IP:PORT".
+std::string dialled(const std::string& text) {
+  std::string s = text.substr(0, text.find(' ', text.find(' ') + 1));
+  std::replace(s.begin(), s.end(), ' ', ':');
+  return s;
+}
+
+void close_fd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+// Sends the rest of `out` without blocking; <0: the connection failed
+// (errno), 0: not all of it yet, 1: all sent.
+int send_rest(int fd, const FrameBytes& out, size_t* sent) {
+  while (*sent < out.size()) {
+    const ssize_t k =
+        ::send(fd, out.data() + *sent, out.size() - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      return -1;
+    }
+    *sent += static_cast<size_t>(k);
+  }
+  return 1;
+}
+
+// Reads the rest of a header into `in`: <0 failed (errno; 0 = the peer closed),
+// 0 not whole yet, 1 whole.
+int recv_rest(int fd, FrameBytes* in, size_t* got) {
+  while (*got < in->size()) {
+    const ssize_t k = ::recv(fd, in->data() + *got, in->size() - *got, MSG_DONTWAIT);
+    if (k == 0) {
+      errno = 0;
+      return -1;
+    }
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      return -1;
+    }
+    *got += static_cast<size_t>(k);
+  }
+  return 1;
+}
+
+std::string reason(int err) { return err == 0 ? "the connection was closed" : std::strerror(err); }
+
+}  // namespace
+
+std::vector<bool> eager_partners(int rank, int size) {
+  std::vector<bool> partners(static_cast<size_t>(std::max(size, 0)), false);
+  if (size <= 1) return partners;
+  partners[static_cast<size_t>((rank + 1) % size)] = true;
+  partners[static_cast<size_t>((rank + size - 1) % size)] = true;
+  for (int d = 1; d < size; d <<= 1) {
+    const int q = rank ^ d;
+    if (q < size) partners[static_cast<size_t>(q)] = true;
+  }
+  partners[static_cast<size_t>(rank)] = false;
+  return partners;
+}
+
+OnDemandLinks::OnDemandLinks(const MeshParams& mesh, std::vector<std::string> addresses,
+                             int listen_fd, const std::vector<bool>& connected)
+    : mesh_(mesh),
+      addresses_(std::move(addresses)),
+      listen_fd_(listen_fd),
+      token_hash_(job_token_hash(mesh.job_token)),
+      state_(static_cast<size_t>(mesh.size), PeerState::kIdle) {
+  mesh_.store.reset();  // not needed past the build
+  mesh_.cancelled = nullptr;
+  for (size_t q = 0; q < state_.size() && q < connected.size(); ++q)
+    if (connected[q]) state_[q] = PeerState::kDone;
+  if (mesh.rank >= 0 && mesh.rank < mesh.size)
+    state_[static_cast<size_t>(mesh.rank)] = PeerState::kDone;
+  if (listen_fd_ >= 0) {
+    const int flags = fcntl(listen_fd_, F_GETFL, 0);
+    if (flags >= 0) (void)fcntl(listen_fd_, F_SETFL, flags | O_NONBLOCK);
+  }
+}
+
+OnDemandLinks::~OnDemandLinks() { close(); }
+
+Status OnDemandLinks::unreachable(int peer, const std::string& why) const {
+  const std::string at =
+      static_cast<size_t>(peer) < addresses_.size() ? dialled(addresses_[peer]) : "?";
+  return Status(ErrorCode::kPeerUnreachable,
+                ErrorContext{mesh_.rank, peer, 0, mesh_.epoch, mesh_.transport},
+                "connecting on first use to rank " + std::to_string(peer) + " (" + at + ") for " +
+                    mesh_.purpose + " failed: " + why);
+}
+
+void OnDemandLinks::want(int peer) {
+  if (peer < 0 || peer >= mesh_.size || state_[peer] != PeerState::kIdle) return;
+  state_[peer] = PeerState::kDialing;
+  Dial d;
+  d.peer = peer;
+  start_dial(&d);
+  if (d.fd >= 0 || d.retry_at != Clock::time_point{}) {
+    dials_.push_back(d);
+    RCOLL_LOG(kDebug, "%s: dialling rank %d (%s) on first use", mesh_.purpose.c_str(), peer,
+              dialled(addresses_[peer]).c_str());
+  }
+}
+
+// Opens the socket and starts the connect. On failure adds the peer's event to
+// ready_ and leaves d->fd at -1 with no retry time.
+void OnDemandLinks::start_dial(Dial* d) {
+  const int peer = d->peer;
+  ++d->tries;
+  d->connecting = true;
+  d->sent = d->got = 0;
+  d->retry_at = {};
+  Address to;
+  if (static_cast<size_t>(peer) >= addresses_.size() || !parse_address(addresses_[peer], &to)) {
+    state_[peer] = PeerState::kDone;
+    ready_.push_back(Event{
+        peer, -1,
+        unreachable(peer,
+                    "it published no usable address ('" +
+                        (static_cast<size_t>(peer) < addresses_.size() ? addresses_[peer] : "") +
+                        "')")});
+    return;
+  }
+  d->fd = ::socket(to.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (d->fd < 0) {
+    state_[peer] = PeerState::kDone;
+    ready_.push_back(
+        Event{peer, -1, unreachable(peer, std::string("socket: ") + std::strerror(errno))});
+    return;
+  }
+  apply_mesh_socket_options(d->fd, mesh_);
+  if (::connect(d->fd, reinterpret_cast<const sockaddr*>(&to.addr), to.len) == 0) {
+    d->connecting = false;
+  } else if (errno != EINPROGRESS) {
+    const int err = errno;
+    close_fd(&d->fd);
+    state_[peer] = PeerState::kDone;
+    ready_.push_back(
+        Event{peer, -1, unreachable(peer, std::string("connect: ") + std::strerror(err))});
+    return;
+  }
+  d->out = encode(mesh_hello(FrameType::kHello, mesh_));
+}
+
+bool OnDemandLinks::retry_or_fail(Dial* d, const std::string& why, std::vector<Event>* events) {
+  close_fd(&d->fd);
+  if (d->tries < kDialTries) {
+    RCOLL_LOG(kDebug, "%s: the dial of rank %d broke (%s); dialling again", mesh_.purpose.c_str(),
+              d->peer, why.c_str());
+    d->retry_at = Clock::now() + kRetryPause;
+    return true;
+  }
+  state_[d->peer] = PeerState::kDone;
+  events->push_back(
+      Event{d->peer, -1, unreachable(d->peer, why + " (" + std::to_string(d->tries) + " tries)")});
+  return false;
+}
+
+bool OnDemandLinks::step_dial(Dial* d, std::vector<Event>* events, bool* moved) {
+  if (d->fd < 0) {
+    if (Clock::now() < d->retry_at) return true;
+    start_dial(d);
+    if (d->fd < 0) return false;  // its event is in ready_
+    *moved = true;
+  }
+  if (d->connecting) {
+    pollfd pf{d->fd, POLLOUT, 0};
+    if (::poll(&pf, 1, 0) <= 0) return true;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err == ECONNREFUSED) {
+      // The listener is gone: the peer closed this epoch's data plane.
+      close_fd(&d->fd);
+      state_[d->peer] = PeerState::kDone;
+      events->push_back(
+          Event{d->peer, -1,
+                unreachable(d->peer, "its listener refused the connection (it has left epoch " +
+                                         std::to_string(mesh_.epoch) + ")")});
+      return false;
+    }
+    if (err != 0) return retry_or_fail(d, std::string("connect: ") + std::strerror(err), events);
+    d->connecting = false;
+    *moved = true;
+  }
+  if (d->sent < d->out.size()) {
+    const int r = send_rest(d->fd, d->out, &d->sent);
+    if (r < 0) return retry_or_fail(d, "sending the hello: " + reason(errno), events);
+    if (r == 0) return true;
+    *moved = true;
+  }
+  const int r = recv_rest(d->fd, &d->in, &d->got);
+  if (r < 0) return retry_or_fail(d, "awaiting the hello's ack: " + reason(errno), events);
+  if (r == 0) return true;
+  *moved = true;
+  auto ack = decode_frame_header(d->in.data(), d->in.size());
+  if (!ack.ok() || ack.value().type != FrameType::kHelloAck || ack.value().root != d->peer ||
+      ack.value().epoch != mesh_.epoch) {
+    close_fd(&d->fd);
+    state_[d->peer] = PeerState::kDone;
+    events->push_back(
+        Event{d->peer, -1,
+              unreachable(d->peer, "its answer to the hello was not an ack for this epoch")});
+    return false;
+  }
+  if (ack.value().count == 0) {
+    // Crossed: the lower rank dialled this one too, and its connection wins.
+    close_fd(&d->fd);
+    state_[d->peer] = PeerState::kAwaitingTheirs;
+    RCOLL_LOG(kDebug, "%s: rank %d dialled this rank too; taking its connection",
+              mesh_.purpose.c_str(), d->peer);
+    return false;
+  }
+  state_[d->peer] = PeerState::kDone;
+  events->push_back(Event{d->peer, std::exchange(d->fd, -1), Status()});
+  return false;
+}
+
+void OnDemandLinks::refuse(Incoming* in, const std::string& why, bool warn) {
+  if (warn) {
+    RCOLL_LOG(
+        kWarn,
+        "%s: rank %d refused connection from %s: %s; closed it, still accepting the job's ranks",
+        mesh_.purpose.c_str(), mesh_.rank, in->from.c_str(), why.c_str());
+  } else {
+    RCOLL_LOG(kDebug, "%s: refused connection from %s: %s", mesh_.purpose.c_str(), in->from.c_str(),
+              why.c_str());
+  }
+  close_fd(&in->fd);
+}
+
+void OnDemandLinks::take_incoming(Incoming* in, const FrameHeader& hello,
+                                  std::vector<Event>* events) {
+  if (hello.type != FrameType::kHello) return refuse(in, "first frame is not a hello", true);
+  if (hello.op_seq != token_hash_)
+    return refuse(in, "job token mismatch (a process of another job?)", true);
+  if (hello.epoch != mesh_.epoch) {
+    // A rank of an epoch this one has left or not reached: not a stranger.
+    return refuse(in,
+                  "hello for epoch " + std::to_string(hello.epoch) + ", this is epoch " +
+                      std::to_string(mesh_.epoch),
+                  false);
+  }
+  if (hello.count != static_cast<uint64_t>(mesh_.size)) {
+    return refuse(
+        in,
+        "world size " + std::to_string(hello.count) + " differs from " + std::to_string(mesh_.size),
+        true);
+  }
+  const int peer = hello.root;
+  if (peer < 0 || peer >= mesh_.size || state_[peer] == PeerState::kDone) {
+    return refuse(
+        in, "unexpected rank " + std::to_string(peer) + " (connected already, or its link failed)",
+        peer < 0 || peer >= mesh_.size || peer == mesh_.rank);
+  }
+  FrameBytes out;
+  auto dial =
+      std::find_if(dials_.begin(), dials_.end(), [peer](const Dial& d) { return d.peer == peer; });
+  if (state_[peer] == PeerState::kDialing && mesh_.rank < peer) {
+    // Crossed, and this rank's dial wins: the count 0 tells the peer to wait for it.
+    FrameHeader no = mesh_hello(FrameType::kHelloAck, mesh_);
+    no.count = 0;
+    out = encode(no);
+    size_t sent = 0;
+    (void)send_rest(in->fd, out, &sent);
+    return refuse(in, "crossed this rank's own dial of rank " + std::to_string(peer), false);
+  }
+  out = encode(mesh_hello(FrameType::kHelloAck, mesh_));
+  size_t sent = 0;
+  if (send_rest(in->fd, out, &sent) != 1) {
+    // 48 bytes into a new connection's empty buffer: only a broken one takes less.
+    return refuse(in, "sending the hello's ack failed: " + reason(errno), false);
+  }
+  if (dial != dials_.end()) {
+    // Crossed, and the peer's dial wins (it is the lower rank).
+    close_fd(&dial->fd);
+    dials_.erase(dial);
+  }
+  apply_mesh_socket_options(in->fd, mesh_);
+  state_[peer] = PeerState::kDone;
+  RCOLL_LOG(kDebug, "%s: rank %d connected on first use (%s)", mesh_.purpose.c_str(), peer,
+            in->from.c_str());
+  events->push_back(Event{peer, std::exchange(in->fd, -1), Status()});
+}
+
+bool OnDemandLinks::step_incoming(Incoming* in, std::vector<Event>* events, bool* moved) {
+  const int r = recv_rest(in->fd, &in->in, &in->got);
+  if (r < 0) {
+    refuse(in, "no hello (" + reason(errno) + ")", false);
+    return false;
+  }
+  if (r == 0) {
+    if (Clock::now() - in->since < kHelloWithin) return true;
+    refuse(in, "no hello within 10 s", true);
+    return false;
+  }
+  *moved = true;
+  auto hello = decode_frame_header(in->in.data(), in->in.size());
+  if (!hello.ok()) {
+    refuse(in, hello.status().message(), true);
+    return false;
+  }
+  take_incoming(in, hello.value(), events);
+  return false;
+}
+
+bool OnDemandLinks::poll(bool look_at_listener, std::vector<Event>* events) {
+  bool moved = false;
+  if (!ready_.empty()) {
+    for (Event& e : ready_) events->push_back(std::move(e));
+    ready_.clear();
+    moved = true;
+  }
+  if (look_at_listener && listen_fd_ >= 0) {
+    for (;;) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;  // EAGAIN, or a connection that failed before it was taken
+      Incoming in;
+      in.fd = fd;
+      in.from = socket_peer_address(fd);
+      in.since = Clock::now();
+      incoming_.push_back(in);
+      moved = true;
+    }
+  }
+  for (size_t i = 0; i < dials_.size();) {
+    if (step_dial(&dials_[i], events, &moved)) {
+      ++i;
+    } else {
+      dials_.erase(dials_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  for (size_t i = 0; i < incoming_.size();) {
+    if (step_incoming(&incoming_[i], events, &moved)) {
+      ++i;
+    } else {
+      incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (!ready_.empty()) {  // a retried dial that failed at once
+    for (Event& e : ready_) events->push_back(std::move(e));
+    ready_.clear();
+    moved = true;
+  }
+  return moved;
+}
+
+void OnDemandLinks::add_poll_fds(std::vector<pollfd>* fds) const {
+  if (listen_fd_ >= 0) fds->push_back(pollfd{listen_fd_, POLLIN, 0});
+  for (const Dial& d : dials_) {
+    if (d.fd < 0) continue;
+    const bool writing = d.connecting || d.sent < d.out.size();
+    fds->push_back(pollfd{d.fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0});
+  }
+  for (const Incoming& in : incoming_) fds->push_back(pollfd{in.fd, POLLIN, 0});
+}
+
+Deadline OnDemandLinks::wake_by(Deadline until) const {
+  Deadline by = until;
+  for (const Incoming& in : incoming_) {
+    const Deadline give_up = Deadline::at(in.since + kHelloWithin);
+    if (by.is_never() || give_up.time() < by.time()) by = give_up;
+  }
+  for (const Dial& d : dials_) {
+    if (d.fd >= 0) continue;
+    const Deadline retry = Deadline::at(d.retry_at);
+    if (by.is_never() || retry.time() < by.time()) by = retry;
+  }
+  return by;
+}
+
+void OnDemandLinks::forget(int peer) {
+  if (peer < 0 || peer >= mesh_.size) return;
+  state_[peer] = PeerState::kDone;
+  for (size_t i = 0; i < dials_.size(); ++i) {
+    if (dials_[i].peer != peer) continue;
+    close_fd(&dials_[i].fd);
+    dials_.erase(dials_.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+}
+
+void OnDemandLinks::close() {
+  close_fd(&listen_fd_);
+  for (Dial& d : dials_) close_fd(&d.fd);
+  for (Incoming& in : incoming_) close_fd(&in.fd);
+  dials_.clear();
+  incoming_.clear();
+  ready_.clear();
+}
+
+}  // namespace rcoll
