@@ -353,6 +353,15 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce --expect-recoveries 1)
   rcoll_transport_props(recovery_close_link_allreduce_in_place ${t} 320 "faults;recovery")
 endforeach()
+# 8 ranks: rank 1's link to rank 6 (not partners: connected on first use)
+# closes during an all-to-all, often before the connection is made; rank 6's
+# dial then meets a closed listener or a closed handshake. That is a broken
+# link, recovered like any other (it once ended the communicator as
+# "peer unreachable", 3 runs of 8). Eight runs in a row.
+add_test(NAME recovery_close_link_first_use_np8_tcp
+         COMMAND bash -c "for i in 1 2 3 4 5 6 7 8; do \"$0\" -n 8 --timeout 120 --inject close-link:rank=1,peer=6,op=1 -- \"$1\" --sizes 7,4K+3 --ops alltoall,allreduce --dtypes float32 --repeat 2 --expect-recoveries 1 || exit 1; done"
+                 ${RCOLL_RUN} ${RCOLL_CORRECTNESS})
+rcoll_transport_props(recovery_close_link_first_use_np8 tcp 300 "multiprocess;faults;recovery")
 # Small allreduces at 4 ranks run recursive doubling (exchanges with r ^ 1,
 # then r ^ 2). Rank 2 drops the frame it sends to rank 3 in the first exchange
 # of the in-place op: ranks 0 and 2 get everything they need and finish, and

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -354,6 +355,56 @@ TEST(TcpTransportOnDemand, APeerThatOnlyReceivesIsReachedWhileItSleeps) {
   });
 }
 
+// Rank 1 of 8 is held in its build (its cancel hook sleeps), so rank 3, its
+// partner, is still building (its dial of rank 1 unanswered) when rank 6,
+// which is no partner of rank 3 and has finished its own build, sends to it:
+// rank 6's dial reaches rank 3's build, which takes it along with its
+// partners' connections (or, closed at the build's end before its ack, it is
+// dialled again); the frame arrives once rank 3 runs.
+TEST(TcpTransportOnDemand, ABuildStillRunningTakesTheDialsOfOtherPeers) {
+  constexpr int kRanks = 8, kHeld = 1, kBuilding = 3, kSender = 6;
+  ASSERT_TRUE(eager_partners(kBuilding, kRanks)[kHeld]);
+  ASSERT_FALSE(eager_partners(kBuilding, kRanks)[kSender]);
+  ASSERT_FALSE(eager_partners(kHeld, kRanks)[kSender]);
+  std::atomic<bool> dialled{false};
+  testing_support::run_thread_ranks(kRanks, [&](int r, std::shared_ptr<Store> store) {
+    TcpConnectParams p;
+    p.rank = r;
+    p.size = kRanks;
+    p.store = std::move(store);
+    p.ifname_spec = "=lo";
+    p.deadline = Deadline::after(10000ms);
+    if (r == kHeld) {
+      p.cancelled = [&dialled] {
+        const Deadline give_up = Deadline::after(3000ms);
+        while (!dialled && !give_up.expired()) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(100ms);  // rank 3's build reads the hello meanwhile
+        return false;
+      };
+    }
+    auto t = connect_tcp_transport(p);
+    ASSERT_TRUE(t.ok()) << "rank " << r << ": " << t.status().to_string();
+    Transport& tr = *t.value();
+    std::vector<char> data(5000);
+    if (r == kSender) {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 3);
+      Request req;
+      tr.post_send(kBuilding, frame(6, data.size()), data.data(), &req);
+      tr.progress(Deadline::after(20ms));  // the dial's hello goes out
+      dialled = true;
+      ASSERT_TRUE(wait_all(tr, {&req}));
+      EXPECT_FALSE(req.failed()) << req.status.to_string();
+    } else if (r == kBuilding) {
+      Request req;
+      tr.post_recv(kSender, frame(6, data.size()), data.data(), &req);
+      ASSERT_TRUE(wait_all(tr, {&req}));
+      ASSERT_FALSE(req.failed()) << req.status.to_string();
+      for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], static_cast<char>(i * 3)) << i;
+    }
+    std::this_thread::sleep_for(300ms);  // no rank closes while another still reads
+  });
+}
+
 // A link closed before its first use fails the requests queued on it, as a
 // connected link's closing does (close-link fault injection on a peer not
 // connected yet).
@@ -377,7 +428,9 @@ TEST(TcpTransportOnDemand, ALinkBrokenBeforeItsFirstUseFailsItsRequests) {
 }
 
 // A dial to a peer that has left the epoch (its transport closed, and with it
-// the listener) fails with kPeerUnreachable naming the peer and the address.
+// the listener) fails as a broken link does, with kTransport (which the
+// runtime recovers from; kPeerUnreachable would end the communicator),
+// naming the peer and the address.
 TEST(TcpTransportOnDemand, ADialToAPeerThatLeftTheEpochFailsNamingIt) {
   constexpr int kRanks = 8;
   std::barrier sync(kRanks);
@@ -391,7 +444,7 @@ TEST(TcpTransportOnDemand, ADialToAPeerThatLeftTheEpochFailsNamingIt) {
       t.post_send(6, frame(5, data.size()), data.data(), &req);
       ASSERT_TRUE(wait_all(t, {&req}));
       ASSERT_TRUE(req.failed());
-      EXPECT_EQ(req.status.code(), ErrorCode::kPeerUnreachable) << req.status.to_string();
+      EXPECT_EQ(req.status.code(), ErrorCode::kTransport) << req.status.to_string();
       EXPECT_NE(req.status.message().find("first use to rank 6 (127.0.0.1:"), std::string::npos)
           << req.status.to_string();
     }

@@ -406,9 +406,14 @@ void MeshBuilder::on_hello(Incoming* in, const error_code& ec) {
     return refuse(in, from, "unexpected rank " + std::to_string(peer));
   }
   if (now(peer)) --to_accept_;
+  // The ack is written here, not queued: once written the dialler takes the
+  // connection as made, so the build must own it from then on (a queued
+  // write's handler could run after the build ended and closed the socket).
+  // 48 bytes into a new connection's empty buffer do not block.
   in->out = encode(mesh_hello(FrameType::kHelloAck, p_));
-  asio::async_write(*in->sock, asio::buffer(in->out),
-                    [this, in, peer](const error_code& ec, size_t) { on_ack_sent(in, peer, ec); });
+  error_code ec2;
+  asio::write(*in->sock, asio::buffer(in->out), ec2);
+  on_ack_sent(in, peer, ec2);
 }
 
 void MeshBuilder::refuse(Incoming* in, const std::string& from, const std::string& why,
@@ -592,6 +597,17 @@ Result<MeshListener> listen_for_mesh(const MeshParams& p) {
   const uint16_t port = acceptor.local_endpoint().port();
   return MeshListener(acceptor.release(), iface.value().address + " " + std::to_string(port) + " " +
                                               iface.value().name);
+}
+
+Result<PartialMesh> build_partial_tcp_mesh(asio::io_context& io, const MeshParams& p) {
+  auto iface =
+      select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
+  if (!iface.ok()) {
+    if (p.listen_fd >= 0) ::close(p.listen_fd);
+    return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
+                  iface.status().message());
+  }
+  return build_partial_tcp_mesh(io, p, iface.value());
 }
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {

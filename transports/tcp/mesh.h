@@ -119,6 +119,8 @@ struct PartialMesh {
 // in meanwhile), then hands over the listener for the connections to come.
 Result<PartialMesh> build_partial_tcp_mesh(boost::asio::io_context& io, const MeshParams& p,
                                            const NetInterface& iface);
+// The same, selecting the interface from p.ifname_spec and p.prefer_loopback.
+Result<PartialMesh> build_partial_tcp_mesh(boost::asio::io_context& io, const MeshParams& p);
 
 // One connected socket per peer, indexed by rank (null for this rank), bound to
 // `io`. Runs `io` itself until the mesh is complete or the deadline passes and

@@ -22,8 +22,10 @@ namespace {
 // had taken but not answered when the build ended.
 constexpr int kDialTries = 5;
 constexpr auto kRetryPause = std::chrono::milliseconds(20);
-// A connection that sends no whole hello within this is closed.
-constexpr auto kHelloWithin = std::chrono::seconds(10);
+// A connection that sends no whole hello within this is closed. Long: a rank
+// that dialled (a credit posted at the end of an op) may send its hello only
+// from its next op's progress loop, after a compute phase of any length.
+constexpr auto kHelloWithin = std::chrono::minutes(5);
 
 struct Address {
   sockaddr_storage addr{};
@@ -164,10 +166,12 @@ OnDemandLinks::OnDemandLinks(const MeshParams& mesh, std::vector<std::string> ad
 
 OnDemandLinks::~OnDemandLinks() { close(); }
 
+// A link of a built epoch that cannot be made fails as one that broke
+// (kTransport): the runtime recovers, as from a closed connection.
 Status OnDemandLinks::unreachable(int peer, const std::string& why) const {
   const std::string at =
       static_cast<size_t>(peer) < addresses_.size() ? dialled(addresses_[peer]) : "?";
-  return Status(ErrorCode::kPeerUnreachable,
+  return Status(ErrorCode::kTransport,
                 ErrorContext{mesh_.rank, peer, 0, mesh_.epoch, mesh_.transport},
                 "connecting on first use to rank " + std::to_string(peer) + " (" + at + ") for " +
                     mesh_.purpose + " failed: " + why);
@@ -179,6 +183,11 @@ void OnDemandLinks::want(int peer) {
   Dial d;
   d.peer = peer;
   start_dial(&d);
+  if (d.fd >= 0 && !d.connecting) {
+    // Connected at once (loopback may): the hello leaves now, not at the next
+    // poll, which may be a compute phase away.
+    (void)send_rest(d.fd, d.out, &d.sent);
+  }
   if (d.fd >= 0 || d.retry_at != Clock::time_point{}) {
     dials_.push_back(d);
     RCOLL_LOG(kDebug, "%s: dialling rank %d (%s) on first use", mesh_.purpose.c_str(), peer,
@@ -227,6 +236,9 @@ void OnDemandLinks::start_dial(Dial* d) {
 }
 
 bool OnDemandLinks::retry_or_fail(Dial* d, const std::string& why, std::vector<Event>* events) {
+  // A handshake that broke before this rank's hello went out was no try the
+  // peer refused (its limit on a silent connection closed it).
+  if (d->sent < d->out.size() && !d->connecting) --d->tries;
   close_fd(&d->fd);
   if (d->tries < kDialTries) {
     RCOLL_LOG(kDebug, "%s: the dial of rank %d broke (%s); dialling again", mesh_.purpose.c_str(),
@@ -260,7 +272,7 @@ bool OnDemandLinks::step_dial(Dial* d, std::vector<Event>* events, bool* moved) 
       events->push_back(
           Event{d->peer, -1,
                 unreachable(d->peer, "its listener refused the connection (it has left epoch " +
-                                         std::to_string(mesh_.epoch) + ")")});
+                                         std::to_string(mesh_.epoch) + "; the epoch is failing)")});
       return false;
     }
     if (err != 0) return retry_or_fail(d, std::string("connect: ") + std::strerror(err), events);
@@ -375,7 +387,7 @@ bool OnDemandLinks::step_incoming(Incoming* in, std::vector<Event>* events, bool
   }
   if (r == 0) {
     if (Clock::now() - in->since < kHelloWithin) return true;
-    refuse(in, "no hello within 10 s", true);
+    refuse(in, "no hello within 5 minutes", false);
     return false;
   }
   *moved = true;
@@ -407,19 +419,34 @@ bool OnDemandLinks::poll(bool look_at_listener, std::vector<Event>* events) {
       moved = true;
     }
   }
-  for (size_t i = 0; i < dials_.size();) {
-    if (step_dial(&dials_[i], events, &moved)) {
-      ++i;
-    } else {
-      dials_.erase(dials_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
+  // One poll over every handshake's socket, then a step for the ready ones
+  // only (and for the dials due to try again, or the connections past their
+  // hello limit): a pass must not cost a call per handshake (a credit point
+  // after a recovery dials every peer at once).
+  ready_fds_.clear();
+  for (const Dial& d : dials_) {
+    const bool writing = d.connecting || d.sent < d.out.size();
+    ready_fds_.push_back(pollfd{d.fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0});
   }
-  for (size_t i = 0; i < incoming_.size();) {
-    if (step_incoming(&incoming_[i], events, &moved)) {
-      ++i;
-    } else {
-      incoming_.erase(incoming_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
+  for (const Incoming& in : incoming_) ready_fds_.push_back(pollfd{in.fd, POLLIN, 0});
+  if (!ready_fds_.empty() && ::poll(ready_fds_.data(), ready_fds_.size(), 0) < 0) {
+    for (pollfd& pf : ready_fds_) pf.revents = POLLIN;  // EINTR: step every one
+  }
+  const auto now = Clock::now();
+  std::vector<Dial> dials;
+  dials.swap(dials_);
+  for (size_t i = 0; i < dials.size(); ++i) {
+    Dial& d = dials[i];
+    const bool due = d.fd < 0 ? now >= d.retry_at : ready_fds_[i].revents != 0;
+    if (!due || step_dial(&d, events, &moved)) dials_.push_back(std::move(d));
+  }
+  // (take_incoming may drop a dial of dials_, which holds the ones kept.)
+  std::vector<Incoming> incoming;
+  incoming.swap(incoming_);
+  for (size_t i = 0; i < incoming.size(); ++i) {
+    Incoming& in = incoming[i];
+    const bool due = ready_fds_[dials.size() + i].revents != 0 || now - in.since >= kHelloWithin;
+    if (!due || step_incoming(&in, events, &moved)) incoming_.push_back(std::move(in));
   }
   if (!ready_.empty()) {  // a retried dial that failed at once
     for (Event& e : ready_) events->push_back(std::move(e));

@@ -13,11 +13,11 @@
 // own dial. Both sides keep the same socket, and no frame moved on the other.
 //
 // A dial the peer's listener refuses (the peer has left the epoch), or that
-// keeps closing before its ack, fails that peer's requests with
-// kPeerUnreachable naming the address; the runtime treats it as a broken
-// link. A dial the peer has not answered yet waits as a frame the peer has
-// not read would (the peer answers from its progress loop, at its next op):
-// the op's progress deadline bounds it.
+// keeps closing before its ack, fails that peer's requests with kTransport
+// naming the address, as a connection that broke would: the runtime
+// recovers. A dial the peer has not answered yet waits as a frame the peer
+// has not read would (the peer answers from its progress loop, at its next
+// op): the op's progress deadline and the stall judge bound it.
 #pragma once
 
 #include <poll.h>
@@ -121,6 +121,7 @@ class OnDemandLinks {
   std::vector<Dial> dials_;
   std::vector<Incoming> incoming_;
   std::vector<Event> ready_;  // finished outside poll (a dial that failed at once)
+  std::vector<pollfd> ready_fds_;  // poll's, reused
 };
 
 }  // namespace rcoll

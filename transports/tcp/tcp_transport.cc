@@ -546,8 +546,7 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   m.deadline = p.deadline;
   m.cancelled = p.cancelled;
   m.purpose = "epoch " + std::to_string(p.epoch);
-  m.connect_now = p.connect_all ? std::vector<bool>(static_cast<size_t>(size_), true)
-                                : eager_partners(rank_, size_);
+  m.connect_now = eager_partners(rank_, size_);
   m.connect_now[static_cast<size_t>(rank_)] = false;
   auto built = build_partial_tcp_mesh(io_, m, iface);
   if (!built.ok()) return built.status();

@@ -38,10 +38,6 @@ struct TcpConnectParams {
   // Polled while waiting for peers: true ends the connect at once with
   // kAborted (MeshParams::cancelled). May be empty.
   std::function<bool()> cancelled;
-  // Connect every peer now, not only this rank's partners (ring neighbours
-  // and recursive-doubling partners; the rest connect on first use). Every
-  // rank of the epoch must agree.
-  bool connect_all = false;
 };
 
 // Listens, publishes the address, connects to this rank's partners (lower
