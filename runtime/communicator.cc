@@ -108,7 +108,9 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
       switch (e.kind) {
         case LivenessEvent::Kind::kPeerDead:
           self->dead_[static_cast<size_t>(e.peer)] = true;
-          RCOLL_LOG(kError, "rank %d is dead: its liveness connection closed without a goodbye (the process is gone)", e.peer);
+          // Seen here (its liveness connection closed without a goodbye), or
+          // told by the overlay partner that saw it (the reason says which).
+          RCOLL_LOG(kError, "rank %d is dead (the process is gone): %s", e.peer, e.reason.c_str());
           break;
         case LivenessEvent::Kind::kPeerSilent:
           RCOLL_LOG(

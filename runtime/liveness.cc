@@ -1,19 +1,27 @@
 // The liveness side channel (runtime/liveness.h).
 //
-// One thread runs one io_context. Per peer there is one connection of the
-// liveness mesh (transports/tcp/mesh.h, keys "liveness/<rank>"), a read always
-// pending on it and a small send queue. Every `interval` a heartbeat goes to
-// the heartbeat targets (the ring neighbours, the peers whose watch lease runs,
-// or every peer with to_all), and the silence of every peer expected to
-// heartbeat here is checked. How the three cases show:
+// One thread runs one io_context. The liveness mesh (transports/tcp/mesh.h,
+// keys "liveness/<rank>") connects each rank to its overlay partners (the ring
+// neighbours and the recursive-doubling partners, eager_partners in
+// transports/tcp/on_demand_links.h; every peer with to_all); a rank it wants
+// heartbeats from, or that wants its, is connected on first use. Per
+// connection there is a read always pending and a small send queue. Every `interval` a heartbeat
+// goes to the heartbeat targets (the ring neighbours, the peers whose watch lease runs, or every
+// peer with to_all), and the silence of every peer expected to heartbeat here is checked. How the
+// three cases show:
 //   dead      a read fails with EOF/reset and no goodbye came first: the kernel
-//             closed the sockets of a process that died, so this is immediate
+//             closed the sockets of a process that died, so this is immediate;
+//             the rank that saw it tells the others in a kNotice, passed on
+//             over the overlay (O(log P) hops)
 //   silent    no heartbeat for `budget` from a neighbour, or from a wanted peer
 //             since it was asked, while the connection stays open; a
 //             neighbour's silence (and its return) is told to every peer in a
 //             kSuspect notice
-//   aborted   a kAbort frame, its payload the reason (at most kMaxAbortReason)
-// A clean shutdown sends kGoodbye, half-closes, and reads until each peer has
+//   aborted   a kAbort frame, its payload the reason (at most kMaxAbortReason),
+//             passed on over the overlay the first time a rank hears of that
+//             epoch (`count` - 1 names the rank that announced it; 0: the sender)
+// A partner's goodbye is passed on too (a kNotice), so every rank knows who
+// left. A clean shutdown sends kGoodbye, half-closes, and reads until each peer has
 // closed its side too (or a short linger passes), so the peers see a goodbye
 // followed by EOF and report nothing, and no unread data turns the close into a
 // reset.
@@ -22,8 +30,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -35,6 +46,7 @@
 #include "runtime/store/keys.h"
 #include "transports/frame.h"
 #include "transports/tcp/mesh.h"
+#include "transports/tcp/on_demand_links.h"
 
 namespace rcoll {
 
@@ -58,6 +70,10 @@ constexpr uint16_t kFlagInComm = 1;
 constexpr uint16_t kFlagWaitingSend = 2;
 constexpr uint16_t kFlagGrouped = 4;
 constexpr uint16_t kFlagSuspectSilent = 1;  // a kSuspect notice: silent (else back)
+constexpr uint16_t kNoticeDead = 1;         // a kNotice: the rank died
+constexpr uint16_t kNoticeLeft = 2;         // a kNotice: the rank said goodbye
+// While a connection on first use is under way, its handshake moves this often.
+constexpr Millis kHandshakeStep{2};
 // The longest watch lease a peer may ask for.
 constexpr Millis kMaxLease{600000};
 // How long a clean shutdown waits for its goodbyes to go out and for the
@@ -84,11 +100,20 @@ class LivenessImpl final : public Liveness {
         links_(static_cast<size_t>(p.size)),
         views_(static_cast<size_t>(p.size)),
         wants_(static_cast<size_t>(p.size)),
+        overlay_(p.to_all ? std::vector<bool>(static_cast<size_t>(p.size), true)
+                          : eager_partners(p.rank, p.size)),
+        suspect_told_(static_cast<size_t>(p.size), 0),
+        suspect_heard_(static_cast<size_t>(p.size), {0, 0}),
+        notice_passed_(static_cast<size_t>(p.size), false),
+        abort_heard_(static_cast<size_t>(p.size), -1),
         tick_(io_),
         urgent_timer_(io_),
-        linger_(io_) {
+        linger_(io_),
+        handshake_timer_(io_),
+        listen_wait_(io_) {
     // The ring neighbours (every peer with to_all) heartbeat to each other
     // for good; with 3 ranks or fewer that is every peer anyway.
+    overlay_[static_cast<size_t>(rank_)] = false;
     for (int r = 0; r < size_; ++r) {
       const bool neighbour = r == (rank_ + 1) % size_ || r == (rank_ + size_ - 1) % size_;
       links_[static_cast<size_t>(r)].neighbour = r != rank_ && (to_all_ || neighbour);
@@ -117,20 +142,45 @@ class LivenessImpl final : public Liveness {
     m.listen_fd = p.listen_fd;
     m.addresses = p.addresses;
     m.transport = "liveness";
-    auto socks = build_tcp_mesh(io_, m);
-    if (!socks.ok()) {
-      const Status& s = socks.status();
+    m.connect_now = overlay_;
+    auto built = build_partial_tcp_mesh(io_, m);
+    if (!built.ok()) {
+      const Status& s = built.status();
       ErrorContext ctx = s.context();
       ctx.epoch = -1;  // the liveness mesh outlives data-plane epochs
       return Status(s.code(), ctx, "liveness channel: " + s.message());
     }
     const auto now = Clock::now();
+    std::vector<bool> connected(static_cast<size_t>(size_), false);
     for (int r = 0; r < size_; ++r) {
       views_[r].last_heard = now;
-      if (!socks.value()[r]) continue;
-      links_[r].socket = std::move(socks.value()[r]);
+      if (!built.value().sockets[r]) continue;
+      links_[r].socket = std::move(built.value().sockets[r]);
       views_[r].address = remote_address(*links_[r].socket);
+      connected[static_cast<size_t>(r)] = true;
     }
+    const int listen_fd = built.value().listener.release();
+    // The overlay is every peer with to_all (or 3 ranks or fewer): nothing
+    // connects on first use, and the listener closes.
+    bool every_peer = true;
+    for (int r = 0; r < size_; ++r) every_peer = every_peer && (r == rank_ || connected[r]);
+    if (every_peer) {
+      if (listen_fd >= 0) ::close(listen_fd);
+      return Status();
+    }
+    // The listener is also waited on through its own descriptor (Asio owns that
+    // one; the links own the listener).
+    const int watch_fd = listen_fd >= 0 ? ::dup(listen_fd) : -1;
+    if (watch_fd < 0) {
+      if (listen_fd >= 0) ::close(listen_fd);
+      return Status(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, -1, "liveness"},
+                    std::string("liveness channel: cannot watch the listener for connections on "
+                                "first use: ") +
+                        std::strerror(errno));
+    }
+    listen_wait_.assign(watch_fd);
+    first_use_ = std::make_unique<OnDemandLinks>(m, std::move(built.value().addresses), listen_fd,
+                                                 connected);
     return Status();
   }
 
@@ -139,6 +189,7 @@ class LivenessImpl final : public Liveness {
     for (int r = 0; r < size_; ++r) {
       if (links_[r].socket) start_read(r);
     }
+    await_listener();
     last_tick_ = Clock::now();
     next_tick_ = last_tick_;
     on_tick();
@@ -208,23 +259,13 @@ class LivenessImpl final : public Liveness {
     return true;
   }
 
+  // Every peer connected hears it at once; the others from the overlay
+  // partners that pass it on.
   void announce_abort(uint32_t epoch, const std::string& reason) override {
     asio::post(io_, [this, epoch, reason] {
       if (closing_) return;
-      FrameHeader h;
-      h.type = FrameType::kAbort;
-      h.epoch = epoch;
-      h.root = rank_;
-      const size_t n = std::min(reason.size(), kMaxAbortReason);
-      h.payload_bytes = n;
-      const FrameBytes header = encode(h);
-      std::vector<uint8_t> frame(header.begin(), header.end());
-      frame.insert(frame.end(), reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n));
-      for (int r = 0; r < size_; ++r) {
-        if (!links_[r].open()) continue;
-        links_[r].sendq.push_back(frame);
-        if (!links_[r].writing) start_write(r);
-      }
+      passed_abort_ = std::max<int64_t>(passed_abort_, epoch);
+      send_abort(epoch, rank_, reason, -1, false);
     });
   }
 
@@ -281,6 +322,10 @@ class LivenessImpl final : public Liveness {
 
   void send_control(int r, const FrameHeader& h) {
     Link& l = links_[r];
+    if (!l.open() && h.type == FrameType::kWatch) {
+      // Connected on first use; the watch goes out once it is (adopt_link).
+      return dial(r);
+    }
     if (!l.open() || l.goodbye_sent) return;
     const FrameBytes b = encode(h);
     l.sendq.emplace_back(b.begin(), b.end());
@@ -302,18 +347,74 @@ class LivenessImpl final : public Liveness {
     for (int r : peers) send_control(r, h);
   }
 
-  // A neighbour of `about` tells every other peer that it turned silent or heartbeats again.
+  // A neighbour of `about` tells every other peer that it turned silent or
+  // heartbeats again: its overlay partners, which pass it on.
   void tell_suspect(int about, bool silent, long long silent_ms) {
     if (to_all_ || closing_) return;  // with to_all every rank watches every rank itself
     FrameHeader h;
     h.type = FrameType::kSuspect;
-    h.root = rank_;
     h.count = static_cast<uint64_t>(about) + 1;
     h.flags = silent ? kFlagSuspectSilent : 0;
     h.op_seq = static_cast<uint64_t>(std::max(0LL, silent_ms));
+    h.epoch = static_cast<uint32_t>(rank_) + 1;  // the teller
+    h.chunk = ++suspect_told_[static_cast<size_t>(about)];
+    suspect_heard_[static_cast<size_t>(about)][suspect_side(rank_, about)] = h.chunk;
+    pass_on(h, {}, about, -1);
+  }
+
+  // Which of `about`'s two ring neighbours `teller` is (0: the next rank).
+  size_t suspect_side(int teller, int about) const { return teller == (about + 1) % size_ ? 0 : 1; }
+
+  // Sends `h` (with `payload`) to every overlay partner but `about` and `from`,
+  // as this rank's frame.
+  void pass_on(FrameHeader h, const std::string& payload, int about, int from) {
+    h.root = rank_;
+    h.payload_bytes = payload.size();
+    const FrameBytes header = encode(h);
+    std::vector<uint8_t> frame(header.begin(), header.end());
+    frame.insert(frame.end(), payload.begin(), payload.end());
     for (int r = 0; r < size_; ++r) {
-      if (r != about) send_control(r, h);
+      Link& l = links_[r];
+      if (r == about || r == from || !overlay_[r] || !l.open() || l.goodbye_sent) continue;
+      l.sendq.push_back(frame);
+      if (!l.writing) start_write(r);
     }
+  }
+
+  // An abort notice of `epoch`, announced by `origin`: to every connected
+  // peer (announcing it), or to the overlay partners (`overlay_only`: passing
+  // it on), never back to `from`.
+  void send_abort(uint32_t epoch, int origin, const std::string& reason, int from,
+                  bool overlay_only) {
+    FrameHeader h;
+    h.type = FrameType::kAbort;
+    h.epoch = epoch;
+    h.root = rank_;
+    h.count = origin == rank_ ? 0 : static_cast<uint64_t>(origin) + 1;
+    const size_t n = std::min(reason.size(), kMaxAbortReason);
+    h.payload_bytes = n;
+    const FrameBytes header = encode(h);
+    std::vector<uint8_t> frame(header.begin(), header.end());
+    frame.insert(frame.end(), reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n));
+    for (int r = 0; r < size_; ++r) {
+      Link& l = links_[r];
+      if (r == from || r == origin || (overlay_only && !overlay_[r]) || !l.open() || l.goodbye_sent)
+        continue;
+      l.sendq.push_back(frame);
+      if (!l.writing) start_write(r);
+    }
+  }
+
+  // That `about` died (with why) or left, told to the overlay partners.
+  void tell_notice(int about, uint16_t kind, uint32_t epoch, const std::string& why, int from) {
+    if (to_all_ || closing_ || notice_passed_[static_cast<size_t>(about)]) return;
+    notice_passed_[static_cast<size_t>(about)] = true;
+    FrameHeader h;
+    h.type = FrameType::kNotice;
+    h.count = static_cast<uint64_t>(about) + 1;
+    h.flags = kind;
+    h.epoch = epoch;
+    pass_on(h, why.substr(0, kMaxAbortReason), about, from);
   }
 
   FrameHeader heartbeat() const {
@@ -361,6 +462,105 @@ class LivenessImpl final : public Liveness {
     });
   }
 
+  // ---- connections on first use
+
+  // Dials `r` (a peer this rank wants heartbeats from) unless it is connected,
+  // being connected, gone, or this rank is closing.
+  void dial(int r) {
+    if (!first_use_ || closing_ || links_[r].open()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (views_[r].health == PeerHealth::kDead) return;
+    }
+    first_use_->want(r);
+    drive_links();
+  }
+
+  // Moves the handshakes under way and takes the connections they made; while
+  // one is under way, again in kHandshakeStep.
+  void drive_links() {
+    if (!first_use_ || closing_) return;
+    link_events_.clear();
+    const bool moved = first_use_->poll(true, &link_events_);
+    for (OnDemandLinks::Event& e : link_events_) {
+      if (e.fd < 0) {
+        // Dialled again at the next asking (a partition may heal).
+        first_use_->reset(e.peer);
+        RCOLL_LOG(kInfo,
+                  "liveness: %s; this rank dials it again when it next asks for its heartbeats, "
+                  "and judges its silence meanwhile",
+                  e.error.message().c_str());
+        continue;
+      }
+      adopt_link(e.peer, e.fd);
+    }
+    // A handshake waiting on a peer that does not answer (stopped) is looked
+    // at less and less often, down to once an interval.
+    handshake_step_ = moved ? kHandshakeStep : std::min<Millis>(2 * handshake_step_, interval_);
+    if ((first_use_->busy() || first_use_->backlogged()) && !handshake_armed_) {
+      handshake_armed_ = true;
+      handshake_timer_.expires_after(handshake_step_);
+      handshake_timer_.async_wait([this](const error_code& ec) {
+        handshake_armed_ = false;
+        if (!ec) drive_links();
+      });
+    }
+  }
+
+  // Wakes when a peer dials this rank's listener.
+  void await_listener() {
+    if (!listen_wait_.is_open()) return;
+    listen_wait_.async_wait(asio::posix::stream_descriptor::wait_read,
+                            [this](const error_code& ec) {
+                              if (ec || closing_) return;
+                              drive_links();
+                              await_listener();
+                            });
+  }
+
+  // `fd` (its hello done) is the connection to `r` from now on.
+  void adopt_link(int r, int fd) {
+    Link& l = links_[r];
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    error_code ec;
+    auto sock = std::make_unique<tcp::socket>(io_);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      sock->assign(local.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+    } else {
+      ec = error_code(errno, boost::system::system_category());
+    }
+    if (ec) {
+      ::close(fd);
+      RCOLL_LOG(kInfo, "liveness: could not take the connection to rank %d: %s", r,
+                ec.message().c_str());
+      return;
+    }
+    l.socket = std::move(sock);
+    l.sendq.clear();
+    l.writing = l.heartbeat_due = l.goodbye_sent = l.peer_left = false;
+    bool wanted = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      views_[r].address = remote_address(*l.socket);
+      const auto now = Clock::now();
+      wanted = wants_[r].until > now;
+      // Its silence counts from now: the dial's time is not the peer's.
+      if (wanted && views_[r].health == PeerHealth::kAlive)
+        wants_[r].since = std::max(wants_[r].since, now);
+    }
+    RCOLL_LOG(kDebug, "liveness: connected to rank %d (%s) on first use", r,
+              views_address(r).c_str());
+    start_read(r);
+    if (wanted) {
+      FrameHeader h;
+      h.type = FrameType::kWatch;
+      h.root = rank_;
+      h.count = static_cast<uint64_t>(lease_.count());
+      send_control(r, h);
+    }
+  }
+
   // ---- receiving
 
   void start_read(int r) {
@@ -396,26 +596,60 @@ class LivenessImpl final : public Liveness {
         const int about = h.count == 0 || h.count > static_cast<uint64_t>(size_)
                               ? -1
                               : static_cast<int>(h.count) - 1;
+        const int teller = h.epoch == 0 || h.epoch > static_cast<uint32_t>(size_)
+                               ? -1
+                               : static_cast<int>(h.epoch) - 1;
         // Only a ring neighbour of the rank watches it (and none does with to_all).
-        if (about < 0 || to_all_ ||
-            (about != (r + 1) % size_ && about != (r + size_ - 1) % size_)) {
+        if (about < 0 || teller < 0 || to_all_ ||
+            (about != (teller + 1) % size_ && about != (teller + size_ - 1) % size_)) {
           return protocol_error(r, "suspect notice about rank " +
                                        std::to_string(static_cast<long long>(h.count) - 1) +
-                                       ", which it does not watch");
+                                       " from rank " +
+                                       std::to_string(static_cast<long long>(h.epoch) - 1) +
+                                       ", which does not watch it");
         }
-        on_suspect(r, about, (h.flags & kFlagSuspectSilent) != 0, static_cast<long long>(h.op_seq));
+        // Each teller numbers its notices about a rank: an older one, or one
+        // heard already on another path, is neither believed nor passed on.
+        uint32_t& heard = suspect_heard_[static_cast<size_t>(about)][suspect_side(teller, about)];
+        if (h.chunk > heard) {
+          heard = h.chunk;
+          pass_on(h, {}, about, r);
+          on_suspect(teller, about, (h.flags & kFlagSuspectSilent) != 0,
+                     static_cast<long long>(h.op_seq));
+        }
         return start_read(r);
       }
-      case FrameType::kAbort: {
+      case FrameType::kAbort:
+      case FrameType::kNotice: {
         if (h.payload_bytes > kMaxAbortReason) {
-          return protocol_error(r, "abort notice with a " + std::to_string(h.payload_bytes) + "-byte reason");
+          return protocol_error(r, std::string(h.type == FrameType::kAbort ? "abort" : "death") +
+                                       " notice with a " + std::to_string(h.payload_bytes) +
+                                       "-byte reason");
+        }
+        if (h.count > static_cast<uint64_t>(size_) ||
+            (h.type == FrameType::kNotice &&
+             (h.count == 0 || (h.flags != kNoticeDead && h.flags != kNoticeLeft)))) {
+          return protocol_error(
+              r, "notice about rank " + std::to_string(static_cast<long long>(h.count) - 1));
+        }
+        if (h.count == static_cast<uint64_t>(rank_) + 1 ||
+            (h.type == FrameType::kNotice && h.count == static_cast<uint64_t>(r) + 1)) {
+          return protocol_error(r, std::string(h.type == FrameType::kAbort ? "abort" : "death") +
+                                       " notice about " +
+                                       (h.type == FrameType::kAbort ? "this rank" : "its sender"));
         }
         l.payload.resize(h.payload_bytes);
         asio::async_read(*l.socket, asio::buffer(l.payload), [this, r, h](const error_code& ec, size_t) {
           Link& l = links_[r];
           if (!l.open()) return;
           if (ec) return link_failed(r, ec, "receiving from");
-          on_abort(r, h.epoch, std::string(l.payload.begin(), l.payload.end()));
+          std::string text(l.payload.begin(), l.payload.end());
+          if (h.type == FrameType::kAbort) {
+            const int origin = h.count == 0 ? r : static_cast<int>(h.count) - 1;
+            on_abort(r, origin, h.epoch, std::move(text));
+          } else {
+            on_notice(r, static_cast<int>(h.count) - 1, h.flags, h.epoch, std::move(text));
+          }
           start_read(r);
         });
         return;
@@ -513,13 +747,58 @@ class LivenessImpl final : public Liveness {
     return wants_[r].until > now;
   }
 
-  void on_abort(int r, uint32_t epoch, std::string reason) {
+  // `origin` announced that `epoch` failed; `from` told this rank (the same
+  // rank, or an overlay partner passing it on).
+  void on_abort(int from, int origin, uint32_t epoch, std::string reason) {
     int64_t prev = highest_aborted_.load();
     while (static_cast<int64_t>(epoch) > prev && !highest_aborted_.compare_exchange_weak(prev, epoch)) {
     }
-    RCOLL_LOG(kDebug, "liveness: rank %d announced that epoch %u failed: %s", r, epoch,
-              reason.c_str());
-    emit(LivenessEvent{LivenessEvent::Kind::kPeerAborted, r, epoch, std::move(reason)});
+    // Each announcer's notice of an epoch is reported once, however many
+    // paths brought it; only the first notice of an epoch is passed on.
+    int64_t& heard = abort_heard_[static_cast<size_t>(origin)];
+    if (static_cast<int64_t>(epoch) <= heard) return;
+    heard = epoch;
+    if (static_cast<int64_t>(epoch) > passed_abort_) {
+      passed_abort_ = epoch;
+      if (!to_all_ && !closing_) send_abort(epoch, origin, reason, from, true);
+    }
+    const std::string via =
+        from == origin ? "" : " (passed on by rank " + std::to_string(from) + ")";
+    RCOLL_LOG(kDebug, "liveness: rank %d announced that epoch %u failed%s: %s", origin, epoch,
+              via.c_str(), reason.c_str());
+    emit(LivenessEvent{LivenessEvent::Kind::kPeerAborted, origin, epoch, std::move(reason)});
+  }
+
+  // An overlay partner (`from`) tells that `about` died or left, as its
+  // partner of `about` saw it. A rank connected to `about` itself waits for
+  // its own connection to tell (it closes with the process), but passes the
+  // notice on all the same.
+  void on_notice(int from, int about, uint16_t kind, uint32_t epoch, std::string why) {
+    if (about == rank_) return;
+    const bool passed = notice_passed_[static_cast<size_t>(about)];
+    tell_notice(about, kind, epoch, why, from);
+    if (passed || links_[about].open()) return;
+    std::optional<LivenessEvent> event;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PeerView& v = views_[about];
+      if (v.health == PeerHealth::kDead) return;
+      v.health = PeerHealth::kDead;
+      if (kind == kNoticeLeft) {
+        v.left = true;  // gone, though not by dying: no event
+      } else {
+        event = LivenessEvent{LivenessEvent::Kind::kPeerDead, about, epoch,
+                              "told by rank " + std::to_string(from) + ": " + why};
+      }
+    }
+    if (event) {
+      RCOLL_LOG(kWarn, "liveness: %s (told by rank %d); reporting it to the communicator",
+                why.c_str(), from);
+      emit(*event);
+    } else {
+      RCOLL_LOG(kDebug, "liveness: rank %d left (it said goodbye to rank %d's partner)", about,
+                from);
+    }
   }
 
   // The peer shuts down cleanly: what follows is EOF, not a death. Closing our
@@ -527,18 +806,22 @@ class LivenessImpl final : public Liveness {
   void on_goodbye(int r) {
     RCOLL_LOG(kDebug, "liveness: rank %d said goodbye", r);
     links_[r].peer_left = true;
+    uint32_t epoch = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       views_[r].health = PeerHealth::kDead;  // gone, though not by dying: no event
       views_[r].left = true;
+      epoch = views_[r].state.epoch;
     }
     close_link(r);
+    tell_notice(r, kNoticeLeft, epoch, "", r);
   }
 
   void protocol_error(int r, const std::string& what) {
     RCOLL_LOG(kWarn, "liveness: corrupt frame from rank %d (%s): %s; closing its liveness connection", r,
               views_address(r).c_str(), what.c_str());
-    peer_lost(r, "its liveness connection sent a corrupt frame (" + what + ")");
+    // This rank's verdict on one link, not news of a death to pass on.
+    peer_lost(r, "its liveness connection sent a corrupt frame (" + what + ")", false);
   }
 
   void link_failed(int r, const error_code& ec, const char* what) {
@@ -548,7 +831,9 @@ class LivenessImpl final : public Liveness {
 
   // The connection to r is gone without a goodbye: r is dead (unless we are
   // the ones shutting down, when nothing is reported).
-  void peer_lost(int r, const std::string& why) {
+  // `pass_on`: the connection closed (the process is gone): the overlay
+  // partners are told.
+  void peer_lost(int r, const std::string& why, bool pass_on_death = true) {
     Link& l = links_[r];
     const bool report = !closing_ && !l.peer_left;
     close_link(r);
@@ -568,6 +853,7 @@ class LivenessImpl final : public Liveness {
     }
     const std::string reason = "rank " + std::to_string(r) + " (" + address + ") is dead: " + why + "; " + last;
     RCOLL_LOG(kWarn, "liveness: %s; reporting it to the communicator", reason.c_str());
+    if (pass_on_death) tell_notice(r, kNoticeDead, epoch, reason, r);
     emit(LivenessEvent{LivenessEvent::Kind::kPeerDead, r, epoch, reason});
   }
 
@@ -616,7 +902,10 @@ class LivenessImpl final : public Liveness {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int r = 0; r < size_; ++r) {
-        if (!links_[r].open()) continue;
+        // A wanted peer not connected yet is judged too: one that cannot
+        // answer its dial (stopped, frozen) is as silent as one that cannot
+        // heartbeat.
+        if (r == rank_ || (!links_[r].open() && (overlay_[r] || wants_[r].until <= now))) continue;
         PeerView& v = views_[r];
         // A peer judged silent here (not told by its neighbours, whose
         // notice of its return would come) is asked again until it answers.
@@ -633,6 +922,17 @@ class LivenessImpl final : public Liveness {
         if (links_[r].neighbour && !to_all_) {
           links_[r].silent_told = true;
           tell.emplace_back(r, ms);
+        }
+        if (!links_[r].open()) {
+          RCOLL_LOG(kWarn,
+                    "liveness: rank %d is silent: no heartbeat for %lld ms since this rank asked "
+                    "for them (budget %lld ms), and it has not answered this rank's dial (not "
+                    "connected before: no overlay partner); suspect, not dead",
+                    r, ms, static_cast<long long>(budget_.count()));
+          events.push_back(LivenessEvent{
+              LivenessEvent::Kind::kPeerSilent, r, v.state.epoch,
+              "no heartbeat for " + std::to_string(ms) + " ms (its dial unanswered)"});
+          continue;
         }
         RCOLL_LOG(kWarn, "liveness: rank %d (%s) is silent: no heartbeat for %lld ms (budget %lld ms), last at op seq %llu %s, epoch %u; its connection is open, so it is suspect, not dead",
                   r, v.address.c_str(), ms, static_cast<long long>(budget_.count()),
@@ -672,6 +972,10 @@ class LivenessImpl final : public Liveness {
     closing_ = true;
     tick_.cancel();
     urgent_timer_.cancel();
+    handshake_timer_.cancel();
+    error_code ignored;
+    listen_wait_.close(ignored);
+    if (first_use_) first_use_->close();
     FrameHeader bye;
     bye.type = FrameType::kGoodbye;
     bye.root = rank_;
@@ -730,6 +1034,17 @@ class LivenessImpl final : public Liveness {
   std::atomic<int64_t> highest_aborted_{-1};
   std::atomic<bool> urgent_posted_{false};
 
+  // Liveness thread only (overlay_ is set before it starts).
+  std::vector<bool> overlay_;           // the partners connected for good, notices pass over
+  std::vector<uint32_t> suspect_told_;  // this rank's suspect notices about each neighbour
+  std::vector<std::array<uint32_t, 2>>
+      suspect_heard_;                         // the last heard from each neighbour of each rank
+  std::vector<bool> notice_passed_;           // a death or departure of that rank was passed on
+  int64_t passed_abort_ = -1;                 // the highest epoch whose abort was passed on
+  std::vector<int64_t> abort_heard_;          // by announcer: the highest epoch reported
+  std::unique_ptr<OnDemandLinks> first_use_;  // null when the overlay is every peer
+  std::vector<OnDemandLinks::Event> link_events_;
+
   // Liveness thread only.
   asio::steady_timer tick_;
   asio::steady_timer urgent_timer_;
@@ -739,6 +1054,10 @@ class LivenessImpl final : public Liveness {
   Clock::time_point last_urgent_{};
   bool urgent_armed_ = false;
   bool closing_ = false;
+  asio::steady_timer handshake_timer_;
+  bool handshake_armed_ = false;
+  Millis handshake_step_ = kHandshakeStep;
+  asio::posix::stream_descriptor listen_wait_;  // a dup of the listener, to wake on
 
   std::thread thread_;  // declared last: joined before the members it uses go
 };

@@ -8,20 +8,29 @@
 //   silent     connection open, no heartbeat for the liveness budget (SIGSTOP,
 //              frozen, partitioned): suspect; recovery waits for it
 //
-// Heartbeats go to a sparse overlay, not to every peer (#37): every rank
-// heartbeats to its two ring neighbours, which watch it for silence and tell
-// every rank when it turns silent or heartbeats again (a suspect notice), so
-// the steady state costs 2P heartbeats per interval instead of P(P-1). A rank
-// that needs another's state (an op stalled: who is behind, who waits on whom)
-// asks it for heartbeats (want); the view is current once one arrived, and the
-// peer heartbeats to it for a lease (two budgets) that the asking renews.
-// Deaths need no heartbeats: every pair keeps its connection, whose close
-// every rank sees at once. Ranks that freeze together with both their
+// The mesh and the heartbeats are sparse (#37). Each rank connects to its
+// overlay partners only: its ring neighbours and its recursive-doubling
+// partners (rank ^ 2^k), O(log P) of them (eager_partners in
+// transports/tcp/on_demand_links.h); any other peer is connected on first
+// use, when one wants the other's heartbeats. Every rank heartbeats to its two
+// ring neighbours, which watch it for silence. What a rank used to see for
+// itself over a full mesh is passed on over the overlay, each rank passing a
+// notice on once, so it reaches every rank in O(log P) hops: a neighbour's
+// word that a rank turned silent or heartbeats again (kSuspect), a partner's
+// word that a rank died (its connection closed without a goodbye) or left
+// (it said goodbye) (kNotice), and a failed epoch (kAbort). A rank still
+// connected to the one said to be dead waits for its own connection to say
+// so. A rank that needs another's state (an op stalled: who is behind, who
+// waits on whom) asks it for heartbeats (want); the view is current once one
+// arrived, and the peer heartbeats to it for a lease (two budgets) that the
+// asking renews; a wanted peer that cannot even answer the dial is silent a
+// budget after the asking. Ranks that freeze together with both their
 // neighbours (a whole host's consecutive ranks) are told by the ranks at the
-// edges of the frozen run only; the others are found silent by the ranks
-// that want them (a stalled collective wants every peer), a budget after
-// asking. The budget and to_all are settings every rank must share. LivenessParams::to_all restores
-// heartbeats to every peer (RCOLL_HEARTBEATS_TO_ALL=1). One thread, owned and joined by Liveness.
+// edges of the frozen run only; the others are found silent by the ranks that
+// want them (a stalled collective wants every peer), a budget after asking.
+// The budget and to_all are settings every rank must share.
+// LivenessParams::to_all restores the full mesh and heartbeats to every peer
+// (RCOLL_HEARTBEATS_TO_ALL=1). One thread, owned and joined by Liveness.
 #pragma once
 
 #include <chrono>
@@ -106,9 +115,9 @@ struct LivenessParams {
 
 class Liveness {
  public:
-  // Builds the mesh (every pair connected, hello with job token checked) and
-  // starts the heartbeat thread. Fails within connect_deadline naming the
-  // ranks it could not reach.
+  // Builds the mesh (the overlay partners connected, or every pair with
+  // to_all; hello with job token checked) and starts the heartbeat thread.
+  // Fails within connect_deadline naming the ranks it could not reach.
   static Result<std::unique_ptr<Liveness>> start(const LivenessParams& params);
   virtual ~Liveness() = default;
 
@@ -125,7 +134,8 @@ class Liveness {
   // while still interested; a renewal goes out only when half the lease has
   // passed. Ring neighbours (and every peer with to_all) need no asking.
   virtual void want(int rank) = 0;
-  // Tells every peer now that `epoch` failed. Non-blocking.
+  // Tells every peer now that `epoch` failed (the connected ones directly,
+  // the others through the overlay). Non-blocking.
   virtual void announce_abort(uint32_t epoch, const std::string& reason) = 0;
   // Called on the liveness thread for every event; keep it short (set a flag,
   // notify a condition variable). Set before ops run; not changed afterwards.

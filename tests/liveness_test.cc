@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "rcoll/store.h"
+#include "transports/tcp/on_demand_links.h"
 
 namespace rcoll {
 namespace {
@@ -152,11 +153,17 @@ class LivenessTest : public ::testing::Test {
   std::vector<std::unique_ptr<Liveness>> start_all(int n, Millis interval, Millis budget,
                                                    std::vector<Events>* events, bool to_all = false,
                                                    int skip = -1) {
+    return start_all(n, interval, budget, events, to_all, std::vector<int>{skip});
+  }
+  // The same, leaving out every rank of `skip`.
+  std::vector<std::unique_ptr<Liveness>> start_all(int n, Millis interval, Millis budget,
+                                                   std::vector<Events>* events, bool to_all,
+                                                   const std::vector<int>& skip) {
     std::vector<std::unique_ptr<Liveness>> out(n);
     std::vector<Status> errors(n);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
-      if (r == skip) continue;
+      if (std::find(skip.begin(), skip.end(), r) != skip.end()) continue;
       threads.emplace_back([&, r] {
         auto l = Liveness::start(params(r, n, interval, budget, to_all));
         if (!l.ok()) {
@@ -667,6 +674,172 @@ TEST_F(LivenessProcessTest, AStoppedRanksNeighboursTellEveryRank) {
     EXPECT_EQ(events[r].count(Kind::kPeerSilent), 1) << "rank " << r << ":" << events[r].describe();
     EXPECT_EQ(events[r].count(Kind::kPeerBack), 1) << "rank " << r << ":" << events[r].describe();
   }
+}
+
+// ---- the overlay: notices passed on to the ranks not connected -------------------
+
+// 16 ranks: each is connected to its overlay partners only (ring neighbours,
+// rank ^ 2^k), so most of the peers rank 5 could tell directly are not
+// connected to it. Its abort notice reaches every rank within 50 ms, passed
+// on, once per rank, naming rank 5; a second announcer of the same epoch
+// reaches the ranks connected to it, and is not passed on again.
+TEST_F(LivenessTest, AnAbortNoticeIsPassedOnToEveryRankOnce) {
+  constexpr int n = 16, announcer = 5;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, 100ms, 5000ms, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  int not_partners = 0;
+  for (int r = 0; r < n; ++r)
+    not_partners += r != announcer && !eager_partners(announcer, n)[r] ? 1 : 0;
+  ASSERT_GE(not_partners, 8);
+
+  const std::string reason = "allreduce seq 17 made no progress for 1500 ms";
+  const auto t0 = Clock::now();
+  ranks[announcer]->announce_abort(4, reason);
+  for (int r = 0; r < n; ++r) {
+    if (r == announcer) continue;
+    auto seen = events[r].wait_for(Kind::kPeerAborted, announcer, 1000ms);
+    ASSERT_TRUE(seen.has_value()) << "rank " << r
+                                  << " never heard of the abort:" << events[r].describe();
+    EXPECT_LE(std::chrono::duration_cast<Millis>(seen->at - t0).count(), 50) << "rank " << r;
+    EXPECT_EQ(seen->event.epoch, 4u);
+    EXPECT_EQ(seen->event.reason, reason);
+    EXPECT_EQ(ranks[r]->highest_aborted_epoch(), 4);
+  }
+  ranks[9]->announce_abort(4, "rank 9 saw it too");
+  std::this_thread::sleep_for(200ms);
+  for (int r = 0; r < n; ++r) {
+    const int expected = (r == announcer ? 0 : 1) + (r != 9 && eager_partners(9, n)[r] ? 1 : 0);
+    EXPECT_EQ(events[r].count(Kind::kPeerAborted), expected)
+        << "rank " << r
+        << " (rank 9's second notice reaches its partners only):" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
+  }
+}
+
+// Rank 5 of 8 in a child process, killed: its partners see its connections
+// close, and every other rank, never connected to it, learns of the death
+// from them within a second; one death each, named by the rank that saw it.
+TEST_F(LivenessProcessTest, ADeathIsPassedOnToTheRanksNotConnectedToIt) {
+  constexpr int n = 8, victim = 5;
+  constexpr Millis interval = 50ms, budget = 1000ms;
+  child_ = spawn_rank1(server_->port(), interval, budget, std::nullopt, victim, n);
+  ASSERT_GT(child_, 0);
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, interval, budget, &events, false, victim);
+  for (int r = 0; r < n; ++r)
+    if (r != victim) ASSERT_NE(ranks[r], nullptr) << "rank " << r;
+  const auto t0 = Clock::now();
+  while (ranks[4]->peer(victim).state.op_seq != 42u && ms_since(t0) < 2000)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(ranks[4]->peer(victim).state.op_seq, 42u) << "no heartbeat from the child";
+
+  const auto killed = Clock::now();
+  ASSERT_EQ(::kill(child_, SIGKILL), 0);
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    auto seen = events[r].wait_for(Kind::kPeerDead, victim, 1000ms);
+    ASSERT_TRUE(seen.has_value()) << "rank " << r
+                                  << " never learned rank 5 died:" << events[r].describe();
+    EXPECT_LE(std::chrono::duration_cast<Millis>(seen->at - killed).count(), 1000) << "rank " << r;
+    EXPECT_EQ(ranks[r]->peer(victim).health, PeerHealth::kDead) << "rank " << r;
+    EXPECT_FALSE(ranks[r]->peer(victim).left) << "rank " << r;
+    if (!eager_partners(victim, n)[r]) {
+      EXPECT_TRUE(contains(seen->event.reason, "told by rank"))
+          << "rank " << r << " is no partner of rank 5: " << seen->event.reason;
+    }
+  }
+  std::this_thread::sleep_for(200ms);
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 1) << "rank " << r << ":" << events[r].describe();
+  }
+  reap();
+}
+
+// Rank 3 of 8 closes (a goodbye to its partners): every other rank, its
+// partners or not, sees it as having left, and nobody reports a death or a
+// silence.
+TEST_F(LivenessTest, ADepartureIsPassedOnToTheRanksNotConnectedToIt) {
+  constexpr int n = 8, leaver = 3;
+  constexpr Millis budget = 1000ms;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, 20ms, budget, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  ASSERT_FALSE(eager_partners(leaver, n)[6]);
+  ranks[leaver].reset();
+  const auto t0 = Clock::now();
+  for (int r = 0; r < n; ++r) {
+    if (r == leaver) continue;
+    while (!ranks[r]->peer(leaver).left && ms_since(t0) < 1000) std::this_thread::sleep_for(2ms);
+    EXPECT_TRUE(ranks[r]->peer(leaver).left) << "rank " << r << " never learned rank 3 left";
+  }
+  std::this_thread::sleep_for(budget + 200ms);
+  for (int r = 0; r < n; ++r) {
+    if (r == leaver) continue;
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << "rank " << r << ":" << events[r].describe();
+  }
+}
+
+// Ranks 5, 6 and 7 of 8 in child processes, stopped together (a frozen
+// host): rank 6's neighbours are frozen too, so nobody tells of its silence.
+// Rank 1, not connected to rank 6, wants it: its dial goes unanswered, and
+// rank 6 is silent a budget after the asking, as a connected rank that stops
+// heartbeating is. After SIGCONT rank 6 answers the dial and heartbeats to
+// rank 1, whose view of it turns current.
+TEST_F(LivenessProcessTest, AWantedPeerThatCannotAnswerTheDialIsSilent) {
+  constexpr int n = 8, wanted = 6;
+  constexpr Millis interval = 50ms, budget = 600ms;
+  const std::vector<int> frozen = {5, 6, 7};
+  std::vector<pid_t> children;
+  for (int r : frozen) {
+    children.push_back(spawn_rank1(server_->port(), interval, budget, std::nullopt, r, n));
+    ASSERT_GT(children.back(), 0);
+  }
+  struct Reaper {
+    std::vector<pid_t>& pids;
+    ~Reaper() {
+      for (pid_t pid : pids) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{children};
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, interval, budget, &events, false, frozen);
+  for (int r = 0; r < n; ++r)
+    if (std::find(frozen.begin(), frozen.end(), r) == frozen.end())
+      ASSERT_NE(ranks[r], nullptr) << "rank " << r;
+  ASSERT_FALSE(eager_partners(1, n)[wanted]);
+  const auto t0 = Clock::now();
+  while ((ranks[4]->peer(5).state.op_seq != 42u || ranks[0]->peer(7).state.op_seq != 42u) &&
+         ms_since(t0) < 2000)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(ranks[4]->peer(5).state.op_seq, 42u) << "no heartbeat from rank 5";
+  for (pid_t pid : children) ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  std::this_thread::sleep_for(interval);
+  const auto asked = Clock::now();
+  ranks[1]->want(wanted);
+  auto silent = events[1].wait_for(Kind::kPeerSilent, wanted, 3000ms);
+  ASSERT_TRUE(silent.has_value()) << "rank 1 never found rank 6 silent:" << events[1].describe();
+  const long after =
+      static_cast<long>(std::chrono::duration_cast<Millis>(silent->at - asked).count());
+  EXPECT_GE(after, budget.count() - interval.count() - 10) << "silent before the budget";
+  EXPECT_LE(after, budget.count() + 2 * interval.count() + 200);
+  EXPECT_EQ(silent->event.reason.rfind("no heartbeat", 0), 0u)
+      << "told, not seen: " << silent->event.reason;
+  EXPECT_TRUE(contains(silent->event.reason, "dial unanswered")) << silent->event.reason;
+  EXPECT_EQ(events[1].count(Kind::kPeerDead), 0) << events[1].describe();
+
+  for (pid_t pid : children) ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  auto back = events[1].wait_for(Kind::kPeerBack, wanted, 3000ms);
+  ASSERT_TRUE(back.has_value()) << "rank 1 never heard rank 6 again:" << events[1].describe();
+  ranks[1]->want(wanted);
+  const auto t1 = Clock::now();
+  while (!ranks[1]->peer(wanted).current && ms_since(t1) < 2000) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(ranks[1]->peer(wanted).current) << "the dial on first use never connected";
+  EXPECT_EQ(ranks[1]->peer(wanted).state.op_seq, 42u);
 }
 
 // ---- connecting -------------------------------------------------------------------

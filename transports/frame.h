@@ -23,12 +23,17 @@ inline constexpr size_t kFrameHeaderBytes = 48;
 // No frame may carry more than this; a header that claims more is hostile or corrupt.
 inline constexpr uint64_t kMaxFramePayload = uint64_t{1} << 31;
 
-// kHeartbeat, kGoodbye, kWatch and kSuspect travel only on the liveness channel
-// (runtime/liveness.h): a heartbeat carries the sender's op_seq, epoch and
-// in_comm (flags bit 0); a goodbye announces a clean shutdown, so the
-// connection closing after it is no death; a watch asks the receiver to
-// heartbeat to the sender for `count` ms; a suspect notice tells that rank
-// `count` - 1 turned silent (flags bit 0) or heartbeats again.
+// kHeartbeat, kGoodbye, kWatch, kSuspect and kNotice travel only on the
+// liveness channel (runtime/liveness.h): a heartbeat carries the sender's
+// op_seq, epoch and in_comm (flags bit 0); a goodbye announces a clean
+// shutdown, so the connection closing after it is no death; a watch asks the
+// receiver to heartbeat to the sender for `count` ms. A suspect notice tells
+// that rank `count` - 1 turned silent (flags bit 0) or heartbeats again: its
+// teller (a ring neighbour of that rank) is rank `epoch` - 1, `chunk` the
+// teller's count of its notices about that rank, `op_seq` the silence in ms;
+// it is passed on over the liveness overlay. A notice tells that rank
+// `count` - 1 died (flags 1, the payload the reason) or left (flags 2), as
+// its overlay partner saw it, and is passed on likewise.
 enum class FrameType : uint8_t {
   kData = 1,
   kHello = 2,
@@ -38,9 +43,10 @@ enum class FrameType : uint8_t {
   kGoodbye = 6,
   kWatch = 7,
   kSuspect = 8,
+  kNotice = 9,
 };
 // The highest frame type (decoders reject anything above).
-inline constexpr FrameType kLastFrameType = FrameType::kSuspect;
+inline constexpr FrameType kLastFrameType = FrameType::kNotice;
 
 enum class OpKind : uint8_t {
   kNone = 0,

@@ -271,8 +271,8 @@ bool OnDemandLinks::step_dial(Dial* d, std::vector<Event>* events, bool* moved) 
       state_[d->peer] = PeerState::kDone;
       events->push_back(
           Event{d->peer, -1,
-                unreachable(d->peer, "its listener refused the connection (it has left epoch " +
-                                         std::to_string(mesh_.epoch) + "; the epoch is failing)")});
+                unreachable(d->peer, "its listener refused the connection (" + mesh_.purpose +
+                                         " is closed there: it has left)")});
       return false;
     }
     if (err != 0) return retry_or_fail(d, std::string("connect: ") + std::strerror(err), events);
@@ -410,7 +410,14 @@ bool OnDemandLinks::poll(bool look_at_listener, std::vector<Event>* events) {
   if (look_at_listener && listen_fd_ >= 0) {
     for (;;) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) break;  // EAGAIN, or a connection that failed before it was taken
+      if (fd < 0) {
+        // A connection that failed before it was taken: the next one may be fine.
+        if (errno == ECONNABORTED || errno == EINTR || errno == EPROTO) continue;
+        // Out of descriptors: the backlog waits, and is looked at again.
+        backlogged_ = errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM;
+        break;
+      }
+      backlogged_ = false;
       Incoming in;
       in.fd = fd;
       in.from = socket_peer_address(fd);
@@ -489,6 +496,13 @@ void OnDemandLinks::forget(int peer) {
     dials_.erase(dials_.begin() + static_cast<std::ptrdiff_t>(i));
     break;
   }
+}
+
+void OnDemandLinks::reset(int peer) {
+  if (peer < 0 || peer >= mesh_.size || peer == mesh_.rank) return;
+  if (std::any_of(dials_.begin(), dials_.end(), [peer](const Dial& d) { return d.peer == peer; }))
+    return;
+  state_[peer] = PeerState::kIdle;
 }
 
 void OnDemandLinks::close() {

@@ -79,6 +79,13 @@ class OnDemandLinks {
   // or the transport is closing): a handshake with it ends, a hello from it
   // is refused.
   void forget(int peer);
+  // A peer whose dial failed (or that was forgotten, its connection closed)
+  // may be dialled again and may dial in: for a channel that outlives
+  // failures (liveness), not for an epoch's data plane.
+  void reset(int peer);
+  // The listener has connections waiting that could not be taken (out of
+  // descriptors): poll again soon, a wake on the listener may not come.
+  bool backlogged() const { return backlogged_; }
   // Closes the listener and every handshake. Idempotent.
   void close();
 
@@ -120,8 +127,9 @@ class OnDemandLinks {
   std::vector<PeerState> state_;
   std::vector<Dial> dials_;
   std::vector<Incoming> incoming_;
-  std::vector<Event> ready_;  // finished outside poll (a dial that failed at once)
+  std::vector<Event> ready_;       // finished outside poll (a dial that failed at once)
   std::vector<pollfd> ready_fds_;  // poll's, reused
+  bool backlogged_ = false;
 };
 
 }  // namespace rcoll
