@@ -290,6 +290,12 @@ class LivenessImpl final : public Liveness {
     bool heartbeat_due = false;  // a fresh heartbeat goes out after the current write
     bool goodbye_sent = false;
     bool peer_left = false;      // the peer said goodbye
+    bool write_failed = false;   // a write failed: nothing more is sent, the read decides
+    // Made on first use (a want), not an overlay link: its close is no
+    // verdict on the peer (the dialling rank may give it up, or close its
+    // communicator before it sends its goodbye there); the overlay partners
+    // judge deaths.
+    bool on_demand = false;
     FrameBytes rx{};
     std::vector<uint8_t> payload;
     bool open() const { return socket != nullptr; }
@@ -435,6 +441,7 @@ class LivenessImpl final : public Liveness {
 
   void start_write(int r) {
     Link& l = links_[r];
+    if (l.write_failed) return;
     if (!l.sendq.empty()) {
       l.out = std::move(l.sendq.front());
       l.sendq.pop_front();
@@ -451,7 +458,19 @@ class LivenessImpl final : public Liveness {
       Link& l = links_[r];
       l.writing = false;
       if (!l.open()) return;
-      if (ec) return link_failed(r, ec, "sending to");
+      if (ec) {
+        if (ec == asio::error::operation_aborted) return;
+        // The read always pending on the link gives the verdict: a goodbye
+        // sent before the close is still there to read (a reset does not
+        // drop what was received), then the end of the stream. A failed
+        // write alone (the peer closed after its goodbye, with this rank's
+        // frames unread) is no death.
+        l.write_failed = true;
+        l.sendq.clear();
+        RCOLL_LOG(kDebug, "liveness: sending to rank %d failed (%s); its connection's read decides",
+                  r, ec.message().c_str());
+        return;
+      }
       if (l.out.size() >= kFrameHeaderBytes && l.out[4] == static_cast<uint8_t>(FrameType::kGoodbye)) {
         l.goodbye_sent = true;
         error_code ignored;
@@ -538,7 +557,8 @@ class LivenessImpl final : public Liveness {
     }
     l.socket = std::move(sock);
     l.sendq.clear();
-    l.writing = l.heartbeat_due = l.goodbye_sent = l.peer_left = false;
+    l.writing = l.heartbeat_due = l.goodbye_sent = l.peer_left = l.write_failed = false;
+    l.on_demand = true;
     bool wanted = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -770,14 +790,16 @@ class LivenessImpl final : public Liveness {
   }
 
   // An overlay partner (`from`) tells that `about` died or left, as its
-  // partner of `about` saw it. A rank connected to `about` itself waits for
-  // its own connection to tell (it closes with the process), but passes the
-  // notice on all the same.
+  // partner of `about` saw it. A rank that is an overlay partner of `about`
+  // itself waits for its own connection to tell (it closes with the
+  // process), but passes the notice on all the same.
   void on_notice(int from, int about, uint16_t kind, uint32_t epoch, std::string why) {
     if (about == rank_) return;
     const bool passed = notice_passed_[static_cast<size_t>(about)];
     tell_notice(about, kind, epoch, why, from);
-    if (passed || links_[about].open()) return;
+    // An overlay link to `about` tells this rank itself; a link made on
+    // first use does not (its close is no verdict).
+    if (passed || (links_[about].open() && !links_[about].on_demand)) return;
     std::optional<LivenessEvent> event;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -838,6 +860,13 @@ class LivenessImpl final : public Liveness {
     const bool report = !closing_ && !l.peer_left;
     close_link(r);
     if (!report) return;
+    if (l.on_demand) {
+      // Dialled again when next wanted; a death is its overlay partners' to tell.
+      RCOLL_LOG(kDebug, "liveness: the connection to rank %d made on first use closed (%s)", r,
+                why.c_str());
+      if (first_use_) first_use_->reset(r);
+      return;
+    }
     std::string address;
     std::string last;
     uint32_t epoch = 0;

@@ -217,31 +217,29 @@ TEST(TcpTransport, MeshSocketsCapTheTimeoutAndKeepTheGiveUpTime) {
 }
 
 // The partners an epoch connects at once: symmetric (else one side would wait
-// for a dial that never comes), never the rank itself, the ring neighbours,
-// and at most 2 + ceil(log2 P) of them.
-TEST(EagerPartners, AreSymmetricRingAndDoublingPartnersOnly) {
+// for a dial that never comes), never the rank itself, the ring neighbours and
+// the dissemination barrier's rank +- 2^k, and at most 3 ceil(log2 P) of them.
+TEST(EagerPartners, AreSymmetricRingBarrierAndDoublingPartnersOnly) {
+  auto power_of_two = [](int x) { return x > 0 && (x & (x - 1)) == 0; };
   for (int p = 1; p <= 300; ++p) {
-    int bound = 2;
-    while ((1 << (bound - 2)) < p) ++bound;
+    int log2p = 0;
+    while ((1 << log2p) < p) ++log2p;
     for (int r = 0; r < p; ++r) {
       const std::vector<bool> mine = eager_partners(r, p);
       ASSERT_EQ(mine.size(), static_cast<size_t>(p));
       EXPECT_FALSE(mine[static_cast<size_t>(r)]) << r << " of " << p;
       int count = 0;
       for (int q = 0; q < p; ++q) {
+        const bool barrier = power_of_two((q - r + p) % p) || power_of_two((r - q + p) % p);
+        if (q != r && barrier)
+          EXPECT_TRUE(mine[static_cast<size_t>(q)]) << r << " -> " << q << " of " << p;
         if (!mine[static_cast<size_t>(q)]) continue;
         ++count;
         EXPECT_TRUE(eager_partners(q, p)[static_cast<size_t>(r)])
             << r << " -> " << q << " of " << p;
-        const bool ring = q == (r + 1) % p || r == (q + 1) % p;
-        const int x = r ^ q;
-        EXPECT_TRUE(ring || (x & (x - 1)) == 0) << r << " -> " << q << " of " << p;
+        EXPECT_TRUE(barrier || power_of_two(r ^ q)) << r << " -> " << q << " of " << p;
       }
-      if (p > 1) {
-        EXPECT_TRUE(mine[static_cast<size_t>((r + 1) % p)]);
-        EXPECT_TRUE(mine[static_cast<size_t>((r + p - 1) % p)]);
-      }
-      EXPECT_LE(count, bound) << r << " of " << p;
+      EXPECT_LE(count, 3 * log2p) << r << " of " << p;
     }
   }
 }

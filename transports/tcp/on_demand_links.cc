@@ -135,9 +135,11 @@ std::string reason(int err) { return err == 0 ? "the connection was closed" : st
 std::vector<bool> eager_partners(int rank, int size) {
   std::vector<bool> partners(static_cast<size_t>(std::max(size, 0)), false);
   if (size <= 1) return partners;
-  partners[static_cast<size_t>((rank + 1) % size)] = true;
-  partners[static_cast<size_t>((rank + size - 1) % size)] = true;
   for (int d = 1; d < size; d <<= 1) {
+    // The dissemination barrier's (rank +- 2^k; the ring neighbours at k = 0)
+    // and recursive doubling's (rank ^ 2^k).
+    partners[static_cast<size_t>((rank + d) % size)] = true;
+    partners[static_cast<size_t>((rank + size - d) % size)] = true;
     const int q = rank ^ d;
     if (q < size) partners[static_cast<size_t>(q)] = true;
   }

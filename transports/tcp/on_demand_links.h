@@ -34,10 +34,14 @@
 
 namespace rcoll {
 
-// The peers a rank connects to when an epoch starts: its ring neighbours and
-// its recursive-doubling partners (rank ^ 2^k): the ring and doubling
-// algorithms and the link timing talk to these on every op. The relation is
-// symmetric. By rank; false for the rank itself.
+// The peers a rank connects to when an epoch starts: rank +- 2^k (the ring
+// neighbours at k = 0, the dissemination barrier's partners) and its
+// recursive-doubling partners (rank ^ 2^k): the ring, barrier and doubling
+// algorithms and the link timing talk to these on every op. At most
+// 3 ceil(log2 P) of them; the relation is symmetric. By rank; false for the
+// rank itself. (Barrier partners joined when a 256-rank job's closing barrier,
+// each round dialling on first use, finished seconds apart on 2 CPUs and the
+// first ranks out exited while the last still waited.)
 std::vector<bool> eager_partners(int rank, int size);
 
 // "IP:PORT" of a connected socket's peer, or "?".
