@@ -718,8 +718,9 @@ TEST_F(LivenessTest, AnAbortNoticeIsPassedOnToEveryRankOnce) {
 }
 
 // Rank 5 of 8 in a child process, killed: its partners see its connections
-// close, and every other rank, never connected to it, learns of the death
-// from them within a second; one death each, named by the rank that saw it.
+// close, and every other rank learns of the death from them within a second
+// (rank 0 too, connected to it on first use only); one death each, named by
+// the rank that saw it.
 TEST_F(LivenessProcessTest, ADeathIsPassedOnToTheRanksNotConnectedToIt) {
   constexpr int n = 8, victim = 5;
   constexpr Millis interval = 50ms, budget = 1000ms;
@@ -733,6 +734,12 @@ TEST_F(LivenessProcessTest, ADeathIsPassedOnToTheRanksNotConnectedToIt) {
   while (ranks[4]->peer(victim).state.op_seq != 42u && ms_since(t0) < 2000)
     std::this_thread::sleep_for(5ms);
   ASSERT_EQ(ranks[4]->peer(victim).state.op_seq, 42u) << "no heartbeat from the child";
+  // Rank 0, no partner of rank 5, connects to it on first use: that link's
+  // close is no verdict of its own (rank 0 too is told by the partners).
+  ASSERT_FALSE(eager_partners(0, n)[victim]);
+  ranks[0]->want(victim);
+  while (!ranks[0]->peer(victim).current && ms_since(t0) < 4000) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(ranks[0]->peer(victim).current) << "rank 0's dial of rank 5 never connected";
 
   const auto killed = Clock::now();
   ASSERT_EQ(::kill(child_, SIGKILL), 0);
