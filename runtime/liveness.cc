@@ -818,8 +818,9 @@ class LivenessImpl final : public Liveness {
                 why.c_str(), from);
       emit(*event);
     } else {
-      RCOLL_LOG(kDebug, "liveness: rank %d left (it said goodbye to rank %d's partner)", about,
-                from);
+      RCOLL_LOG(kDebug,
+                "liveness: rank %d left: it said goodbye to its overlay partners (told by rank %d)",
+                about, from);
     }
   }
 
