@@ -1,15 +1,17 @@
 // The liveness side channel (runtime/liveness.h).
 //
 // One thread runs one io_context. The liveness mesh (transports/tcp/mesh.h,
-// keys "liveness/<rank>") connects each rank to its overlay partners (the ring
-// neighbours and the recursive-doubling partners, eager_partners in
-// transports/tcp/on_demand_links.h; every peer with to_all); a rank it wants
+// keys "liveness/<rank>") connects each rank to its overlay partners (rank +-
+// 2^k and rank ^ 2^k, eager_partners in transports/tcp/on_demand_links.h;
+// every peer with to_all); a rank it wants
 // heartbeats from, or that wants its, is connected on first use. Per
 // connection there is a read always pending and a small send queue. Every `interval` a heartbeat
 // goes to the heartbeat targets (the ring neighbours, the peers whose watch lease runs, or every
 // peer with to_all), and the silence of every peer expected to heartbeat here is checked. How the
 // three cases show:
-//   dead      a read fails with EOF/reset and no goodbye came first: the kernel
+//   dead      a read of an overlay link fails with EOF/reset and no goodbye came
+//             first (a failed write, or a link made on first use closing, is no
+//             verdict): the kernel
 //             closed the sockets of a process that died, so this is immediate;
 //             the rank that saw it tells the others in a kNotice, passed on
 //             over the overlay (O(log P) hops)

@@ -3,14 +3,15 @@
 // compute or in comm, epoch) and announce failed epochs. It tells the three
 // cases of DESIGN.md apart:
 //   straggler  heartbeats arrive, its op seq is behind ours: wait, log who is late
-//   dead       its liveness connection closed (the kernel closes every socket of
-//              a process that dies): report within the liveness budget
+//   dead       an overlay link to it closed without a goodbye (the kernel closes
+//              every socket of a process that dies): reported at once by its
+//              overlay partners, and told to the other ranks in O(log P) hops
 //   silent     connection open, no heartbeat for the liveness budget (SIGSTOP,
 //              frozen, partitioned): suspect; recovery waits for it
 //
 // The mesh and the heartbeats are sparse (#37). Each rank connects to its
-// overlay partners only: its ring neighbours and its recursive-doubling
-// partners (rank ^ 2^k), O(log P) of them (eager_partners in
+// overlay partners only: rank +- 2^k (its ring neighbours at k = 0) and
+// rank ^ 2^k, O(log P) of them (eager_partners in
 // transports/tcp/on_demand_links.h); any other peer is connected on first
 // use, when one wants the other's heartbeats. Every rank heartbeats to its two
 // ring neighbours, which watch it for silence. What a rank used to see for
@@ -18,8 +19,8 @@
 // notice on once, so it reaches every rank in O(log P) hops: a neighbour's
 // word that a rank turned silent or heartbeats again (kSuspect), a partner's
 // word that a rank died (its connection closed without a goodbye) or left
-// (it said goodbye) (kNotice), and a failed epoch (kAbort). A rank still
-// connected to the one said to be dead waits for its own connection to say
+// (it said goodbye) (kNotice), and a failed epoch (kAbort). A rank whose overlay
+// link to the one said to be dead is still open waits for that link to say
 // so. A rank that needs another's state (an op stalled: who is behind, who
 // waits on whom) asks it for heartbeats (want); the view is current once one
 // arrived, and the peer heartbeats to it for a lease (two budgets) that the
@@ -82,7 +83,7 @@ struct PeerView {
 struct LivenessEvent {
   enum class Kind : uint8_t {
     kPeerAborted,  // the peer announced that `epoch` failed (reason in `reason`)
-    kPeerDead,     // the peer's liveness connection closed
+    kPeerDead,     // an overlay link to the peer closed without a goodbye (here, or told)
     kPeerSilent,   // no heartbeat for the liveness budget (seen here, or told by a watcher)
     kPeerBack,     // a silent peer heartbeats again
   };

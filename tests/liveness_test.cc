@@ -678,7 +678,7 @@ TEST_F(LivenessProcessTest, AStoppedRanksNeighboursTellEveryRank) {
 
 // ---- the overlay: notices passed on to the ranks not connected -------------------
 
-// 16 ranks: each is connected to its overlay partners only (ring neighbours,
+// 16 ranks: each is connected to its overlay partners only (rank +- 2^k,
 // rank ^ 2^k), so most of the peers rank 5 could tell directly are not
 // connected to it. Its abort notice reaches every rank within 50 ms, passed
 // on, once per rank, naming rank 5; a second announcer of the same epoch
