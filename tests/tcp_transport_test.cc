@@ -34,9 +34,11 @@ namespace {
 using namespace std::chrono_literals;
 
 // Runs body(transport) on `size` connected TCP transports, one thread each,
-// polling for `spin` before a wait sleeps.
+// polling for `spin` before a wait sleeps; `adjust` may change a rank's
+// connect parameters first.
 void run_transports(int size, const std::function<void(Transport&)>& body,
-                    std::chrono::microseconds spin = std::chrono::microseconds(50)) {
+                    std::chrono::microseconds spin = std::chrono::microseconds(50),
+                    const std::function<void(TcpConnectParams&)>& adjust = {}) {
   testing_support::run_thread_ranks(size, [&](int r, std::shared_ptr<Store> store) {
     TcpConnectParams p;
     p.rank = r;
@@ -45,6 +47,7 @@ void run_transports(int size, const std::function<void(Transport&)>& body,
     p.ifname_spec = "=lo";
     p.deadline = Deadline::after(5000ms);
     p.spin = spin;
+    if (adjust) adjust(p);
     auto t = connect_tcp_transport(p);
     if (!t.ok()) {
       ADD_FAILURE() << "rank " << r << ": " << t.status().to_string();
@@ -365,42 +368,40 @@ TEST(TcpTransportOnDemand, ABuildStillRunningTakesTheDialsOfOtherPeers) {
   ASSERT_FALSE(eager_partners(kBuilding, kRanks)[kSender]);
   ASSERT_FALSE(eager_partners(kHeld, kRanks)[kSender]);
   std::atomic<bool> dialled{false};
-  testing_support::run_thread_ranks(kRanks, [&](int r, std::shared_ptr<Store> store) {
-    TcpConnectParams p;
-    p.rank = r;
-    p.size = kRanks;
-    p.store = std::move(store);
-    p.ifname_spec = "=lo";
+  auto hold_rank_1 = [&dialled](TcpConnectParams& p) {
     p.deadline = Deadline::after(10000ms);
-    if (r == kHeld) {
-      p.cancelled = [&dialled] {
-        const Deadline give_up = Deadline::after(3000ms);
-        while (!dialled && !give_up.expired()) std::this_thread::sleep_for(1ms);
-        std::this_thread::sleep_for(100ms);  // rank 3's build reads the hello meanwhile
-        return false;
-      };
-    }
-    auto t = connect_tcp_transport(p);
-    ASSERT_TRUE(t.ok()) << "rank " << r << ": " << t.status().to_string();
-    Transport& tr = *t.value();
-    std::vector<char> data(5000);
-    if (r == kSender) {
-      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 3);
-      Request req;
-      tr.post_send(kBuilding, frame(6, data.size()), data.data(), &req);
-      tr.progress(Deadline::after(20ms));  // the dial's hello goes out
-      dialled = true;
-      ASSERT_TRUE(wait_all(tr, {&req}));
-      EXPECT_FALSE(req.failed()) << req.status.to_string();
-    } else if (r == kBuilding) {
-      Request req;
-      tr.post_recv(kSender, frame(6, data.size()), data.data(), &req);
-      ASSERT_TRUE(wait_all(tr, {&req}));
-      ASSERT_FALSE(req.failed()) << req.status.to_string();
-      for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], static_cast<char>(i * 3)) << i;
-    }
-    std::this_thread::sleep_for(300ms);  // no rank closes while another still reads
-  });
+    if (p.rank != kHeld) return;
+    p.cancelled = [&dialled] {
+      const Deadline give_up = Deadline::after(3000ms);
+      while (!dialled && !give_up.expired()) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(100ms);  // rank 3's build reads the hello meanwhile
+      return false;
+    };
+  };
+  run_transports(
+      kRanks,
+      [&](Transport& tr) {
+        const int r = tr.rank();
+        std::vector<char> data(5000);
+        if (r == kSender) {
+          for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 3);
+          Request req;
+          tr.post_send(kBuilding, frame(6, data.size()), data.data(), &req);
+          tr.progress(Deadline::after(20ms));  // the dial's hello goes out
+          dialled = true;
+          ASSERT_TRUE(wait_all(tr, {&req}));
+          EXPECT_FALSE(req.failed()) << req.status.to_string();
+        } else if (r == kBuilding) {
+          Request req;
+          tr.post_recv(kSender, frame(6, data.size()), data.data(), &req);
+          ASSERT_TRUE(wait_all(tr, {&req}));
+          ASSERT_FALSE(req.failed()) << req.status.to_string();
+          for (size_t i = 0; i < data.size(); ++i)
+            ASSERT_EQ(data[i], static_cast<char>(i * 3)) << i;
+        }
+        std::this_thread::sleep_for(300ms);  // no rank closes while another still reads
+      },
+      std::chrono::microseconds(50), hold_rank_1);
 }
 
 // A link closed before its first use fails the requests queued on it, as a

@@ -82,8 +82,8 @@ class MeshBuilder {
     }
   }
 
-  Result<MeshSockets> build();
-  // The same, handing over the listener and the addresses (a partial mesh).
+  // The connections made, and (for a partial mesh) the listener and the
+  // addresses.
   Result<PartialMesh> build_partial();
 
  private:
@@ -156,12 +156,6 @@ class MeshBuilder {
   std::vector<std::string> addresses_;  // every rank's, once read
   const StoreExchange exchange_;        // the ranks' addresses
 };
-
-Result<MeshSockets> MeshBuilder::build() {
-  auto built = build_partial();
-  if (!built.ok()) return built.status();
-  return std::move(built.value().sockets);
-}
 
 Result<PartialMesh> MeshBuilder::build_partial() {
   if (Status s = listen_and_publish(); !s.ok()) return s;
@@ -611,19 +605,14 @@ Result<PartialMesh> build_partial_tcp_mesh(asio::io_context& io, const MeshParam
 }
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p) {
-  auto iface =
-      select_interface(list_interfaces(), p.ifname_spec, p.prefer_loopback, p.route_address);
-  if (!iface.ok()) {
-    if (p.listen_fd >= 0) ::close(p.listen_fd);
-    return Status(iface.status().code(), ErrorContext{p.rank, -1, 0, p.epoch, p.transport},
-                  iface.status().message());
-  }
-  return build_tcp_mesh(io, p, iface.value());
+  auto built = build_partial_tcp_mesh(io, p);
+  if (!built.ok()) return built.status();
+  return std::move(built.value().sockets);
 }
 
 Result<PartialMesh> build_partial_tcp_mesh(asio::io_context& io, const MeshParams& p,
                                            const NetInterface& iface) {
-  if (p.size <= 1) {
+  if (p.size <= 1) {  // no peers, no store needed
     PartialMesh none;
     none.sockets.resize(static_cast<size_t>(std::max(p.size, 0)));
     return none;
@@ -633,9 +622,9 @@ Result<PartialMesh> build_partial_tcp_mesh(asio::io_context& io, const MeshParam
 
 Result<MeshSockets> build_tcp_mesh(asio::io_context& io, const MeshParams& p,
                                    const NetInterface& iface) {
-  if (p.size <= 1)
-    return MeshSockets(static_cast<size_t>(std::max(p.size, 0)));  // no peers, no store needed
-  return MeshBuilder(io, p, iface).build();
+  auto built = build_partial_tcp_mesh(io, p, iface);
+  if (!built.ok()) return built.status();
+  return std::move(built.value().sockets);
 }
 
 }  // namespace rcoll

@@ -442,21 +442,26 @@ bool OnDemandLinks::poll(bool look_at_listener, std::vector<Event>* events) {
     for (pollfd& pf : ready_fds_) pf.revents = POLLIN;  // EINTR: step every one
   }
   const auto now = Clock::now();
-  std::vector<Dial> dials;
-  dials.swap(dials_);
-  for (size_t i = 0; i < dials.size(); ++i) {
-    Dial& d = dials[i];
+  const size_t polled_dials = dials_.size();
+  size_t kept = 0;
+  for (size_t i = 0; i < polled_dials; ++i) {
+    Dial& d = dials_[i];
     const bool due = d.fd < 0 ? now >= d.retry_at : ready_fds_[i].revents != 0;
-    if (!due || step_dial(&d, events, &moved)) dials_.push_back(std::move(d));
+    if (due && !step_dial(&d, events, &moved)) continue;
+    if (kept != i) dials_[kept] = std::move(d);
+    ++kept;
   }
-  // (take_incoming may drop a dial of dials_, which holds the ones kept.)
-  std::vector<Incoming> incoming;
-  incoming.swap(incoming_);
-  for (size_t i = 0; i < incoming.size(); ++i) {
-    Incoming& in = incoming[i];
-    const bool due = ready_fds_[dials.size() + i].revents != 0 || now - in.since >= kHelloWithin;
-    if (!due || step_incoming(&in, events, &moved)) incoming_.push_back(std::move(in));
+  dials_.resize(kept);
+  // (take_incoming may drop one of the dials kept, so those are compacted first.)
+  kept = 0;
+  for (size_t i = 0; i < incoming_.size(); ++i) {
+    Incoming& in = incoming_[i];
+    const bool due = ready_fds_[polled_dials + i].revents != 0 || now - in.since >= kHelloWithin;
+    if (due && !step_incoming(&in, events, &moved)) continue;
+    if (kept != i) incoming_[kept] = std::move(in);
+    ++kept;
   }
+  incoming_.resize(kept);
   if (!ready_.empty()) {  // a retried dial that failed at once
     for (Event& e : ready_) events->push_back(std::move(e));
     ready_.clear();
