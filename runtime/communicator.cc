@@ -162,6 +162,8 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   credits_.reset(rank_, size_);
   const auto phases = nccl_phases_requested();  // a malformed value failed creation already
   nccl_.phases.on = phases.ok() && phases.value();
+  const auto in_group = nccl_keep_in_group_requested();  // likewise
+  nccl_.keep_in_group = !in_group.ok() || in_group.value();
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
 }
 
@@ -313,7 +315,14 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
     // The gate and the stream the verdicts queue on, once per communicator.
     // Without stream memory operations Work::stream_wait waits on the host.
     nccl_.gate_tried = true;
-    const std::string refusal = gate_refusal();
+    // A blocking communicator stopped while a stream waited at the gate hung
+    // a DDP run on an H200 (stop 49: the close-link run, where the
+    // non-blocking one recovers): with blocking calls, streams wait on the host.
+    const std::string refusal = options_.nccl_blocking == 1
+                                    ? "blocking NCCL calls (RCOLL_NCCL_BLOCKING=1): stopping such "
+                                      "a communicator while a stream waits at "
+                                      "a gate hung on a GPU (docs/gpu.md)"
+                                    : gate_refusal();
     Result<std::unique_ptr<cuda::StreamGate>> gate =
         !nccl::revocable()
             ? Result<std::unique_ptr<cuda::StreamGate>>(Status(ErrorCode::kUnsupported,
@@ -401,7 +410,9 @@ void CommunicatorImpl::release_device_resources() {
               "are destroyed once it opens");
     nccl_.stream.leak();
   }
-  nccl_.backup.reset();
+  nccl_.backup.buffer.reset();
+  for (auto& k : nccl_.kept) k.buffer.reset();
+  nccl_.replay_sink.reset();
   staging_.reset();
   nccl_.confirm_host.release();
   nccl_.device_event.reset();
@@ -437,6 +448,7 @@ Counters CommunicatorImpl::counters() const {
   c.fallbacks += nccl_.fallbacks;
   c.device_transport = !chain_.nccl() || nccl_.dropped ? "staged" : "nccl";
   c.nccl_ops = nccl_.ops;
+  c.nccl_replays = nccl_.replays;
   tuner_.fill(c);
   return c;
 }

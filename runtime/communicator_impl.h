@@ -243,15 +243,31 @@ class CommunicatorImpl : public ProgressGuard {
   Status run_nccl_slices(OpRecord& rec, size_t first);
   // Waits for NCCL as an op waits for its peers (runtime/nccl_ops.cc).
   struct NcclWatch;
-  // An in-place all-reduce's device backup: whether the op has one (an
-  // error only when the GPU failed).
-  Result<bool> prepare_nccl_backup(const Op& op, nccl::Comm& comm);
+  // Whether a collective on NCCL settles later: no confirmation of its own,
+  // its input kept on the device until the next one (nccl_ops.cc).
+  bool settles_later(const Op& op) const;
+  Status reserve_for_nccl(kernels::cuda::DeviceBuffer& buffer, size_t bytes, nccl::Comm& comm);
+  // Where an op's input is kept on the device (an in-place all-reduce's
+  // backup, or the whole input of one that settles later): null without
+  // memory for it, an error only when the GPU failed.
+  Result<NcclPlane::KeptInput*> keep_nccl_input(const OpRecord& rec, nccl::Comm& comm);
+  uint64_t window_of(const Op& op) const;
+  void settle(const OpRecord& rec);
   Status check_nccl_fingerprints(const Op& op, nccl::Comm& comm) const;
   Status nccl_op_failure(const Op& op, nccl::Comm& comm, const Status& why, bool unbacked);
-  Status issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm, bool backup, NcclWatch& watch,
+  // A close-link fault on NCCL strikes after the op's first slice, or once
+  // all of them are done but before the rank counts them (at=done).
+  enum class NcclFault : uint8_t { kNone, kAfterFirstSlice, kAfterLastSlice };
+  Status issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm,
+                           NcclPlane::KeptInput* keep, void* keep_in_group, NcclWatch& watch,
                            std::vector<std::pair<uint64_t, size_t>>* tickets);
   Status await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm, NcclWatch& watch,
-                           const std::vector<std::pair<uint64_t, size_t>>& tickets, bool abort_after_first);
+                           const std::vector<std::pair<uint64_t, size_t>>& tickets,
+                           NcclFault fault);
+  // A completed collective run again for a peer that did not complete it,
+  // from its kept input into scratch (on NCCL, or staged once NCCL is dropped).
+  Status replay_nccl(OpRecord& rec, size_t first);
+  Status replay_nccl_staged(OpRecord& rec, const NcclPlane::KeptInput& keep);
   // An op issued with Op::gated: queues its verdict event behind its calls on
   // `comm` and the stream gate (see its definition), and marks it issued.
   Status queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm);
@@ -270,9 +286,8 @@ class CommunicatorImpl : public ProgressGuard {
   // Puts back the inputs an in-place op on NCCL may have overwritten, before
   // the op runs again another way.
   Status restore_nccl_inputs(const Op& op);
-  // Fault injection for an op on NCCL: returns whether to abort the
-  // communicator once the op's first slice is done (close-link).
-  bool inject_nccl(const Op& op);
+  // Fault injection for an op on NCCL: returns the close-link planned for it.
+  NcclFault inject_nccl(const Op& op);
   // Runs slices [first, end) of a record: normally, or as a replay of an op the
   // caller already has back (inputs from backups, outputs to a sink).
   Status run_slices(OpRecord& rec, size_t first, bool replay);

@@ -195,6 +195,12 @@ Result<bool> nccl_phases_requested() {
   return v.value().value_or(0) == 1;
 }
 
+Result<bool> nccl_keep_in_group_requested() {
+  auto v = env_int("RCOLL_NCCL_KEEP_IN_GROUP", 0, 1);
+  if (!v.ok()) return v.status();
+  return v.value().value_or(1) == 1;
+}
+
 Status apply_env_overrides(Options* o) {
   if (o->transport == "auto") {
     o->transport = env_string("RCOLL_TRANSPORT").value_or("auto");
@@ -241,9 +247,19 @@ Status apply_env_overrides(Options* o) {
     o->broadcast_algorithm = static_cast<BroadcastAlgorithm>(i);
   }
   if (auto phases = nccl_phases_requested(); !phases.ok()) return phases.status();
+  if (auto in_group = nccl_keep_in_group_requested(); !in_group.ok()) return in_group.status();
   auto blocking = env_int("RCOLL_NCCL_BLOCKING", 0, 1);
   if (!blocking.ok()) return blocking.status();
   if (o->nccl_blocking < 0) o->nccl_blocking = blocking.value() ? static_cast<int>(*blocking.value()) : 0;
+  auto confirm_every = env_int("RCOLL_NCCL_CONFIRM_EVERY", 1, 1000000);
+  if (!confirm_every.ok()) return confirm_every.status();
+  if (o->nccl_confirm_every < 0)
+    o->nccl_confirm_every = confirm_every.value() ? static_cast<int>(*confirm_every.value()) : 16;
+  if (o->nccl_confirm_every < 1) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "Options::nccl_confirm_every is " + std::to_string(o->nccl_confirm_every) +
+                      ": it must be at least 1 (1 = every op on NCCL confirmed)");
+  }
   auto spin = env_int("RCOLL_SPIN_US", 0, 1000000);
   if (!spin.ok()) return spin.status();
   if (spin.value() && o->spin_us < 0) o->spin_us = static_cast<int>(*spin.value());

@@ -41,7 +41,7 @@ struct KindInfo {
 
 const std::map<std::string, KindInfo>& kinds() {
   static const std::map<std::string, KindInfo> k = {
-      {"close-link", {FaultKind::kCloseLink, {"rank", "op"}, {"peer"}}},
+      {"close-link", {FaultKind::kCloseLink, {"rank", "op"}, {"peer", "at"}}},
       {"stall", {FaultKind::kStall, {"rank", "op", "ms"}, {}}},
       {"kill", {FaultKind::kKill, {"rank", "op"}, {"at"}}},
       {"delay-chunk", {FaultKind::kDelayChunk, {"rank", "op", "ms"}, {}}},
@@ -143,6 +143,14 @@ Result<std::vector<Fault>> parse_fault_spec(const std::string& spec) {
         auto v = parse_int(item, key, value, 1, 1000000);
         if (!v.ok()) return v.status();
         f.count = static_cast<int>(v.value());
+      } else if (key == "at" && f.kind == FaultKind::kCloseLink) {
+        if (value != "done") {
+          return bad(item,
+                     "at='" + value +
+                         "' is not done (on NCCL: once the op's slices are done, before the rank "
+                         "counts them)");
+        }
+        f.at = value;
       } else if (key == "at") {
         if (value != "ledgers" && value != "connect" && value != "confirm") {
           return bad(item, "at='" + value +

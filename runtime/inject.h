@@ -7,6 +7,9 @@
 //
 // Kinds and keys (op = the rank's op sequence number, 1, 2, 3, ...):
 //   close-link   rank, peer, op        close the connection rank<->peer during op
+//                [at=done]             on NCCL: once the op's slices are done, before
+//                                      the rank counts them (a peer that completed it
+//                                      replays it); host ops ignore a close-link at=done
 //   stall        rank, op, ms          the rank reaches op ms late (a straggler)
 //   kill         rank, op              the rank's process dies (SIGKILL) at op
 //   delay-chunk  rank, op, ms          the rank holds back a chunk of op for ms
@@ -65,7 +68,7 @@ struct Fault {
   std::vector<FaultKind> random_kinds;
   // kill: "" = at the op; "ledgers" or "connect" = in a recovery during the
   // op, after publishing this rank's ledger or before connecting the next
-  // epoch (a death in the middle of the protocol).
+  // epoch (a death in the middle of the protocol). close-link: "done" (above).
   std::string at;
 };
 

@@ -248,10 +248,12 @@ OpKey key_of(const Op& op) {
 
 // Ops that one rank can only have finished once every rank has the whole
 // result: an acknowledged broadcast (it completes down an acknowledgement
-// chain) and an op on NCCL (it ends with a confirmation all-reduce). Nobody
-// re-runs them for a peer.
+// chain) and an op on NCCL confirmed on its own (it ends with a confirmation
+// all-reduce). Nobody re-runs them for a peer. One that settles later does
+// not: a rank can complete it while a peer's last slices are still pending.
 bool completes_everywhere(const OpRecord& r) {
-  return (r.op.kind == OpKind::kBroadcast && !broadcast_is_eager(r.op, r.tuning)) || r.nccl;
+  return (r.op.kind == OpKind::kBroadcast && !broadcast_is_eager(r.op, r.tuning)) ||
+         (r.nccl && !r.settles_later);
 }
 
 void write_record(std::ostringstream& out, const OpRecord& r) {
@@ -429,7 +431,9 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
   auto consider = [&](const OpRecord& r) -> Status {
     const size_t resume = all.resume_point(r);
     if (r.complete && resume >= r.total) return Status();
-    if (r.complete && (!r.replayable || !r.covers(resume, r.total))) {
+    // (One on NCCL keeps its input on the device, not in host backups:
+    // replay_nccl says so if it is gone.)
+    if (r.complete && !r.nccl && (!r.replayable || !r.covers(resume, r.total))) {
       return Status(ErrorCode::kInternal, ErrorContext{rank, -1, r.op.seq, -1, ""},
                     r.op.describe() + " must run again from slice " + std::to_string(resume) +
                         " but this rank no longer holds its inputs (backup budget too small)");

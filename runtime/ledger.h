@@ -84,8 +84,12 @@ struct OpRecord {
   bool confirmed = false; // every rank said it has the whole result: never re-run
   bool replayable = true; // false when its backups would exceed the budget
   // Runs on NCCL (runtime/nccl_ops.cc): its slices are NCCL calls, it never
-  // overwrites what it reads, and once one rank has it whole, every rank has.
+  // overwrites what it reads, and once one rank has it whole, every rank has,
+  // unless it settles later: then a rank that completed it may be one such op
+  // ahead of a peer that did not, and it is logged with its input kept on the
+  // device (NcclPlane::kept) until the next one completes.
   bool nccl = false;
+  bool settles_later = false;
   Tuning tuning;          // how the op is cut: kept for every replay of it
   // First slice of the last window run: a rank that finished the op is at most
   // one window ahead of the slowest, so a peer resumes no earlier than this.

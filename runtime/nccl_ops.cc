@@ -18,12 +18,21 @@
 //     input aside (device memory, same stream) before the slice runs, and a
 //     re-run puts it back first; other ops never write what they read. So any
 //     slice can run again on any rank, whatever an aborted kernel left behind.
-//   - Every op ends with a confirmation all-reduce, queued on the stream
-//     behind its slices, so each rank contributes only once its slices are
-//     done. Once it is done here, every rank's are: the op is never re-run
-//     for a peer, and keeps nothing after it returns. It carries the op's
-//     fingerprint, so ranks that ran different ops learn it (a desync)
-//     instead of returning garbage.
+//   - A confirmation all-reduce, queued on the stream behind an op's slices,
+//     makes each rank contribute only once its slices are done. Once it is
+//     done here, every rank's are: the op is never re-run for a peer, and
+//     keeps nothing after it returns. It carries the fingerprints of the ops
+//     since the last one, so ranks that ran different ops learn it (a
+//     desync) instead of going on with garbage.
+//   - Small collectives settle later (docs/gpu.md): no confirmation of their
+//     own, only every Options::nccl_confirm_every-th collective is
+//     confirmed. Ranks are never more than one such op apart (a rank issues
+//     the next only once it saw this one done, and none can complete until
+//     every rank issued it), so each keeps the input of the last one it
+//     completed on the device (NcclPlane::kept); a recovery that finds a
+//     peer still inside it replays its remaining slices from there into
+//     scratch, as the host path replays from its log. A desync among them is
+//     reported at the next confirmation, naming the range of seqs.
 //   - No slice completing for the op's progress budget is a stall, judged as
 //     for any op (straggler: wait; silent or hung: recover; dead: error). A
 //     peer's abort notice or an NCCL error aborts the communicator at once.
@@ -102,6 +111,25 @@ std::vector<Call> slice_calls(const Op& op, int size, size_t k, size_t slices) {
 // are copied aside before they run.
 bool backs_up(const Op& op) { return op.kind == OpKind::kAllreduce && op.in_place(); }
 
+// Whether the op's input and output share no byte (an in-place all-gather's
+// or reduce-scatter's lie one inside the other).
+bool disjoint(const Op& op) {
+  const char* in = static_cast<const char*>(op.in.data);
+  const char* out = static_cast<const char*>(op.out.data);
+  return in + op.in.bytes() <= out || out + op.out.bytes() <= in;
+}
+
+// Collectives of at most this many input bytes settle later (no confirmation
+// of their own): keeping their input costs a device copy of at most this,
+// where a confirmation costs an NCCL group (tens of us). Larger ones are
+// confirmed one by one, as their own time dwarfs a confirmation's.
+constexpr size_t kSettleLaterBytes = size_t{1} << 20;
+
+// Folds one op's fingerprint into those of the ops before it.
+uint64_t fold(uint64_t hash, uint64_t fingerprint) {
+  return (hash ^ fingerprint) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+}
+
 // What every rank must agree the op is (FNV-1a over the frame fingerprint's fields).
 uint64_t fingerprint(const Op& op) {
   uint64_t h = 1469598103934665603ull;
@@ -134,21 +162,37 @@ size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
   return std::max<size_t>(1, (op.out.bytes() + kNcclSliceBytes - 1) / kNcclSliceBytes);
 }
 
-bool CommunicatorImpl::inject_nccl(const Op& op) {
-  if (op.seq <= injected_through_seq_) return false;
+// The same answer on every rank for the same op (the calls each rank makes
+// must match): the op, the group's size and the options every rank shares
+// alone decide it (not backup_bytes, a rank's own). Not in
+// shrink mode, where a rank that completed an op must know every survivor
+// has it (shrink()).
+bool CommunicatorImpl::settles_later(const Op& op) const {
+  const bool kind = op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather ||
+                    op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAlltoall;
+  return kind && op.on_device() && size_ > 1 && options_.recovery && !options_.shrink_on_death &&
+         options_.nccl_confirm_every > 1 && op.in.bytes() <= kSettleLaterBytes;
+}
+
+CommunicatorImpl::NcclFault CommunicatorImpl::inject_nccl(const Op& op) {
+  if (op.seq <= injected_through_seq_) return NcclFault::kNone;
   injected_through_seq_ = op.seq;
-  bool abort_after_first = false;
+  NcclFault planned = NcclFault::kNone;
   for (const Fault& f : faults_) {
-    if ((f.rank != -1 && f.rank != rank_) || f.op != op.seq || !f.at.empty()) continue;
+    if ((f.rank != -1 && f.rank != rank_) || f.op != op.seq) continue;
+    if (!f.at.empty() && !(f.kind == FaultKind::kCloseLink && f.at == "done")) continue;
     switch (f.kind) {
       case FaultKind::kKill:
         RCOLL_LOG(kWarn, "fault injection: killing this process (SIGKILL) at %s on nccl", op.describe().c_str());
         std::raise(SIGKILL);
         break;
       case FaultKind::kCloseLink:
-        RCOLL_LOG(kWarn, "fault injection: aborting this rank's NCCL communicator during %s, as a failed link would",
-                  op.describe().c_str());
-        abort_after_first = true;
+        RCOLL_LOG(kWarn,
+                  "fault injection: aborting this rank's NCCL communicator during %s, as a failed "
+                  "link would%s",
+                  op.describe().c_str(),
+                  f.at == "done" ? " (once its slices are done, before it counts them)" : "");
+        planned = f.at == "done" ? NcclFault::kAfterLastSlice : NcclFault::kAfterFirstSlice;
         break;
       case FaultKind::kDelayChunk:
         ++tally_.delays_injected;
@@ -161,7 +205,7 @@ bool CommunicatorImpl::inject_nccl(const Op& op) {
         break;  // stall is applied in run_op; the rest act on frames NCCL does not have
     }
   }
-  return abort_after_first;
+  return planned;
 }
 
 // How a wait for NCCL (enqueuing or completing) goes on: a peer's abort
@@ -218,31 +262,43 @@ struct CommunicatorImpl::NcclWatch {
   }
 };
 
-// In-place all-reduce: each slice's input is kept (or put back) before it
-// runs, within the backup budget. Whether this op has a backup; an error
-// only when the GPU failed.
-Result<bool> CommunicatorImpl::prepare_nccl_backup(const Op& op, nccl::Comm& comm) {
-  if (op.in.bytes() > options_.backup_bytes) return false;
-  if (nccl_.backup_seq == op.seq) return true;
-  nccl_.backup_seq = op.seq;
-  nccl_.backed_up = 0;
-  if (nccl_.backup.capacity() >= op.in.bytes()) return true;
-  // Allocated in order on rcoll's device stream: behind every use of the
-  // old block, before any use of the new one.
+// Device memory on NCCL's stream: allocated in order on rcoll's device
+// stream, behind every use of the old block and before any use of the new.
+Status CommunicatorImpl::reserve_for_nccl(kernels::cuda::DeviceBuffer& buffer, size_t bytes,
+                                          nccl::Comm& comm) {
+  if (buffer.capacity() >= bytes) return Status();
   Status s = nccl_.device_stream.create();
   if (s.ok()) s = nccl_.device_event.create();
   if (s.ok()) s = comm.order_after_me(nccl_.device_stream.get());
-  if (s.ok()) s = nccl_.backup.reserve(op.in.bytes(), nccl_.device_stream.get());
+  if (s.ok()) s = buffer.reserve(bytes, nccl_.device_stream.get());
   if (s.ok()) s = kernels::cuda::event_record(nccl_.device_event.get(), nccl_.device_stream.get());
   if (s.ok()) s = comm.order_after_event(nccl_.device_event.get());
-  if (s.ok()) return true;
+  return s;
+}
+
+// Where the op's input is kept: an in-place all-reduce's slices before they
+// run (within the backup budget), a collective that settles later whole, in
+// the slot the last such op does not hold. Null when there is no memory for
+// it; an error only when the GPU failed.
+Result<NcclPlane::KeptInput*> CommunicatorImpl::keep_nccl_input(const OpRecord& rec,
+                                                                nccl::Comm& comm) {
+  const Op& op = rec.op;
+  if (!rec.settles_later && op.in.bytes() > options_.backup_bytes) return nullptr;
+  NcclPlane::KeptInput& k =
+      rec.settles_later ? nccl_.kept[nccl_.last_kept == 0 ? 1 : 0] : nccl_.backup;
+  if (k.seq == op.seq) return &k;  // a re-run: what the first run kept
+  k.seq = op.seq;
+  k.bytes = 0;
+  Status s = reserve_for_nccl(k.buffer, op.in.bytes(), comm);
+  if (s.ok()) return &k;
+  k.clear();
   if (s.code() == ErrorCode::kDevice) return s;
-  // The backup is a safety net, not the op: run without it (a failure in
-  // the middle then cannot be recovered, as beyond the budget).
-  RCOLL_LOG(kWarn, "%s on nccl: no device memory for the backup of its input (%s); running it without one",
+  // A safety net, not the op: run without it. An in-place op failing in the
+  // middle then cannot be recovered (as beyond the budget), and a peer that
+  // needs this op again is told this rank no longer holds it.
+  RCOLL_LOG(kWarn, "%s on nccl: no device memory to keep its input (%s); running it without a copy",
             op.describe().c_str(), s.message().c_str());
-  nccl_.backup_seq = 0;
-  return false;
+  return nullptr;
 }
 
 Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
@@ -261,7 +317,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_.comm;
   nccl_.phases.mark(NcclPhases::kSetup);
-  const bool abort_after_first = first == 0 && !faults_.empty() && inject_nccl(op);
+  const NcclFault fault = first == 0 && !faults_.empty() ? inject_nccl(op) : NcclFault::kNone;
   NcclWatch watch(*this, op);
 
   // The ledger counts what this run has seen done: slices from `first` may
@@ -270,23 +326,41 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // cannot run again: every failure from here on is for good.
   rec.done = first;
   const bool in_place_backup = backs_up(op) && size_ > 1 && options_.recovery;
-  bool backup = false;
-  if (in_place_backup) {
-    auto prepared = prepare_nccl_backup(op, comm);
-    if (!prepared.ok()) return nccl_op_failure(op, comm, prepared.status(), false);
-    backup = prepared.value();
+  NcclPlane::KeptInput* keep = nullptr;
+  if (in_place_backup || rec.settles_later) {
+    auto kept = keep_nccl_input(rec, comm);
+    if (!kept.ok()) return nccl_op_failure(op, comm, kept.status(), false);
+    keep = kept.value();
   }
-  const bool unbacked = in_place_backup && !backup;
+  const bool unbacked = in_place_backup && keep == nullptr;
   auto fail = [&](const Status& why) { return nccl_op_failure(op, comm, why, unbacked); };
+  // The whole input of any other op, once: inside its first slice's group
+  // (a send and a receive to this rank: no call of its own) when the op
+  // writes nowhere it reads, so where the copy runs in the group does not
+  // matter (it counts once the slice is done); else by a copy before it.
+  // (An in-place all-reduce's slices are kept one by one, in
+  // issue_nccl_slices: before each runs.)
+  void* keep_in_group = nullptr;
+  if (keep != nullptr && !backs_up(op) && keep->bytes < op.in.bytes()) {
+    if (nccl_.keep_in_group && first == 0 && disjoint(op)) {
+      keep_in_group = keep->buffer.data();
+    } else {
+      if (Status s = comm.copy(keep->buffer.data(), op.in.data, op.in.bytes()); !s.ok())
+        return fail(s);
+      keep->bytes = op.in.bytes();
+    }
+  }
+  nccl_.phases.mark(NcclPhases::kKeep);
 
   // (ticket, slice) in issue order.
   std::vector<std::pair<uint64_t, size_t>> tickets;
-  if (Status s = issue_nccl_slices(rec, first, comm, backup, watch, &tickets); !s.ok()) return fail(s);
+  if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_in_group, watch, &tickets); !s.ok())
+    return fail(s);
   nccl_.phases.mark(NcclPhases::kIssue);
 
   // The confirmation goes right behind the slices on the stream: it runs,
-  // and contributes this rank's fingerprint, only once this rank's slices are
-  // done, so when it is done here every rank's are (no host round trip
+  // and contributes this rank's fingerprints, only once this rank's slices
+  // are done, so when it is done here every rank's are (no host round trip
   // between the op and its confirmation: one NCCL launch after the other).
   // A send or receive confirms between its pair only: one send and one
   // receive each way. NCCL matches a pair's messages in order per direction,
@@ -294,12 +368,19 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // its receive, ungrouped) would see one's data matched against the other's
   // confirmation. Raw NCCL hangs on that pattern for messages larger than
   // its buffers; grouped send/recv (issue 35) is the way to write it.
-  const bool confirms = size_ > 1 && options_.recovery;
-  // (With a close-link fault planned the op fails after its first slice:
-  // no confirmation then.)
+  // A collective that settles later is confirmed only at every
+  // nccl_confirm_every-th collective seq (the same ops on every rank).
+  const bool confirms = size_ > 1 && options_.recovery &&
+                        (!rec.settles_later ||
+                         op.match_seq % static_cast<uint64_t>(options_.nccl_confirm_every) == 0);
+  // (With a close-link fault planned the op fails after its slices: no confirmation then.)
   uint64_t confirmation = 0;  // its ticket
-  if (confirms && !(abort_after_first && !tickets.empty())) {
-    auto t = comm.issue_confirmation(fingerprint(op), watch.waiter(), op.kind == OpKind::kSendRecv ? op.peer : -1);
+  if (confirms && !(fault != NcclFault::kNone && !tickets.empty())) {
+    const bool pair = op.kind == OpKind::kSendRecv;
+    const uint64_t carried =
+        pair ? fingerprint(op)
+             : fold(window_of(op) == nccl_.window ? nccl_.window_hash : 0, fingerprint(op));
+    auto t = comm.issue_confirmation(carried, watch.waiter(), pair ? op.peer : -1);
     if (!t.ok()) return fail(t.status());
     confirmation = t.value();
   }
@@ -308,8 +389,9 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
   nccl_.phases.mark(NcclPhases::kQueueVerdict);
-  if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, abort_after_first); !s.ok())
+  if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, fault); !s.ok())
     return fail(s);
+  if (keep_in_group != nullptr) keep->bytes = op.in.bytes();
   nccl_.phases.mark(NcclPhases::kSlices);
   if (confirms) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
@@ -323,14 +405,42 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   return Status();
 }
 
-// The confirmation came back: did every rank run this op?
+// Which window of nccl_confirm_every collective seqs the op is in.
+uint64_t CommunicatorImpl::window_of(const Op& op) const {
+  return (op.match_seq - 1) / static_cast<uint64_t>(options_.nccl_confirm_every);
+}
+
+// A collective completed on NCCL here (record_completion), however it ended
+// (a recovery may resume it at its end): its fingerprint joins its window's,
+// and every rank has done the collective before it (none could complete
+// this one without issuing it), so only this one's input stays kept, if it
+// settles later.
+void CommunicatorImpl::settle(const OpRecord& rec) {
+  const Op& op = rec.op;
+  if (window_of(op) != nccl_.window) {
+    nccl_.window = window_of(op);
+    nccl_.window_hash = 0;
+    nccl_.window_first = op.match_seq;
+  }
+  nccl_.window_hash = fold(nccl_.window_hash, fingerprint(op));
+  const NcclPlane::KeptInput* keep =
+      rec.settles_later ? nccl_.holding(op.seq, op.in.bytes()) : nullptr;
+  nccl_.last_kept =
+      keep != nullptr && keep != &nccl_.backup ? static_cast<int>(keep - nccl_.kept) : -1;
+}
+
+// The confirmation came back: did every rank run the same ops?
 Status CommunicatorImpl::check_nccl_fingerprints(const Op& op, nccl::Comm& comm) const {
   if (comm.fingerprints_agree()) return Status();
-  return Status(ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
-                op.describe() + " on nccl: the ranks did not all run this op at collective seq " +
-                    std::to_string(op.match_seq) +
-                    " (their fingerprints differ: kind, dtype, count, reduce op or root); the "
-                    "result is not valid");
+  const bool range = op.kind != OpKind::kSendRecv && window_of(op) == nccl_.window;
+  return Status(
+      ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+      op.describe() + " on nccl: the ranks did not all run the same " +
+          (range ? "collectives at seqs " + std::to_string(nccl_.window_first) + ".." +
+                       std::to_string(op.match_seq) + " (confirmed together, this one last)"
+                 : "op at collective seq " + std::to_string(op.match_seq)) +
+          " (their fingerprints differ: kind, dtype, count, reduce op or root); " +
+          (range ? "the results of those ops are not valid" : "the result is not valid"));
 }
 
 // The op's failure on NCCL, in its words: the communicator is aborted (every
@@ -350,24 +460,36 @@ Status CommunicatorImpl::nccl_op_failure(const Op& op, nccl::Comm& comm, const S
                     std::to_string(options_.backup_bytes) + ", or no device memory for one), so it cannot run again");
 }
 
-// Slices `first` on, back to back on the communicator's stream, each behind
-// its input's backup copy (or, on a re-run, the copy putting it back).
-Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm, bool backup,
-                                           NcclWatch& watch, std::vector<std::pair<uint64_t, size_t>>* tickets) {
+// Slices `first` on, back to back on the communicator's stream. An in-place
+// all-reduce's slices each go behind their input's copy into `keep` (or, on
+// a re-run, the copy putting it back). With `keep_in_group`, the first
+// slice's group also copies the whole input there.
+Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm,
+                                           NcclPlane::KeptInput* keep, void* keep_in_group,
+                                           NcclWatch& watch,
+                                           std::vector<std::pair<uint64_t, size_t>>* tickets) {
   const Op& op = rec.op;
   const size_t es = op.element_size();
+  const bool per_slice = keep != nullptr && backs_up(op);
   for (size_t k = first; k < rec.total; ++k) {
-    if (backup) {
+    if (per_slice) {
       const ElementRange r = slice_range(op, k, rec.total);
       char* user = static_cast<char*>(op.in.data) + r.begin * es;
-      char* kept = static_cast<char*>(nccl_.backup.data()) + r.begin * es;
+      char* kept = static_cast<char*>(keep->buffer.data()) + r.begin * es;
       const size_t bytes = (r.end - r.begin) * es;
-      const bool have = r.end * es <= nccl_.backed_up;
-      auto copied = have ? comm.issue_copy(user, kept, bytes) : comm.issue_copy(kept, user, bytes);
-      if (!copied.ok()) return copied.status();
-      if (!have) nccl_.backed_up = r.end * es;
+      const bool have = r.end * es <= keep->bytes;
+      if (Status s = have ? comm.copy(user, kept, bytes) : comm.copy(kept, user, bytes); !s.ok())
+        return s;
+      if (!have) keep->bytes = r.end * es;
     }
-    auto t = comm.issue(slice_calls(op, size_, k, rec.total), watch.waiter());
+    std::vector<Call> calls = slice_calls(op, size_, k, rec.total);
+    if (keep_in_group != nullptr && k == first) {
+      calls.push_back(Call{CallKind::kSend, op.in.data, nullptr, op.in.count, op.in.dtype,
+                           ReduceOp::kSum, rank_});
+      calls.push_back(Call{CallKind::kRecv, nullptr, keep_in_group, op.in.count, op.in.dtype,
+                           ReduceOp::kSum, rank_});
+    }
+    auto t = comm.issue(calls, watch.waiter());
     if (!t.ok()) return t.status();
     tickets->push_back({t.value(), k});
   }
@@ -375,21 +497,116 @@ Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nc
 }
 
 // Polls the slices in order (a completion is progress). A close-link fault
-// planned for the op strikes after its first slice.
-Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm, NcclWatch& watch,
+// planned for the op strikes after its first slice, or (at=done) once every
+// slice is done but before this rank counts them: it runs them all again,
+// and a peer that completed the op meanwhile replays it.
+Status CommunicatorImpl::await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm,
+                                           NcclWatch& watch,
                                            const std::vector<std::pair<uint64_t, size_t>>& tickets,
-                                           bool abort_after_first) {
+                                           NcclFault fault) {
   for (const auto& [ticket, slice] : tickets) {
     if (Status s = watch.wait_for(comm, ticket); !s.ok()) return s;
-    rec.done = slice + 1;
+    if (fault != NcclFault::kAfterLastSlice) rec.done = slice + 1;
     watch.last_progress = Clock::now();
     ++in_flight_.moves;
-    if (abort_after_first && rec.done == first + 1) {
+    if (fault == NcclFault::kAfterFirstSlice && rec.done == first + 1) {
       ++tally_.injected;
       return Status(ErrorCode::kTransport, "the link failed (fault injection: close-link)");
     }
   }
+  if (fault == NcclFault::kAfterLastSlice && !tickets.empty()) {
+    ++tally_.injected;
+    return Status(
+        ErrorCode::kTransport,
+        "the link failed once the op's slices were done, before this rank counted them (fault "
+        "injection: close-link at=done)");
+  }
   rec.done = rec.total;
+  return Status();
+}
+
+// A collective this rank completed, run again for a peer that did not (its
+// remaining slices, on this epoch's communicator) from the input kept on the
+// device into scratch: the caller's buffers are the caller's again.
+Status CommunicatorImpl::replay_nccl(OpRecord& rec, size_t first) {
+  const Op& op = rec.op;
+  if (first >= rec.total) return Status();
+  const ErrorContext ctx{rank_, -1, op.seq, epoch_.load(), "nccl"};
+  NcclPlane::KeptInput* keep = nccl_.holding(op.seq, op.in.bytes());
+  if (keep == nullptr) {
+    return Status(ErrorCode::kInternal, ctx,
+                  op.describe() + " on nccl: a peer needs slices " + std::to_string(first) + ".." +
+                      std::to_string(rec.total) +
+                      " again, but this rank no longer holds its input (a defect in rcoll: please "
+                      "report it with this log)");
+  }
+  kernels::cuda::ScopedDevice on;
+  if (Status s = on.enter(op.device); !s.ok()) return s;
+  if (!nccl_.off.empty()) return replay_nccl_staged(rec, *keep);
+  if (Status s = ensure_nccl(op); !s.ok()) return s;
+  nccl::Comm& comm = *nccl_.comm;
+  auto fail = [&](const Status& why) {
+    const Status s = nccl_op_failure(op, comm, why, false);
+    return Status(s.code(), s.context(), "replaying it for a peer: " + s.message());
+  };
+  if (Status s = reserve_for_nccl(nccl_.replay_sink, std::max<size_t>(op.out.bytes(), 1), comm);
+      !s.ok())
+    return fail(s);
+  Op again = op;
+  again.in.data = keep->buffer.data();
+  again.out.data = nccl_.replay_sink.data();
+  NcclWatch watch(*this, op);
+  std::vector<uint64_t> tickets;
+  for (size_t k = first; k < rec.total; ++k) {
+    auto t = comm.issue(slice_calls(again, size_, k, rec.total), watch.waiter());
+    if (!t.ok()) return fail(t.status());
+    tickets.push_back(t.value());
+  }
+  for (uint64_t t : tickets) {
+    if (Status s = watch.wait_for(comm, t); !s.ok()) return fail(s);
+    watch.last_progress = Clock::now();
+    ++in_flight_.moves;
+  }
+  ++nccl_.replays;
+  return Status();
+}
+
+// The same once every rank dropped NCCL (this recovery's vote): the peer
+// runs the op again from the start, staged over the host transports
+// (run_device_op), and this rank takes part from its kept input, staged as
+// the peer's run is, writing the result nowhere the caller sees.
+Status CommunicatorImpl::replay_nccl_staged(OpRecord& rec, const NcclPlane::KeptInput& keep) {
+  const Op& op = rec.op;
+  const char* in0 = static_cast<const char*>(op.in.data);
+  const char* out0 = static_cast<const char*>(op.out.data);
+  const bool inside =
+      op.in.bytes() == 0 || (in0 >= out0 && in0 + op.in.bytes() <= out0 + op.out.bytes());
+  std::vector<char> memory(op.out.bytes() + (inside ? 0 : op.in.bytes()) + 1);
+  Op host = op;
+  host.in.memory = host.out.memory = MemoryKind::kHost;
+  host.out.data = memory.data();
+  host.in.data =
+      inside ? memory.data() + (op.in.bytes() ? in0 - out0 : 0) : memory.data() + op.out.bytes();
+  Status s = nccl_.device_stream.create();
+  if (s.ok()) s = nccl_.device_event.create();
+  if (nccl::Comm* last = nccl_.comm ? nccl_.comm.get() : nccl_.retired.get(); s.ok() && last)
+    s = last->order_after_me(nccl_.device_stream.get());
+  if (s.ok())
+    s = cuda::copy_async(host.in.data, keep.buffer.data(), op.in.bytes(),
+                         nccl_.device_stream.get());
+  if (s.ok()) s = cuda::event_record(nccl_.device_event.get(), nccl_.device_stream.get());
+  if (s.ok()) {
+    s = cuda::wait_event(nccl_.device_event.get(), Deadline::after(options_.deadline_floor),
+                         "copying the kept input of " + op.describe() + " to host memory");
+  }
+  if (!s.ok()) return s;
+  OpRecord staged = new_record(host);
+  RCOLL_LOG(
+      kInfo,
+      "re-running %s staged over %s from its kept input (completed here on nccl, needed by a peer)",
+      op.describe().c_str(), transport_name_.load());
+  if (Status r = run_slices(staged, 0, true); !r.ok()) return r;
+  ++nccl_.replays;
   return Status();
 }
 
@@ -423,17 +640,16 @@ Status CommunicatorImpl::restore_nccl_inputs(const Op& op) {
   if (s.ok()) s = nccl_.device_event.create();
   if (nccl::Comm* last = nccl_.comm ? nccl_.comm.get() : nccl_.retired.get(); s.ok() && last)
     s = last->order_after_me(nccl_.device_stream.get());
-  if (s.ok() && backs_up(op) && nccl_.backup_seq == op.seq && nccl_.backed_up > 0) {
-    s = cuda::copy_async(op.in.data, nccl_.backup.data(), nccl_.backed_up,
-                         nccl_.device_stream.get());
+  NcclPlane::KeptInput* keep = nccl_.holding(op.seq, 1);
+  if (s.ok() && backs_up(op) && keep != nullptr) {
+    s = cuda::copy_async(op.in.data, keep->buffer.data(), keep->bytes, nccl_.device_stream.get());
   }
   if (s.ok()) s = cuda::event_record(nccl_.device_event.get(), nccl_.device_stream.get());
   if (s.ok()) {
     s = cuda::wait_event(nccl_.device_event.get(), Deadline::after(options_.deadline_floor),
                          "putting back the input of " + op.describe());
   }
-  nccl_.backed_up = 0;
-  nccl_.backup_seq = 0;
+  if (keep != nullptr) keep->clear();
   return s;
 }
 

@@ -16,6 +16,7 @@ struct NcclPhases {
   enum Phase : size_t {
     kCallerStream,
     kSetup,
+    kKeep,
     kIssue,
     kQueueVerdict,
     kSlices,
@@ -23,8 +24,8 @@ struct NcclPhases {
     kEnd,
     kCount
   };
-  static constexpr const char* kNames[kCount] = {
-      "caller stream", "setup", "issue", "queue verdict", "slices", "confirmation", "end"};
+  static constexpr const char* kNames[kCount] = {"caller stream", "setup",  "keep input",   "issue",
+                                                 "queue verdict", "slices", "confirmation", "end"};
   using Sums = std::array<Clock::duration, kCount>;
 
   bool on = false;

@@ -56,14 +56,58 @@ struct NcclPlane {
   // once, so a recovery queues its work on a stream (and a hardware queue)
   // that was there before any verdict waited (see run_nccl_slices).
   kernels::cuda::Stream stream;
-  // Inputs of the current in-place all-reduce on NCCL, bytes [0, backed_up)
-  // of op backup_seq's buffer; allocated in order on device_stream
-  // (declared first: it outlives the buffer).
+  // Device memory that holds an op's input, bytes [0, bytes) of op seq's:
+  // allocated in order on device_stream (declared first: it outlives them).
+  struct KeptInput {
+    kernels::cuda::DeviceBuffer buffer;
+    uint64_t seq = 0;
+    size_t bytes = 0;
+    bool holds(uint64_t op_seq, size_t op_bytes) const {
+      return seq == op_seq && bytes >= op_bytes;
+    }
+    void clear() {
+      seq = 0;
+      bytes = 0;
+    }
+  };
   kernels::cuda::Stream device_stream;
   kernels::cuda::Event device_event;
-  kernels::cuda::DeviceBuffer backup;
-  size_t backed_up = 0;
-  uint64_t backup_seq = 0;
+  // The input of the current in-place all-reduce confirmed on its own.
+  KeptInput backup;
+  // Collectives without a confirmation of their own (runtime/nccl_ops.cc,
+  // "settled later"): each keeps its whole input here, alternating, and the
+  // slot of the last one completed (`last_kept`, -1 for none) stays until
+  // the next one completes or a confirmation shows every rank done. A peer
+  // that failed inside it is replayed from here.
+  KeptInput kept[2];
+  int last_kept = -1;
+  // Whether a kept input is copied inside the op's NCCL group (a send and a
+  // receive to this rank) rather than by a copy before it (env.h).
+  bool keep_in_group = true;
+  // Where a replay's output goes (never the caller's buffer).
+  kernels::cuda::DeviceBuffer replay_sink;
+  // The fingerprints of the collectives completed on NCCL whose seqs fall
+  // in one window of nccl_confirm_every seqs, folded as they complete, and
+  // the first of them: a confirmation carries those of its own window, so a
+  // desync among them is reported there. Windows by seq, not "since the
+  // last confirmation": a rank that resumed an op at its end saw no
+  // confirmation where a peer did, yet every rank completes the same ops.
+  uint64_t window = UINT64_MAX;
+  uint64_t window_hash = 0;
+  uint64_t window_first = 0;
+  void reset_windows() {
+    window = UINT64_MAX;
+    window_hash = 0;
+    window_first = 0;
+    last_kept = -1;
+  }
+  std::atomic<uint64_t> replays{0};  // completed ops run again here for a peer
+  KeptInput* holding(uint64_t seq, size_t bytes) {
+    if (backup.holds(seq, bytes)) return &backup;
+    for (KeptInput& k : kept)
+      if (k.holds(seq, bytes)) return &k;
+    return nullptr;
+  }
 
   // The current communicator (stopped) becomes the retired one; a retired
   // one before it goes to the graveyard.

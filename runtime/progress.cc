@@ -341,6 +341,7 @@ OpRecord CommunicatorImpl::new_record(const Op& op) {
   rec.tuning = tuner_.for_op(op);
   // Device buffers reach run_op only to run on NCCL (else they are staged).
   rec.nccl = op.on_device();
+  rec.settles_later = rec.nccl && settles_later(op);
   rec.total = rec.nccl ? nccl_slice_count(op) : plan_slices(op, rank_, size_, rec.tuning, 0, 0).slices;  // the count alone
   return rec;
 }
@@ -467,6 +468,7 @@ void CommunicatorImpl::record_completion(OpRecord&& rec) {
     if (!op.is_send || rec.nccl) return;
   } else {
     log_.collective_through = std::max(log_.collective_through, op.match_seq);
+    if (rec.nccl) settle(rec);
     // An op that talked to every rank shows that all of them started it (an
     // empty op talks to no one; an eager broadcast only down its chain or
     // tree, finishing without hearing back).
@@ -474,7 +476,16 @@ void CommunicatorImpl::record_completion(OpRecord&& rec) {
     const bool talked = size_ > 1 && (op.kind == OpKind::kBarrier || op.out.count > 0);
     if (!eager && talked) log_.synchronized(op.match_seq);
     // Ops on NCCL complete everywhere once one rank has them (ledger.cc),
-    // even those whose confirmation this rank did not see.
+    // even those whose confirmation this rank did not see; one that settles
+    // later is logged, its input kept on the device, until the next one
+    // completes (a peer may still be inside it: replay_nccl).
+    if (rec.nccl && rec.settles_later && !rec.confirmed && size_ > 1 && options_.recovery &&
+        nccl_.holding(op.seq, op.in.bytes()) != nullptr) {
+      rec.complete = true;
+      rec.done = rec.total;
+      log_.push(std::move(rec));
+      return;
+    }
     if ((op.kind == OpKind::kBroadcast && !eager) || rec.confirmed || rec.nccl) return;
     // An empty collective moves nothing on any rank: nothing to re-run.
     if (op.kind != OpKind::kBarrier && op.out.count == 0) return;
@@ -500,11 +511,7 @@ void CommunicatorImpl::record_completion(OpRecord&& rec) {
 }
 
 Status CommunicatorImpl::run_slices(OpRecord& rec, size_t first, bool replay) {
-  if (rec.nccl) {
-    // Confirmed when done, so never logged, so never replayed.
-    if (replay) return Status(ErrorCode::kInternal, rec.op.describe() + ": an op on NCCL was asked to run again for a peer");
-    return run_nccl_slices(rec, first);
-  }
+  if (rec.nccl) return replay ? replay_nccl(rec, first) : run_nccl_slices(rec, first);
   const Op& op = rec.op;
   in_flight_.straggler_expired = false;
   AlgoContext ctx(*transport_, op, rec.tuning, scratch_);

@@ -38,6 +38,7 @@ std::string settings_every_rank_shares(const Options& o, const TransportChain& c
          "\nsmall_allreduce_bytes=" + std::to_string(o.small_allreduce_bytes) +
          "\nrecovery (RCOLL_RECOVERY)=" + std::to_string(o.recovery ? 1 : 0) +
          "\nshrink_on_death (RCOLL_SHRINK)=" + std::to_string(o.shrink_on_death ? 1 : 0) +
+         "\nnccl_confirm_every (RCOLL_NCCL_CONFIRM_EVERY)=" + std::to_string(o.nccl_confirm_every) +
          "\nheartbeats_to_all (RCOLL_HEARTBEATS_TO_ALL)=" +
          std::to_string(o.heartbeats_to_all ? 1 : 0) +
          // A neighbour judges silence by its own budget and tells every rank:

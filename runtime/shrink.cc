@@ -171,6 +171,7 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
                                " ranks, which shrank after a rank died; not run"));
   }
   log_.reset(new_size);
+  nccl_.reset_windows();  // collective seqs start over
   // A planned fault names a rank of the group it was planned for: one aimed
   // at this process follows it to its new rank, one aimed at another
   // process never fires here (before, a kill planned for the dead rank at
@@ -201,7 +202,7 @@ std::string CommunicatorImpl::give_input_back(const OpRecord& rec) {
       "; its buffer holds partial results: the op was larger than the backup budget "
       "(Options::backup_bytes), so its input was not kept";
   if (rec.nccl) {
-    const bool backed = nccl_.backup_seq == op.seq && nccl_.backed_up >= op.in.bytes();
+    const bool backed = nccl_.holding(op.seq, op.in.bytes()) != nullptr;
     if (op.in_place() && !backed) return partial;
     if (Status s = restore_nccl_inputs(op); !s.ok()) {
       RCOLL_LOG(

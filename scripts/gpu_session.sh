@@ -9,7 +9,9 @@
 #   scripts/gpu_torch_ext.sh                        build-torch-gpu: the extension for that machine's Python
 # Then there, from the repository root, with both folders carried:
 #   scripts/gpu_session.sh [STEP...]                default: every step, in the order below
-# Steps: env torch ctest ddp pipeline bench (the default, in this order); recovery
+# Steps: env torch ctest ddp pipeline bench (the default, in this order);
+# ctest_blocking and ctest_nonblocking (ctest with NCCL calls blocking or
+# not), recovery
 # (the NCCL recoveries alone, which ctest runs too) and hang (the DDP SIGSTOP run
 # alone, with stacks should it hang) on request. Every step has a time limit and
 # a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
@@ -75,15 +77,20 @@ for s in "${steps[@]}"; do
       step torch_import 30 python3 -c 'import torch, rcoll.torch, rcoll._C as c; print(c.version(), torch.__version__)'
       step torch_collectives_cuda ${RCOLL_GPU_LIMIT_COLLECTIVES:-150} env RCOLL_CHECK_DEVICE=cuda python3 python/tests/collectives_check.py --launch 2
       ;;
-    ctest)
+    ctest|ctest_blocking|ctest_nonblocking)
       # The CUDA-labelled tests but the PyTorch ones (the ddp, pipeline and
       # torch steps run those; RCOLL_GPU_CTEST: a ctest -R pattern instead):
       # kernels, NCCL communicators, device ops on every transport, stream
       # waits (under faults too), send/recv on NCCL, blocking calls, the NCCL
-      # recoveries and fallbacks. RCOLL_GPU_CTEST_ARGS: more ctest arguments
-      # (--repeat until-fail:10, say).
-      step ctest ${RCOLL_GPU_LIMIT_CTEST:-300} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} scripts/gpu_tests.sh ctest \
-        -j ${RCOLL_GPU_CTEST_JOBS:-4} -LE torch -R "${RCOLL_GPU_CTEST:-.}" ${RCOLL_GPU_CTEST_ARGS:-}
+      # recoveries, replays and fallbacks. RCOLL_GPU_CTEST_ARGS: more ctest
+      # arguments (--repeat until-fail:10, say). ctest_blocking and
+      # ctest_nonblocking: the same with every communicator's NCCL calls
+      # blocking or not (RCOLL_NCCL_BLOCKING=1 or 0; the default is 0).
+      mode=()
+      [[ $s == ctest_blocking ]] && mode=(RCOLL_NCCL_BLOCKING=1)
+      [[ $s == ctest_nonblocking ]] && mode=(RCOLL_NCCL_BLOCKING=0)
+      step "$s" ${RCOLL_GPU_LIMIT_CTEST:-300} env "${mode[@]}" RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} \
+        scripts/gpu_tests.sh ctest -j ${RCOLL_GPU_CTEST_JOBS:-4} -LE torch -R "${RCOLL_GPU_CTEST:-.}" ${RCOLL_GPU_CTEST_ARGS:-}
       ;;
     ddp)
       step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
@@ -105,19 +112,24 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
       ;;
     bench)
       # rcoll against raw NCCL, same ranks, same run (RCOLL_GPU_BENCH: rank
-      # counts, "b" after one for blocking NCCL calls, "r" for recovery off,
-      # which drops the per-op confirmation; default 1 2 1b 2b).
+      # counts, "b" after one for blocking NCCL calls, "n" for non-blocking
+      # (neither: the default, non-blocking), "c" for every
+      # op confirmed on its own (RCOLL_NCCL_CONFIRM_EVERY=1, as before stop
+      # 49), "r" for recovery off, which drops every confirmation; default 1 2 2b).
       run="$bundle/tools/rcoll-run"
       sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
-      for cell in ${RCOLL_GPU_BENCH:-1 2 1b 2b}; do
-        np=${cell%%[br]*}
-        blocking=0 recovery=1
-        [[ $cell == *b* ]] && blocking=1
+      for cell in ${RCOLL_GPU_BENCH:-1 2 2b}; do
+        np=${cell%%[bncr]*}
+        mode=() recovery=1 every=16
+        [[ $cell == *b* ]] && mode=(RCOLL_NCCL_BLOCKING=1)
+        [[ $cell == *n* ]] && mode=(RCOLL_NCCL_BLOCKING=0)
+        [[ $cell == *c* ]] && every=1
         [[ $cell == *r* ]] && recovery=0
         # RCOLL_GPU_PHASES=1: each rank logs where its device ops' host time
         # went (RCOLL_NCCL_PHASES, about eight clock reads an op).
         phases=${RCOLL_GPU_PHASES:-0}
-        step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env RCOLL_TRANSPORTS=nccl,tcp RCOLL_NCCL_BLOCKING=$blocking RCOLL_RECOVERY=$recovery \
+        step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env "${mode[@]}" RCOLL_TRANSPORTS=nccl,tcp RCOLL_RECOVERY=$recovery \
+          RCOLL_NCCL_CONFIRM_EVERY=$every \
           RCOLL_NCCL_PHASES=$phases RCOLL_DEBUG=$([[ $phases == 1 ]] && echo INFO || echo WARN) \
           $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \
           --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_np${cell}.json \
@@ -130,7 +142,7 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
       step recovery ${RCOLL_GPU_LIMIT_RECOVERY:-400} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} \
         scripts/gpu_tests.sh ctest -j 2 -R "${RCOLL_GPU_RECOVERY:-recovery_cuda_nccl|fallback_cuda_nccl}"
       ;;
-    *) echo "gpu_session: unknown step '$s' (env torch ctest ddp pipeline bench recovery hang)" >&2 ;;
+    *) echo "gpu_session: unknown step '$s' (env torch ctest ctest_blocking ctest_nonblocking ddp pipeline bench recovery hang)" >&2 ;;
   esac
 done
 echo "=== $(date +%T) done"

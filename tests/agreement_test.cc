@@ -170,6 +170,63 @@ TEST(Agreement, AFinishedRankWithoutItsBackupsSaysSoInsteadOfResuming) {
   EXPECT_NE(resume.status().message().find("no longer holds its inputs"), std::string::npos) << resume.status().message();
 }
 
+// A collective on NCCL, 3 slices, that ranks 0 and 2 completed and rank 1
+// did not (its slices were done on the GPU but it failed before counting
+// them). `logged`: the completed ranks hold it in their logs, as
+// record_completion keeps one that settles later.
+std::vector<RankLedger> nccl_ledgers(bool settles_later, bool logged, std::vector<float>& in,
+                                     std::vector<float>& out) {
+  std::vector<RankLedger> ranks(3);
+  for (int q = 0; q < 3; ++q) {
+    RankLedger& l = ranks[static_cast<size_t>(q)];
+    l.log = std::make_unique<ReplayLog>(64u << 20, 16u << 20);
+    l.log->reset(3);
+    l.log->collective_through = kSeq - 1;
+    OpRecord rec;
+    rec.op = allreduce_op(in, out);
+    rec.nccl = true;
+    rec.settles_later = settles_later;
+    rec.total = 3;
+    rec.pool = l.log->pool();
+    if (q == 1) {
+      l.current = std::make_unique<OpRecord>(std::move(rec));
+      continue;
+    }
+    l.log->collective_through = kSeq;
+    rec.complete = true;
+    rec.done = rec.total;
+    if (logged) l.log->push(std::move(rec));
+  }
+  return ranks;
+}
+
+TEST(Agreement, ACollectiveOnNcclThatSettlesLaterIsReplayedByTheRanksThatCompletedIt) {
+  std::vector<float> in(64, 1.0f), out(64);
+  auto resume = plans_for(nccl_ledgers(true, true, in, out), 3);
+  ASSERT_TRUE(resume.ok()) << resume.status().to_string();
+  // Every rank runs all three slices again: rank 1 its op, ranks 0 and 2 a
+  // replay of the one they logged.
+  EXPECT_EQ(resume.value(), (std::vector<size_t>{0, 0, 0}));
+}
+
+TEST(Agreement, ACollectiveOnNcclConfirmedOnItsOwnIsDoneEverywhereOnceOneRankHasIt) {
+  std::vector<float> in(64, 1.0f), out(64);
+  // Its confirmation came back on ranks 0 and 2 (not logged): rank 1's
+  // slices were done, whatever it counted.
+  auto resume = plans_for(nccl_ledgers(false, false, in, out), 3);
+  ASSERT_TRUE(resume.ok()) << resume.status().to_string();
+  EXPECT_EQ(resume.value()[1], 3u);
+}
+
+TEST(Agreement, ARankThatNoLongerHoldsACollectiveThatSettlesLaterSaysSo) {
+  std::vector<float> in(64, 1.0f), out(64);
+  auto resume = plans_for(nccl_ledgers(true, false, in, out), 3);
+  ASSERT_FALSE(resume.ok());
+  EXPECT_EQ(resume.status().code(), ErrorCode::kInternal);
+  EXPECT_NE(resume.status().message().find("no longer holds its inputs"), std::string::npos)
+      << resume.status().message();
+}
+
 // A send and its receive: the receiver's count is the truth, on both sides,
 // however far ahead the sender got (what the sockets held).
 TEST(Agreement, SendAndReceiveResumeAtTheReceiversCount) {

@@ -97,12 +97,14 @@ if(RCOLL_HAVE_NCCL)
                      --sizes 0,1,7,4K+3,1M,16M --big-dtypes float32 --expect-device-transport nccl)
     list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np${np})
   endforeach()
-  # Ops 2, 3 and 17: an out-of-place and an in-place allreduce, an allgather
-  # (op 1 is the stream-order check); three failures would drop NCCL at the
-  # default limit (3), so the limit is raised.
+  # Ops 2, 6 and 17: an out-of-place and an in-place allreduce, an allgather
+  # (op 1 is the stream-order check; faults on neighbouring ops can share a
+  # recovery, as the ranks that completed a small collective are in the next
+  # when the failure is seen); three failures would drop NCCL at the default
+  # limit (3), so the limit is raised.
   add_test(NAME recovery_cuda_nccl_close_link
            COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
-                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=3;close-link:rank=0,op=17" --
+                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=6;close-link:rank=0,op=17" --
                    ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 3
                    --expect-device-transport nccl)
   add_test(NAME fallback_cuda_nccl_fail_connect
@@ -124,6 +126,40 @@ if(RCOLL_HAVE_NCCL)
                    ${RCOLL_CORRECTNESS} --memory cuda --dtypes float32 --sizes 64M --ops allreduce --repeat 10
                    --expect-recoveries 1 --expect-device-transport nccl)
   list(APPEND RCOLL_NCCL_TESTS recovery_cuda_nccl_multislice fallback_cuda_nccl_mid_op)
+  # Collectives that settle later (no confirmation of their own, input kept
+  # on the device): a rank fails an op whose slices were done on the GPU
+  # before it counted them (close-link at=done), after the other ranks
+  # completed it and moved on; they replay it on the next epoch's
+  # communicator from their kept input (ops 2, 4 and 18: an out-of-place
+  # allreduce, a reduce-scatter, an in-place allgather; 3 and 6: in-place
+  # allreduces). Then with the next epoch's NCCL init failing on a rank:
+  # NCCL is dropped, and the replay runs staged.
+  add_test(NAME recovery_cuda_nccl_replay
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
+                   --inject "close-link:rank=1,op=2,at=done;close-link:rank=2,op=4,at=done;close-link:rank=0,op=18,at=done" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,64K --dtypes float32,int64 --expect-recoveries 3
+                   --expect-nccl-replays 3 --expect-device-transport nccl)
+  add_test(NAME recovery_cuda_nccl_replay_stream_wait
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 2 --timeout 600
+                   --inject "close-link:rank=1,op=3,at=done;close-link:rank=0,op=6,at=done" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,64K --dtypes float32
+                   --expect-recoveries 2 --expect-nccl-replays 2 --expect-device-transport nccl)
+  add_test(NAME fallback_cuda_nccl_replay_staged
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 3 --timeout 600
+                   --inject "close-link:rank=1,op=2,at=done;fail-connect:transport=nccl,count=1,rank=2,epoch=1" --
+                   ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3 --dtypes float32 --expect-recoveries 2
+                   --expect-nccl-replays 2 --expect-fallbacks 1 --expect-device-transport staged)
+  # Every collective confirmed on its own (as before stop 49).
+  add_test(NAME correctness_cuda_nccl_np2_confirm_every_op
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_NCCL_CONFIRM_EVERY=1 ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS}
+                   --memory cuda --sizes 0,1,7,4K+3,1M --expect-device-transport nccl)
+  # A desync among them (rank 1 runs its 5th all-reduce as a max): reported
+  # on every rank at the next confirmation, naming the seqs.
+  add_test(NAME desync_cuda_nccl_settled_later
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_NCCL_CONFIRM_EVERY=8 ${RCOLL_RUN} -n 2 --timeout 120 -- ${RCOLL_CORRECTNESS}
+                   --memory cuda --desync-at 5)
+  list(APPEND RCOLL_NCCL_TESTS desync_cuda_nccl_settled_later recovery_cuda_nccl_replay recovery_cuda_nccl_replay_stream_wait
+       fallback_cuda_nccl_replay_staged correctness_cuda_nccl_np2_confirm_every_op)
   # Stream semantics (--stream-wait): every checked op issued async on the
   # worker's stream, which waits for it on the GPU (Work::stream_wait) and
   # copies the result back behind it; send/recv on NCCL too. Then with the
@@ -134,7 +170,7 @@ if(RCOLL_HAVE_NCCL)
                    --sizes 0,1,7,4K+3,1M,16M --big-dtypes float32 --expect-device-transport nccl)
   add_test(NAME recovery_cuda_nccl_close_link_stream_wait
            COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
-                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=3;close-link:rank=0,op=17" --
+                   --inject "close-link:rank=1,op=2;close-link:rank=2,op=6;close-link:rank=0,op=17" --
                    ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,1M --dtypes float32,int64
                    --expect-recoveries 3 --expect-device-transport nccl)
   # One hardware queue (as Megatron sets it): no stream gate, the host waits

@@ -87,6 +87,10 @@ struct Counters {
   // how many ops completed on NCCL.
   std::string device_transport;
   uint64_t nccl_ops = 0;
+  // Collectives this rank completed on NCCL and ran again, in a recovery,
+  // for a peer that had not completed them (from their input kept on the
+  // device: docs/gpu.md).
+  uint64_t nccl_replays = 0;
   // Host memory rcoll holds now for staging, input backups and reuse. Grows to
   // the working set; released after a few idle seconds.
   uint64_t held_bytes = 0;

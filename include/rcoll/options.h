@@ -75,13 +75,17 @@ struct Options {
   // before it sleeps in the kernel (RCOLL_SPIN_US). -1 = 50. Waits for an op
   // on NCCL poll for at least 1 ms. See README.
   int spin_us = -1;
-  // How device ops call NCCL (RCOLL_NCCL_BLOCKING): 0 = on the non-blocking
-  // communicator every epoch makes (NCCL 2.28 enqueues each call's group on
-  // a thread of its own, and rcoll's deadlines and aborts cut into any call);
-  // 1 = on a communicator created blocking (no thread per call; its init,
-  // begun once every rank arrived, and a call that waits for a peer inside
-  // NCCL, such as a first send to it, are bounded only by that peer: no
-  // deadline or abort cuts in there). -1 = from the environment, else 0.
+  // How device ops call NCCL (RCOLL_NCCL_BLOCKING): 0 = on a non-blocking
+  // communicator (NCCL 2.28 enqueues each call's group on a thread of its
+  // own: 25-35 us more per small op on an H200, docs/gpu.md); 1 = on a
+  // communicator created blocking, whose calls one helper thread per
+  // communicator enqueues, so a call that waits for a peer inside NCCL (a
+  // first send to it) can still be aborted by rcoll's judging on the op's
+  // thread, and whose init runs on a thread of its own, so its deadline
+  // still holds (a rank that gives up on it leaves it to stop when NCCL
+  // returns). With 1, Work::stream_wait waits on the host (no stream gate:
+  // stopping a blocking communicator while a stream waited at one hung a
+  // DDP run). -1 = from the environment, else 0.
   int nccl_blocking = -1;
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;
@@ -143,6 +147,14 @@ struct Options {
   std::chrono::milliseconds straggler_timeout{30 * 60 * 1000};
   // Memory for input backups that make slices re-runnable (in-place windows, tails of completed ops).
   size_t backup_bytes = 256u << 20;
+  // Collectives on NCCL of at most 1 MiB of input settle later: only every
+  // nccl_confirm_every-th collective is confirmed by an NCCL all-reduce of
+  // its own (each keeps its input on the device until the next completes,
+  // for a peer's replay), so a desync among them is reported up to this
+  // many collectives late, naming the range. 1 = every op confirmed
+  // (RCOLL_NCCL_CONFIRM_EVERY; -1 = from the environment, else 16; the same
+  // on every rank). See docs/gpu.md.
+  int nccl_confirm_every = -1;
 
   // Chunking: bytes per frame and frames in flight per link. 0 = adaptive:
   // chosen at every epoch from the slowest link as timed when the epoch was

@@ -203,6 +203,49 @@ void test_stream_order(rcoll::Communicator& comm) {
   cudaFreeHost(host);
   cudaStreamDestroy(stream);
 }
+
+// --desync-at K: 40 all-reduces of 64 floats on the device, in which rank 1
+// runs its K-th as a max where the others sum. Collectives that small settle
+// later (no confirmation of their own), so the ranks learn of it at the next
+// confirmation: every rank must fail there with kDesync naming the range of
+// seqs, within RCOLL_NCCL_CONFIRM_EVERY collectives of the K-th. Returns the
+// process's exit code.
+int test_desync(rcoll::Communicator& comm, int k) {
+  const int r = comm.rank();
+  float* dev = nullptr;
+  cuda_check(cudaMalloc(reinterpret_cast<void**>(&dev), 64 * sizeof(float)), "cudaMalloc");
+  cuda_check(cudaMemset(dev, 0, 64 * sizeof(float)), "cudaMemset");
+  Buffer b{dev, 64, DataType::kFloat32, rcoll::MemoryKind::kCuda};
+  int failed_at = 0;
+  std::string what;
+  for (int i = 1; i <= 40 && failed_at == 0; ++i) {
+    const ReduceOp op = i == k && r == 1 ? ReduceOp::kMax : ReduceOp::kSum;
+    rcoll::Status s = comm.allreduce_async(b, b, op).wait();
+    if (!s.ok()) {
+      failed_at = i;
+      if (s.code() != rcoll::ErrorCode::kDesync) {
+        std::fprintf(stderr, "FAIL rank %d: all-reduce %d failed with %s, expected kDesync\n", r, i,
+                     s.to_string().c_str());
+        return 1;
+      }
+      what = s.message();
+    }
+  }
+  cudaFree(dev);
+  const char* every = std::getenv("RCOLL_NCCL_CONFIRM_EVERY");
+  const int window = every != nullptr ? std::atoi(every) : 16;
+  if (failed_at < k || failed_at >= k + window ||
+      what.find("collectives at seqs") == std::string::npos) {
+    std::fprintf(
+        stderr, "FAIL rank %d: the desync at all-reduce %d was %s (%s)\n", r, k,
+        failed_at == 0 ? "never reported" : ("reported at " + std::to_string(failed_at)).c_str(),
+        what.c_str());
+    return 1;
+  }
+  std::printf("rank %d: the desync at all-reduce %d was reported at all-reduce %d: %s\n", r, k,
+              failed_at, what.c_str());
+  return 0;
+}
 #endif
 
 // Runs `op` with `buffers` on host memory, or (--memory cuda) on device copies
@@ -599,6 +642,8 @@ int main(int argc, char** argv) {
   std::string big_dtypes = "all";  // dtypes that run at sizes >= big_bytes
   size_t big_bytes = 16u << 20;
   long expect_recoveries = -1;     // at least this many recoveries on this rank
+  long expect_nccl_replays =
+      -1;  // at least this many ops replayed on NCCL for a peer, all ranks together
   long max_recoveries = -1;        // at most this many
   bool recoveries_equal_faults = false;  // recoveries == data-plane faults injected on all ranks
   int repeat = 1;
@@ -610,6 +655,7 @@ int main(int argc, char** argv) {
   double duration_s = 0;
   long expect_inflight_min = -1;  // adaptive chunking: chunk_bytes x pipeline_depth at the end, at least
   std::string memory = "host";
+  int desync_at = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--sizes") sizes = argv[i + 1];
@@ -618,6 +664,8 @@ int main(int argc, char** argv) {
     else if (k == "--big-dtypes") big_dtypes = argv[i + 1];
     else if (k == "--big-bytes") big_bytes = parse_count(argv[i + 1], DataType::kUint8);
     else if (k == "--expect-recoveries") expect_recoveries = std::stol(argv[i + 1]);
+    else if (k == "--expect-nccl-replays")
+      expect_nccl_replays = std::stol(argv[i + 1]);
     else if (k == "--max-recoveries") max_recoveries = std::stol(argv[i + 1]);
     else if (k == "--recoveries-equal-faults") recoveries_equal_faults = std::string(argv[i + 1]) == "1";
     else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
@@ -629,6 +677,8 @@ int main(int argc, char** argv) {
     else if (k == "--duration") duration_s = std::stod(argv[i + 1]);
     else if (k == "--expect-inflight-min") expect_inflight_min = std::stol(argv[i + 1]);
     else if (k == "--memory") memory = argv[i + 1];
+    else if (k == "--desync-at")
+      desync_at = std::stoi(argv[i + 1]);
     else if (k == "--stream-wait") g_stream_wait = std::string(argv[i + 1]) == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -673,6 +723,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d/%d: communicator ready, running collectives\n", comm.rank(), comm.size());
     std::fflush(stdout);
 #if RCOLL_WORKER_CUDA
+    if (g_device && desync_at > 0) return test_desync(comm, desync_at);
     if (g_device && has(ops, "allreduce")) test_stream_order(comm);
 #endif
     // Another pass? A fixed number, or (--duration) rank 0's clock, shared by a broadcast.
@@ -808,6 +859,21 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "FAIL rank %d: %llu faults injected but %llu recoveries\n", r,
                      static_cast<unsigned long long>(faults[0]),
                      static_cast<unsigned long long>(recoveries));
+        ++g_failures;
+      }
+    }
+    if (expect_nccl_replays >= 0) {
+      // A replay happens on the rank that completed the op, not the one the
+      // fault struck: counted over every rank.
+      std::vector<uint64_t> replays{counters.nccl_replays};
+      comm.allreduce(Buffer::of(replays), ReduceOp::kSum);
+      std::printf("rank %d: %llu ops replayed on NCCL for a peer, all ranks (%llu here)\n", r,
+                  static_cast<unsigned long long>(replays[0]),
+                  static_cast<unsigned long long>(counters.nccl_replays));
+      if (replays[0] < static_cast<uint64_t>(expect_nccl_replays)) {
+        std::fprintf(stderr,
+                     "FAIL rank %d: expected at least %ld ops replayed on NCCL, counted %llu\n", r,
+                     expect_nccl_replays, static_cast<unsigned long long>(replays[0]));
         ++g_failures;
       }
     }

@@ -4,21 +4,30 @@
 // otherwise: init and every call may return ncclInProgress, after which the
 // communicator's state is polled with ncclCommGetAsyncError until it
 // settles, releasing the lock between polls so an abort from another thread
-// gets in. Completion of each issued
-// group is an event recorded behind it on the communicator's stream.
+// gets in. Blocking, each group is enqueued on the communicator's enqueuer
+// thread (Enqueuer, below) and issue() polls for it the same way, so a call
+// that waits inside NCCL for a peer can still be cut short by rcoll's
+// judging (the op's thread aborts the communicator); its init runs on a
+// thread of its own (BlockingInit). Completion of each
+// issued group is an event recorded behind it on the communicator's stream.
 #include "transports/nccl/nccl_comm.h"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "kernels/cuda_memory.h"
 #include "kernels/stream_gate.h"
-
-#include <cuda_runtime.h>
-#include <nccl.h>
-
-#include <dlfcn.h>
-
-#include <cstring>
-#include <memory>
-#include <thread>
 
 namespace rcoll::nccl {
 namespace {
@@ -59,9 +68,13 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
   return s;
 }
 
-// NCCL's enqueue of a group on a non-blocking communicator is polled without
-// sleeping for this long (it takes microseconds unless peers must connect).
+// NCCL's enqueue of a group (on NCCL's thread, or blocking on the enqueuer)
+// is polled without sleeping for this long (it takes microseconds unless
+// peers must connect).
 constexpr auto kSettleSpin = std::chrono::microseconds(1000);
+// The enqueuer yields for this long after a group before it sleeps: the next
+// op's group usually comes sooner, and is then taken without a wake-up.
+constexpr auto kIdleSpin = std::chrono::microseconds(200);
 
 // An NCCL failure's code: kDevice when the CUDA context is gone for good
 // (NCCL reports it as an unhandled CUDA error), so nobody retries on it.
@@ -78,6 +91,162 @@ RevokeFn revoke_entry() {
   static RevokeFn fn = reinterpret_cast<RevokeFn>(dlsym(RTLD_DEFAULT, "ncclCommRevoke"));
   return fn;
 }
+
+// ncclGroupStart, `calls` on `stream`, ncclGroupEnd, with the communicator's
+// device current: the first call's failure, else ncclGroupEnd's result
+// (ncclInProgress: a non-blocking communicator is still enqueuing it).
+ncclResult_t enqueue(ncclComm_t comm, cudaStream_t stream, const std::vector<Call>& calls) {
+  ncclResult_t r = ncclGroupStart();
+  for (const Call& c : calls) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    const ncclDataType_t t = to_nccl(c.dtype);
+    switch (c.kind) {
+      case CallKind::kAllReduce:
+        r = ncclAllReduce(c.in, c.out, c.count, t, to_nccl(c.op), comm, stream);
+        break;
+      case CallKind::kAllGather:
+        r = ncclAllGather(c.in, c.out, c.count, t, comm, stream);
+        break;
+      case CallKind::kReduceScatter:
+        r = ncclReduceScatter(c.in, c.out, c.count, t, to_nccl(c.op), comm, stream);
+        break;
+      case CallKind::kBroadcast:
+        r = ncclBroadcast(c.in, c.out, c.count, t, c.peer, comm, stream);
+        break;
+      case CallKind::kSend:
+        r = ncclSend(c.in, c.count, t, c.peer, comm, stream);
+        break;
+      case CallKind::kRecv:
+        r = ncclRecv(c.out, c.count, t, c.peer, comm, stream);
+        break;
+    }
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  return r == ncclSuccess || r == ncclInProgress ? end : r;
+}
+
+// The thread a blocking communicator's groups are enqueued on
+// (Config::blocking), with no lock held, so that the op's thread stays free
+// to judge a group that waits inside NCCL for a peer (a first send to it, a
+// lazily connected collective) and to abort the communicator under it. One
+// group at a time: post() hands it over (a copy of the calls and of the
+// handle: stop() may clear the communicator's), collect() takes ncclGroupEnd's
+// result. The hand-off is a few atomics: after a group the thread yields for
+// kIdleSpin before it sleeps, and post() wakes it only if it sleeps, so
+// back-to-back ops make no system call.
+//
+// What this relies on in NCCL (read in 2.28.9's source):
+// - A group is the calling thread's (ncclGroupStart/End keep it in thread
+//   locals): the whole group runs here, and a blocking communicator's
+//   ncclGroupEnd launches it on this thread, touching no shared group job.
+// - While it runs, nothing else calls NCCL on the communicator but the stop
+//   (Impl::stop(), ~Comm) and ncclCommGetAsyncError, which poll() may ask
+//   meanwhile (issue() waits on the enqueuer, not on NCCL). That one only
+//   loads the communicator's error words atomically, as NCCL's own threads
+//   store them, and its group job, which only a non-blocking communicator
+//   has: it may run beside a blocking group. Everything else waits in
+//   issue() (the runtime issues from one thread and waits for it) or fails
+//   on a stopped communicator.
+// - The stop is the interruption: ncclCommAbort and ncclCommRevoke first set
+//   the abort flag, which every wait inside NCCL for a peer (bootstrap,
+//   proxy and socket loops) polls, so the group returns with an error. They
+//   do not wait for it, though: they go on to stop the proxy, drain the
+//   streams and (the abort) free the communicator, milliseconds of work, so
+//   the group must have unwound by then (microseconds once it sees the
+//   flag), as PyTorch's watchdog also assumes. A revoke clears the flag when
+//   done, so ~Comm aborts a communicator a group is still inside. A group
+//   not yet begun when the stop comes is withdrawn: none starts on a stopped
+//   communicator.
+class Enqueuer {
+ public:
+  Enqueuer(int device, cudaStream_t stream)
+      : device_(device), stream_(stream), thread_([this] { run(); }) {}
+  // A group still inside NCCL returns once the communicator is stopped (~Comm).
+  ~Enqueuer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  Enqueuer(const Enqueuer&) = delete;
+  Enqueuer& operator=(const Enqueuer&) = delete;
+
+  // Hands a group over; false while the last one is still in flight.
+  bool post(ncclComm_t comm, const std::vector<Call>& calls) {
+    if (state_.load() != kIdle) return false;
+    comm_ = comm;
+    calls_.assign(calls.begin(), calls.end());
+    state_.store(kPosted);
+    if (asleep_.load()) {
+      std::lock_guard<std::mutex> lock(
+          mu_);  // then it is in wait(), not between its check and its sleep
+      cv_.notify_one();
+    }
+    return true;
+  }
+  // Whether the group posted was enqueued: ncclGroupEnd's result into `r`.
+  bool collect(ncclResult_t& r) {
+    if (state_.load(std::memory_order_acquire) != kDone) return false;
+    r = result_;
+    state_.store(kIdle, std::memory_order_relaxed);
+    return true;
+  }
+  // Takes back a group the thread has not begun (the communicator stops).
+  void withdraw() {
+    State posted = kPosted;
+    (void)state_.compare_exchange_strong(posted, kIdle);
+  }
+  // Whether a group is inside NCCL.
+  bool running() const { return state_.load() == kRunning; }
+
+ private:
+  enum State { kIdle, kPosted, kRunning, kDone };
+
+  void run() {
+    (void)pthread_setname_np(pthread_self(), "rcoll-nccl-enq");
+    (void)cudaSetDevice(device_);
+    while (next()) {
+      result_ = enqueue(comm_, stream_, calls_);
+      state_.store(kDone, std::memory_order_release);
+    }
+  }
+  // Begins the next group posted (true), or sees the end (false). The
+  // sleep: post() stores kPosted then reads asleep_, this stores asleep_
+  // then reads state_ (all sequentially consistent), so one sees the other.
+  bool next() {
+    const Clock::time_point idle = Clock::now();
+    for (;;) {
+      if (quit_.load()) return false;
+      State posted = kPosted;
+      if (state_.load(std::memory_order_relaxed) == kPosted &&
+          state_.compare_exchange_strong(posted, kRunning, std::memory_order_acquire)) {
+        return true;
+      }
+      if (Clock::now() - idle < kIdleSpin) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      asleep_.store(true);
+      cv_.wait(lock, [this] { return quit_.load() || state_.load() == kPosted; });
+      asleep_.store(false);
+    }
+  }
+
+  const int device_;
+  const cudaStream_t stream_;
+  ncclComm_t comm_ = nullptr;  // the group's, with its calls: written by post() in kIdle only
+  std::vector<Call> calls_;
+  ncclResult_t result_ = ncclSuccess;  // read by collect() in kDone only
+  std::atomic<State> state_{kIdle};
+  std::atomic<bool> asleep_{false};
+  std::atomic<bool> quit_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;  // last: started once the rest is
+};
 
 // A failed or cancelled init's communicator: aborted (which frees, waiting
 // for the whole GPU) now, or once no stream gate holds a stream.
@@ -129,11 +298,20 @@ struct Comm::Impl {
   // revoke (cudaFreeHost, which waits for the whole GPU: stop 47's stacks),
   // so the runtime avoids stopping a communicator while a stream is held
   // where it can (runtime/detection.cc, wait_for_silent_under_gate).
+  //
+  // A blocking communicator's group the enqueuer has begun may still be
+  // inside NCCL: the stop is what makes it return (see Enqueuer).
   void stop() {
     if (stopped || comm == nullptr) return;
+    if (enqueuer) enqueuer->withdraw();  // a group not begun never starts
     stopped = true;
     ncclComm_t c = comm;
-    if (kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
+    // A group inside NCCL on the enqueuer must not have the communicator
+    // freed under it: revoked (which frees nothing) where NCCL can, and
+    // aborted by ~Comm, after which the group has returned.
+    const bool group_inside = enqueuer && enqueuer->running() && revoke_entry() != nullptr;
+    if (!group_inside &&
+        kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
       comm = nullptr;
       return;
     }
@@ -163,6 +341,21 @@ struct Comm::Impl {
   uint64_t done_through = 0;  // every ticket up to here finished before any failure
   Status failed;              // set once: the abort's reason or the first error
   bool healthy() const { return failed.ok(); }
+  std::unique_ptr<Enqueuer> enqueuer;  // blocking only: where its groups are enqueued
+  // Whether the group issue() began is enqueued, its result then in `r`: the
+  // enqueuer's word (blocking), else NCCL's state, asked while `r` (what
+  // ncclGroupEnd said, at first) is ncclInProgress.
+  bool settled(ncclResult_t& r) {
+    if (enqueuer) return enqueuer->collect(r);
+    if (r != ncclInProgress) return true;
+    ncclResult_t state = ncclSuccess;
+    if (const ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) {
+      r = q;
+      return true;
+    }
+    r = state;
+    return r != ncclInProgress;
+  }
 };
 
 Comm::Comm(const Config& config) : config_(config), impl_(std::make_unique<Impl>()) {}
@@ -185,6 +378,16 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view unique_id, const Con
   std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
   if (Status s = c->prepare_device(); !s.ok()) return s;
   if (Status s = c->init(&id); !s.ok()) return s;
+  if (config.blocking) {
+    try {
+      c->impl_->enqueuer = std::make_unique<Enqueuer>(config.device, c->impl_->stream);
+    } catch (const std::system_error& e) {  // no thread to be had (a process at its limit)
+      return c->failure(ErrorCode::kTransport,
+                        std::string("could not start the thread that enqueues a blocking "
+                                    "NCCL communicator's calls: ") +
+                            e.what());
+    }
+  }
   return c;
 }
 
@@ -233,6 +436,24 @@ Status Comm::prepare_device() {
   return Status();
 }
 
+// A blocking communicator's init, on a thread of its own so that the init's
+// deadline and a peer giving up (Config::cancelled) still end the caller's
+// wait: a blocking ncclCommInitRankConfig returns only once every rank has
+// joined (or failed). A caller that gives up leaves it behind, and the thread
+// stops what it made once NCCL returns (a rank that died closes its sockets,
+// so NCCL's bootstrap fails; a frozen one holds it until it thaws): a thread
+// left waiting, not a job.
+namespace {
+struct BlockingInit {
+  std::mutex mu;
+  bool done = false;
+  bool abandoned = false;  // the caller gave up on it
+  ncclComm_t comm = nullptr;
+  ncclResult_t result = ncclInProgress;
+  std::string name;  // the config's commName points here
+};
+}  // namespace
+
 // NCCL's init, polled until it settles: the other ranks must join by the
 // deadline, and a rank that gave up on it (config.cancelled) cuts it short.
 Status Comm::init(const void* unique_id) {
@@ -240,42 +461,86 @@ Status Comm::init(const void* unique_id) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   // Non-blocking unless asked: init and every call then return at once and
   // are polled, so a deadline or an abort from another thread cuts in. A
-  // blocking communicator's init is bounded by its peers alone.
+  // blocking communicator's init runs on a thread of its own (above).
   cfg.blocking = config_.blocking ? 1 : 0;
   const std::string name = "rcoll epoch " + std::to_string(config_.epoch);
   cfg.commName = name.c_str();
   const auto started = Clock::now();
   auto last_asked = started;
   const ncclUniqueId& id = *static_cast<const ncclUniqueId*>(unique_id);
-  ncclResult_t r = ncclCommInitRankConfig(&m.comm, config_.size, id, config_.rank, &cfg);
-  while (r == ncclInProgress || r == ncclSuccess) {
-    ncclResult_t state = ncclSuccess;
+  std::shared_ptr<BlockingInit> job;
+  ncclResult_t r = ncclInProgress;
+  if (config_.blocking) {
+    job = std::make_shared<BlockingInit>();
+    job->name = name;
+    try {
+      std::thread([job, id, cfg, size = config_.size, rank = config_.rank,
+                   device = config_.device]() mutable {
+        (void)pthread_setname_np(pthread_self(), "rcoll-nccl-init");
+        (void)cudaSetDevice(device);
+        cfg.commName = job->name.c_str();
+        ncclComm_t made = nullptr;
+        const ncclResult_t result = ncclCommInitRankConfig(&made, size, id, rank, &cfg);
+        std::lock_guard<std::mutex> lock(job->mu);
+        job->comm = made;
+        job->result = result;
+        job->done = true;
+        if (job->abandoned && made != nullptr) abort_or_defer(made);
+      }).detach();
+    } catch (const std::system_error& e) {  // no thread to be had
+      return failure(
+          ErrorCode::kTransport,
+          std::string("could not start the thread of a blocking NCCL init: ") + e.what());
+    }
+  } else {
+    r = ncclCommInitRankConfig(&m.comm, config_.size, id, config_.rank, &cfg);
+  }
+  // Whether the init settled, its outcome then in `r` (and the communicator in m.comm).
+  auto settled = [&]() {
+    if (job) {
+      std::lock_guard<std::mutex> lock(job->mu);
+      if (!job->done) return false;
+      m.comm = job->comm;
+      r = job->result;
+      return true;
+    }
+    if (r != ncclInProgress && r != ncclSuccess) return true;
     if (m.comm == nullptr) {
       r = ncclInternalError;  // "success" without a communicator
-      break;
+      return true;
     }
+    ncclResult_t state = ncclSuccess;
     r = ncclCommGetAsyncError(m.comm, &state);
-    if (r != ncclSuccess) break;
-    if (state != ncclInProgress) {
-      r = state;
-      break;
+    if (r == ncclSuccess) r = state;
+    return r != ncclInProgress;
+  };
+  // Stops an init this rank gives up on (the thread's, once it returns).
+  auto give_up = [&]() {
+    if (job) {
+      std::lock_guard<std::mutex> lock(job->mu);
+      job->abandoned = true;
+      if (job->done && job->comm != nullptr) abort_or_defer(job->comm);
+    } else {
+      abort_or_defer(m.comm);
     }
+    m.comm = nullptr;
+  };
+  while (!settled()) {
     if (config_.cancelled && Clock::now() - last_asked >= std::chrono::milliseconds(10)) {
       last_asked = Clock::now();
       if (config_.cancelled()) {
-        abort_or_defer(m.comm);
-        m.comm = nullptr;
+        give_up();
         return failure(ErrorCode::kAborted, "NCCL init cancelled: another rank gave up on it");
       }
     }
     if (config_.init_deadline.expired()) {
-      abort_or_defer(m.comm);
-      m.comm = nullptr;
+      give_up();
       return failure(
           ErrorCode::kTimeout,
           "NCCL init of " + std::to_string(config_.size) + " ranks did not finish within " +
               std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) +
-              " ms (a rank missing or stuck?); aborted it");
+              " ms (a rank missing or stuck?); " +
+              (job ? "left it to stop when NCCL returns" : "aborted it"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -290,8 +555,23 @@ Status Comm::init(const void* unique_id) {
 }
 
 Comm::~Comm() {
-  std::lock_guard<std::mutex> lock(mu_);
   Impl& m = *impl_;
+  if (m.enqueuer) {
+    // The enqueuer goes first: nothing may finalise or destroy the
+    // communicator under a group. One still inside NCCL was given up on
+    // (the communicator failed): if its stop left the communicator (a
+    // revoke, which clears the abort flag when done), abort it now so the
+    // group returns; an abort that freed it already made it return.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (m.enqueuer->running() && m.comm) {
+        (void)ncclCommAbort(m.comm);
+        m.comm = nullptr;
+      }
+    }
+    m.enqueuer.reset();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   if (m.comm) {
     // A healthy communicator is finalised (its calls drain) within a bound;
     // one that does not settle, or has failed, is aborted.
@@ -324,32 +604,21 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   std::unique_lock<std::mutex> lock(mu_);
   Impl& m = *impl_;
   if (!m.healthy()) return m.failed;
-  (void)cudaSetDevice(config_.device);  // the calling thread's current device
-  ncclResult_t r = ncclGroupStart();
-  for (const Call& c : calls) {
-    if (r != ncclSuccess && r != ncclInProgress) break;
-    const ncclDataType_t t = to_nccl(c.dtype);
-    ncclComm_t comm = m.comm;
-    switch (c.kind) {
-      case CallKind::kAllReduce: r = ncclAllReduce(c.in, c.out, c.count, t, to_nccl(c.op), comm, m.stream); break;
-      case CallKind::kAllGather: r = ncclAllGather(c.in, c.out, c.count, t, comm, m.stream); break;
-      case CallKind::kReduceScatter: r = ncclReduceScatter(c.in, c.out, c.count, t, to_nccl(c.op), comm, m.stream); break;
-      case CallKind::kBroadcast: r = ncclBroadcast(c.in, c.out, c.count, t, c.peer, comm, m.stream); break;
-      case CallKind::kSend: r = ncclSend(c.in, c.count, t, c.peer, comm, m.stream); break;
-      case CallKind::kRecv: r = ncclRecv(c.out, c.count, t, c.peer, comm, m.stream); break;
-    }
+  (void)cudaSetDevice(
+      config_.device);  // the calling thread's current device (record_ticket's event)
+  ncclResult_t r = ncclInProgress;
+  if (!m.enqueuer) {
+    r = enqueue(m.comm, m.stream, calls);
+  } else if (!m.enqueuer->post(m.comm, calls)) {
+    return failure(ErrorCode::kInternal,
+                   "a group was issued while the last one was still being enqueued "
+                   "(issue() is for one thread at a time)");
   }
-  const ncclResult_t end = ncclGroupEnd();
-  if (r == ncclSuccess || r == ncclInProgress) r = end;
-  // Non-blocking: the group may still be being enqueued. Settle it, letting an
-  // abort from another thread in between polls.
+  // The group may still be being enqueued, by NCCL's thread (non-blocking)
+  // or the enqueuer (blocking). Settle it, letting an abort from another
+  // thread in between polls.
   PollPause pause(kSettleSpin);
-  while (r == ncclInProgress) {
-    ncclResult_t state = ncclSuccess;
-    r = ncclCommGetAsyncError(m.comm, &state);
-    if (r != ncclSuccess) break;
-    r = state;
-    if (r != ncclInProgress) break;
+  while (!m.settled(r)) {
     lock.unlock();
     pause();
     Status verdict = waiter ? waiter() : Status();
@@ -430,16 +699,17 @@ bool Comm::fingerprints_agree() const {
   return m.pairwise ? m.pair[0] == m.pair[1] : m.pair[0] == -m.pair[1];
 }
 
-Result<uint64_t> Comm::issue_copy(void* dst, const void* src, size_t bytes) {
+Status Comm::copy(void* dst, const void* src, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Impl& m = *impl_;
   if (!m.healthy()) return m.failed;
-  if (bytes > 0) {
-    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.stream); e != cudaSuccess) {
-      return failure(ErrorCode::kTransport, "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes failed: " + cuda_error(e));
-    }
+  if (bytes == 0) return Status();
+  if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.stream);
+      e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaMemcpyAsync of " + std::to_string(bytes) +
+                                              " bytes failed: " + cuda_error(e));
   }
-  return record_ticket();
+  return Status();
 }
 
 Result<bool> Comm::poll(uint64_t ticket) {
@@ -449,7 +719,8 @@ Result<bool> Comm::poll(uint64_t ticket) {
   if (!m.healthy()) return m.failed;
   // Which events fired, then whether NCCL reported an asynchronous error (a
   // peer gone, a network failure): only with none do they count as done, in
-  // case a failing NCCL ended its kernels early.
+  // case a failing NCCL ended its kernels early. (Asking may overlap a
+  // blocking communicator's group on its enqueuer: see Enqueuer.)
   size_t fired = 0;
   for (const auto& p : m.pending) {
     const cudaError_t e = cudaEventQuery(p.event);

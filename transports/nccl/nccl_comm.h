@@ -1,10 +1,10 @@
-// One NCCL communicator for one epoch: created non-blocking with its own init
-// deadline (or blocking, Config::blocking), its collectives issued on a
+// One NCCL communicator for one epoch: created non-blocking or blocking
+// (Config::blocking) with its own init deadline, its collectives issued on a
 // stream it owns, each call's completion marked by a CUDA event that the
 // runtime polls (with ncclCommGetAsyncError), and an abort that is
-// serialised with every other call on it, so it never races one. Like every transport it never retries and never recovers: a
-// failure is reported, and the runtime builds the next epoch's communicator
-// from a new unique id it distributes through the store.
+// serialised with every other call on it, so it never races one. Like every transport it never
+// retries and never recovers: a failure is reported, and the runtime builds the next epoch's
+// communicator from a new unique id it distributes through the store.
 //
 // An aborted NCCL kernel exits normally, so an event that fires after abort()
 // is not a success: calls pending at the abort report kAborted, and their
@@ -81,8 +81,8 @@ class Comm {
     int size = 1;
     int device = 0;
     uint32_t epoch = 0;
-    // Init is non-blocking: polled until done, aborted when this passes or
-    // when `cancelled` (asked every few ms) says another rank gave up.
+    // Init is polled until done, and given up when this passes or when
+    // `cancelled` (asked every few ms) says another rank gave up.
     Deadline init_deadline = Deadline::after(std::chrono::seconds(60));
     std::function<bool()> cancelled;
     // 16 bytes of pinned host memory for the confirmation, outliving the
@@ -94,28 +94,33 @@ class Comm {
     // runtime keeps one for every epoch); null = the communicator makes its own.
     void* stream = nullptr;
     // A communicator created blocking (Options::nccl_blocking): no thread
-    // per call, but its init ignores `init_deadline` and `cancelled`, and a
-    // call waiting inside NCCL for a peer cannot be cut short by `waiter`.
+    // per call, but one of the communicator's own that enqueues every
+    // group, so that a call waiting inside NCCL for a peer can still be cut
+    // short by `waiter` (the caller aborts the communicator under it). Its
+    // init runs on a thread of its own: given up on, it is left to stop
+    // what it made once NCCL returns.
     bool blocking = false;
   };
   // Joins the communicator `unique_id` names (bytes from new_unique_id()).
   // kInvalidArgument for a malformed id, kUnsupported without a usable GPU,
   // kTimeout when the other ranks do not join by the deadline.
   static Result<std::unique_ptr<Comm>> create(std::string_view unique_id, const Config& config);
-  ~Comm();  // a healthy communicator is destroyed, a failed one aborted
+  ~Comm();  // a healthy communicator is destroyed, a failed one aborted (its enqueuer joined first)
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
-  // While NCCL is still enqueuing a group (non-blocking: a first call may wait
-  // for its peers to connect), `waiter` is asked between polls (PollPause:
-  // at most 1 ms apart) whether to keep waiting; a non-OK answer aborts the
-  // communicator with it.
+  // While a group is still being enqueued (a first call may wait for its
+  // peers to connect), by NCCL's thread or, blocking, by the communicator's
+  // own, `waiter` is asked between polls (PollPause: at most 1 ms apart)
+  // whether to keep waiting; a non-OK answer aborts the communicator with it.
   using Waiter = std::function<Status()>;
 
   // Enqueues `calls` as one NCCL group (a send and a recv that must overlap,
   // say) on the communicator's stream and returns a ticket whose event fires
   // when they are done on this rank. Tickets complete in issue order. A
   // ticket's call that fails reports its error at poll(), as does the abort.
+  // From one thread at a time (blocking, an issue() while the last group is
+  // still being enqueued fails: kInternal).
   Result<uint64_t> issue(const std::vector<Call>& calls, const Waiter& waiter);
   Result<uint64_t> issue(const Call& call, const Waiter& waiter) { return issue(std::vector<Call>{call}, waiter); }
 
@@ -131,8 +136,9 @@ class Comm {
   // After the confirmation's ticket is done: max == -max(-x) iff all equal
   // (pairwise: the peer's fingerprint equals this rank's).
   bool fingerprints_agree() const;
-  // A device-to-device copy on the communicator's stream, as a ticket.
-  Result<uint64_t> issue_copy(void* dst, const void* src, size_t bytes);
+  // A device-to-device copy on the communicator's stream, ordered before
+  // every call issued after it (no ticket: what a copy of an op's input needs).
+  Status copy(void* dst, const void* src, size_t bytes);
 
   // Done (true), still running (false), or the error that ended it: an
   // asynchronous NCCL error, a CUDA error, or the abort.

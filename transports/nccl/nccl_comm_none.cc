@@ -21,7 +21,7 @@ Result<std::unique_ptr<Comm>> Comm::create(std::string_view, const Config&) { re
 Result<uint64_t> Comm::issue(const std::vector<Call>&, const Waiter&) { return none(); }
 Result<uint64_t> Comm::issue_confirmation(uint64_t, const Waiter&, int) { return none(); }
 bool Comm::fingerprints_agree() const { return false; }
-Result<uint64_t> Comm::issue_copy(void*, const void*, size_t) { return none(); }
+Status Comm::copy(void*, const void*, size_t) { return none(); }
 Result<uint64_t> Comm::record_ticket() { return none(); }
 Result<bool> Comm::poll(uint64_t) { return none(); }
 void Comm::abort(const Status&) {}
