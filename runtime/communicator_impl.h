@@ -251,7 +251,6 @@ class CommunicatorImpl : public ProgressGuard {
   // backup, or the whole input of one that settles later): null without
   // memory for it, an error only when the GPU failed.
   Result<NcclPlane::KeptInput*> keep_nccl_input(const OpRecord& rec, nccl::Comm& comm);
-  uint64_t window_of(const Op& op) const;
   void settle(const OpRecord& rec);
   Status check_nccl_fingerprints(const Op& op, nccl::Comm& comm) const;
   Status nccl_op_failure(const Op& op, nccl::Comm& comm, const Status& why, bool unbacked);

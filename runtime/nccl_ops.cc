@@ -119,7 +119,7 @@ bool disjoint(const Op& op) {
   return in + op.in.bytes() <= out || out + op.out.bytes() <= in;
 }
 
-// Collectives of at most this many input bytes settle later (no confirmation
+// Collectives of less than this many input bytes settle later (no confirmation
 // of their own): keeping their input costs a device copy of at most this,
 // where a confirmation costs an NCCL group (tens of us). Larger ones are
 // confirmed one by one, as their own time dwarfs a confirmation's.
@@ -164,14 +164,19 @@ size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
 
 // The same answer on every rank for the same op (the calls each rank makes
 // must match): the op, the group's size and the options every rank shares
-// alone decide it (not backup_bytes, a rank's own). Not in
-// shrink mode, where a rank that completed an op must know every survivor
-// has it (shrink()).
+// alone decide it (not backup_bytes, a rank's own). Every
+// nccl_confirm_every-th collective seq is confirmed on its own instead (and
+// so completes everywhere once one rank has it, as before). Below 1 MiB:
+// from there a host collective ends with a confirmation round of its own
+// (confirms_completion), which a staged replay (replay_nccl_staged) would
+// not join. Not in shrink mode, where a rank that completed an op must know
+// every survivor has it (shrink()).
 bool CommunicatorImpl::settles_later(const Op& op) const {
   const bool kind = op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather ||
                     op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAlltoall;
   return kind && op.on_device() && size_ > 1 && options_.recovery && !options_.shrink_on_death &&
-         options_.nccl_confirm_every > 1 && op.in.bytes() <= kSettleLaterBytes;
+         op.in.bytes() < kSettleLaterBytes &&
+         op.match_seq % static_cast<uint64_t>(options_.nccl_confirm_every) != 0;
 }
 
 CommunicatorImpl::NcclFault CommunicatorImpl::inject_nccl(const Op& op) {
@@ -296,8 +301,15 @@ Result<NcclPlane::KeptInput*> CommunicatorImpl::keep_nccl_input(const OpRecord& 
   // A safety net, not the op: run without it. An in-place op failing in the
   // middle then cannot be recovered (as beyond the budget), and a peer that
   // needs this op again is told this rank no longer holds it.
-  RCOLL_LOG(kWarn, "%s on nccl: no device memory to keep its input (%s); running it without a copy",
-            op.describe().c_str(), s.message().c_str());
+  RCOLL_LOG(
+      kWarn,
+      "%s on nccl, epoch %u: no device memory to keep its input (%s); running it without a copy "
+      "(%s)",
+      op.describe().c_str(), epoch_.load(), s.message().c_str(),
+      rec.settles_later
+          ? "should a peer fail inside it, the recovery fails for good, saying this rank no "
+            "longer holds it"
+          : "should it fail in its middle, it cannot run again: the op fails for good");
   return nullptr;
 }
 
@@ -368,18 +380,14 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // its receive, ungrouped) would see one's data matched against the other's
   // confirmation. Raw NCCL hangs on that pattern for messages larger than
   // its buffers; grouped send/recv (issue 35) is the way to write it.
-  // A collective that settles later is confirmed only at every
-  // nccl_confirm_every-th collective seq (the same ops on every rank).
-  const bool confirms = size_ > 1 && options_.recovery &&
-                        (!rec.settles_later ||
-                         op.match_seq % static_cast<uint64_t>(options_.nccl_confirm_every) == 0);
+  // A collective that settles later has none: the next confirmation of any
+  // collective carries its fingerprint (settles_later, settle()).
+  const bool confirms = size_ > 1 && options_.recovery && !rec.settles_later;
   // (With a close-link fault planned the op fails after its slices: no confirmation then.)
   uint64_t confirmation = 0;  // its ticket
   if (confirms && !(fault != NcclFault::kNone && !tickets.empty())) {
     const bool pair = op.kind == OpKind::kSendRecv;
-    const uint64_t carried =
-        pair ? fingerprint(op)
-             : fold(window_of(op) == nccl_.window ? nccl_.window_hash : 0, fingerprint(op));
+    const uint64_t carried = pair ? fingerprint(op) : fold(nccl_.completed_hash, fingerprint(op));
     auto t = comm.issue_confirmation(carried, watch.waiter(), pair ? op.peer : -1);
     if (!t.ok()) return fail(t.status());
     confirmation = t.value();
@@ -397,6 +405,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
     nccl_.phases.mark(NcclPhases::kConfirmation);
     if (Status s = check_nccl_fingerprints(op, comm); !s.ok()) return s;
+    if (op.kind != OpKind::kSendRecv) nccl_.agreed_through = op.match_seq;
     rec.confirmed = true;
   }
   ++nccl_.ops;
@@ -405,24 +414,14 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   return Status();
 }
 
-// Which window of nccl_confirm_every collective seqs the op is in.
-uint64_t CommunicatorImpl::window_of(const Op& op) const {
-  return (op.match_seq - 1) / static_cast<uint64_t>(options_.nccl_confirm_every);
-}
-
 // A collective completed on NCCL here (record_completion), however it ended
-// (a recovery may resume it at its end): its fingerprint joins its window's,
-// and every rank has done the collective before it (none could complete
+// (a recovery may resume it at its end): its fingerprint joins those before
+// it, and every rank has done the collective before it (none could complete
 // this one without issuing it), so only this one's input stays kept, if it
 // settles later.
 void CommunicatorImpl::settle(const OpRecord& rec) {
   const Op& op = rec.op;
-  if (window_of(op) != nccl_.window) {
-    nccl_.window = window_of(op);
-    nccl_.window_hash = 0;
-    nccl_.window_first = op.match_seq;
-  }
-  nccl_.window_hash = fold(nccl_.window_hash, fingerprint(op));
+  nccl_.completed_hash = fold(nccl_.completed_hash, fingerprint(op));
   const NcclPlane::KeptInput* keep =
       rec.settles_later ? nccl_.holding(op.seq, op.in.bytes()) : nullptr;
   nccl_.last_kept =
@@ -432,11 +431,11 @@ void CommunicatorImpl::settle(const OpRecord& rec) {
 // The confirmation came back: did every rank run the same ops?
 Status CommunicatorImpl::check_nccl_fingerprints(const Op& op, nccl::Comm& comm) const {
   if (comm.fingerprints_agree()) return Status();
-  const bool range = op.kind != OpKind::kSendRecv && window_of(op) == nccl_.window;
+  const bool range = op.kind != OpKind::kSendRecv && nccl_.agreed_through + 1 < op.match_seq;
   return Status(
       ErrorCode::kDesync, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
       op.describe() + " on nccl: the ranks did not all run the same " +
-          (range ? "collectives at seqs " + std::to_string(nccl_.window_first) + ".." +
+          (range ? "collectives at seqs " + std::to_string(nccl_.agreed_through + 1) + ".." +
                        std::to_string(op.match_seq) + " (confirmed together, this one last)"
                  : "op at collective seq " + std::to_string(op.match_seq)) +
           " (their fingerprints differ: kind, dtype, count, reduce op or root); " +
@@ -599,13 +598,29 @@ Status CommunicatorImpl::replay_nccl_staged(OpRecord& rec, const NcclPlane::Kept
     s = cuda::wait_event(nccl_.device_event.get(), Deadline::after(options_.deadline_floor),
                          "copying the kept input of " + op.describe() + " to host memory");
   }
-  if (!s.ok()) return s;
-  OpRecord staged = new_record(host);
-  RCOLL_LOG(
-      kInfo,
-      "re-running %s staged over %s from its kept input (completed here on nccl, needed by a peer)",
-      op.describe().c_str(), transport_name_.load());
-  if (Status r = run_slices(staged, 0, true); !r.ok()) return r;
+  const ErrorContext ctx{rank_, -1, op.seq, epoch_.load(), transport_name_.load()};
+  if (!s.ok()) {
+    return Status(s.code(), ctx,
+                  op.describe() +
+                      ": replaying it staged for a peer: copying its kept input to host memory: " +
+                      s.message());
+  }
+  // Cut as the peer cuts its run: with the tuning the op was issued under
+  // (asking the tuner again could give a newer one), as a host op.
+  OpRecord staged;
+  staged.op = host;
+  staged.op.work = nullptr;
+  staged.pool = log_.pool();
+  staged.tuning = rec.tuning;
+  staged.total = plan_slices(host, rank_, size_, staged.tuning, 0, 0).slices;
+  RCOLL_LOG(kInfo,
+            "epoch %u: re-running %s staged over %s from its kept input (completed here on nccl; a "
+            "peer runs it again from the start, staged, as NCCL was dropped)",
+            epoch_.load(), op.describe().c_str(), transport_name_.load());
+  if (Status r = run_slices(staged, 0, true); !r.ok()) {
+    return Status(r.code(), r.context(),
+                  op.describe() + ": replaying it staged for a peer: " + r.message());
+  }
   ++nccl_.replays;
   return Status();
 }

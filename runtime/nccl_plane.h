@@ -86,19 +86,17 @@ struct NcclPlane {
   bool keep_in_group = true;
   // Where a replay's output goes (never the caller's buffer).
   kernels::cuda::DeviceBuffer replay_sink;
-  // The fingerprints of the collectives completed on NCCL whose seqs fall
-  // in one window of nccl_confirm_every seqs, folded as they complete, and
-  // the first of them: a confirmation carries those of its own window, so a
-  // desync among them is reported there. Windows by seq, not "since the
-  // last confirmation": a rank that resumed an op at its end saw no
-  // confirmation where a peer did, yet every rank completes the same ops.
-  uint64_t window = UINT64_MAX;
-  uint64_t window_hash = 0;
-  uint64_t window_first = 0;
-  void reset_windows() {
-    window = UINT64_MAX;
-    window_hash = 0;
-    window_first = 0;
+  // The fingerprints of every collective completed on NCCL, folded in order
+  // (the same on every rank, which all complete the same collectives, however
+  // a recovery resumed them): every confirmation carries them, so a desync
+  // among those that settle later is reported at the next confirmation of
+  // any collective. `agreed_through`: the collective seq of the last
+  // confirmation seen to agree here (the reported range starts after it).
+  uint64_t completed_hash = 0;
+  uint64_t agreed_through = 0;
+  void reset_settling() {  // collective seqs start over (a shrink)
+    completed_hash = 0;
+    agreed_through = 0;
     last_kept = -1;
   }
   std::atomic<uint64_t> replays{0};  // completed ops run again here for a peer

@@ -171,7 +171,7 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
                                " ranks, which shrank after a rank died; not run"));
   }
   log_.reset(new_size);
-  nccl_.reset_windows();  // collective seqs start over
+  nccl_.reset_settling();  // collective seqs start over
   // A planned fault names a rank of the group it was planned for: one aimed
   // at this process follows it to its new rank, one aimed at another
   // process never fires here (before, a kill planned for the dead rank at

@@ -78,6 +78,8 @@ const char* const kVars[] = {
     "RCOLL_INJECT",
     "RCOLL_SOCKET_BUFFER_BYTES",
     "RCOLL_NCCL_PHASES",
+    "RCOLL_NCCL_CONFIRM_EVERY",
+    "RCOLL_NCCL_KEEP_IN_GROUP",
 };
 
 class BootstrapTest : public ::testing::Test {
@@ -449,6 +451,32 @@ TEST_F(BootstrapTest, MalformedNcclPhasesIsInvalid) {
   Options o;
   o.rank = 0;
   o.world_size = 1;
+  o.name = unique_name();
+  EXPECT_NO_THROW(Communicator::create(o));
+}
+
+// How often small collectives on NCCL are confirmed: at least every
+// collective (1); 0 or a word is refused at creation, from the environment
+// or from Options, naming it. The kept input's diagnostic switch likewise.
+TEST_F(BootstrapTest, NcclConfirmEveryBelowOneIsInvalid) {
+  expect_refused_at_create("RCOLL_NCCL_CONFIRM_EVERY", "0", "RCOLL_NCCL_CONFIRM_EVERY");
+  expect_refused_at_create("RCOLL_NCCL_CONFIRM_EVERY", "often", "RCOLL_NCCL_CONFIRM_EVERY");
+  ::unsetenv("RCOLL_NCCL_CONFIRM_EVERY");
+  expect_refused_at_create("RCOLL_NCCL_KEEP_IN_GROUP", "2", "RCOLL_NCCL_KEEP_IN_GROUP");
+  ::unsetenv("RCOLL_NCCL_KEEP_IN_GROUP");
+  Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.name = unique_name();
+  o.nccl_confirm_every = 0;
+  try {
+    Communicator::create(o);
+    ADD_FAILURE() << "create accepted nccl_confirm_every = 0";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_TRUE(contains(e.what(), "nccl_confirm_every")) << e.what();
+  }
+  o.nccl_confirm_every = 1;
   o.name = unique_name();
   EXPECT_NO_THROW(Communicator::create(o));
 }

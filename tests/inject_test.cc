@@ -82,6 +82,23 @@ TEST(InjectSpec, KillAtARecoveryStep) {
       << "only kill takes a step";
 }
 
+// A close-link on NCCL once the op's slices are done (at=done), and only that step.
+TEST(InjectSpec, CloseLinkAtDone) {
+  auto r = parse_fault_spec("close-link:rank=1,op=2,at=done;close-link:rank=0,op=3");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r.value().size(), 2u);
+  EXPECT_EQ(r.value()[0].kind, FaultKind::kCloseLink);
+  EXPECT_EQ(r.value()[0].at, "done");
+  EXPECT_EQ(r.value()[1].at, "");
+  auto bad = parse_fault_spec("close-link:rank=1,op=2,at=connect");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("at='connect' is not done"), std::string::npos)
+      << bad.status().to_string();
+  EXPECT_FALSE(parse_fault_spec("kill:rank=2,op=3,at=done").ok())
+      << "done is close-link's step only";
+}
+
 TEST(InjectSpec, EmptySpecIsNoFaults) {
   auto r = parse_fault_spec("");
   ASSERT_TRUE(r.ok());

@@ -130,10 +130,14 @@ if(RCOLL_HAVE_NCCL)
   # on the device): a rank fails an op whose slices were done on the GPU
   # before it counted them (close-link at=done), after the other ranks
   # completed it and moved on; they replay it on the next epoch's
-  # communicator from their kept input (ops 2, 4 and 18: an out-of-place
-  # allreduce, a reduce-scatter, an in-place allgather; 3 and 6: in-place
-  # allreduces). Then with the next epoch's NCCL init failing on a rank:
-  # NCCL is dropped, and the replay runs staged.
+  # communicator from their kept input (3 ranks: ops 2, 4 and 18, an
+  # out-of-place allreduce, a reduce-scatter, an in-place allgather; 2 ranks
+  # under stream waits: ops 3 and 6, in-place allreduces). Faults on
+  # neighbouring ops would share one recovery (the second rank is already in
+  # the next op when the first fails), and a planned fault on an op that
+  # fails first for another reason is used up there. Then with the next
+  # epoch's NCCL init failing on a rank: NCCL is dropped, and the replay
+  # runs staged.
   add_test(NAME recovery_cuda_nccl_replay
            COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
                    --inject "close-link:rank=1,op=2,at=done;close-link:rank=2,op=4,at=done;close-link:rank=0,op=18,at=done" --

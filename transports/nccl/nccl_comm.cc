@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/stream_gate.h"
 
@@ -559,17 +560,36 @@ Comm::~Comm() {
   if (m.enqueuer) {
     // The enqueuer goes first: nothing may finalise or destroy the
     // communicator under a group. One still inside NCCL was given up on
-    // (the communicator failed): if its stop left the communicator (a
-    // revoke, which clears the abort flag when done), abort it now so the
-    // group returns; an abort that freed it already made it return.
+    // (the communicator failed): it is made to return without freeing what
+    // it uses (a revoke, again: one that finished cleared NCCL's abort
+    // flag), and waited for within a bound; one that still does not return
+    // is left with its communicator (a thread and its memory lost, logged),
+    // rather than this destructor waiting for ever or freeing under it.
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (m.enqueuer->running() && m.comm) {
-        (void)ncclCommAbort(m.comm);
-        m.comm = nullptr;
+      if (m.enqueuer->running() && m.comm != nullptr) {
+        RevokeFn revoke = revoke_entry();
+        const ncclResult_t r = revoke != nullptr ? revoke(m.comm, 0) : ncclInvalidUsage;
+        if (r != ncclSuccess && r != ncclInProgress) {
+          (void)ncclCommAbort(m.comm);  // no other way to make it return
+          m.comm = nullptr;
+        }
       }
     }
-    m.enqueuer.reset();
+    const Deadline bound = Deadline::after(std::chrono::seconds(10));
+    while (m.enqueuer->running() && !bound.expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (m.enqueuer->running()) {
+      RCOLL_LOG(kWarn,
+                "rank %d, epoch %u: a blocking NCCL call was still inside NCCL 10 s after its "
+                "communicator was "
+                "stopped; leaving its thread and the communicator's memory behind",
+                config_.rank, config_.epoch);
+      (void)m.enqueuer.release();
+      m.comm = nullptr;
+    } else {
+      m.enqueuer.reset();
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (m.comm) {
