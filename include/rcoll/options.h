@@ -147,13 +147,14 @@ struct Options {
   std::chrono::milliseconds straggler_timeout{30 * 60 * 1000};
   // Memory for input backups that make slices re-runnable (in-place windows, tails of completed ops).
   size_t backup_bytes = 256u << 20;
-  // Collectives on NCCL of at most 1 MiB of input settle later: only every
-  // nccl_confirm_every-th collective is confirmed by an NCCL all-reduce of
-  // its own (each keeps its input on the device until the next completes,
-  // for a peer's replay), so a desync among them is reported up to this
-  // many collectives late, naming the range. 1 = every op confirmed
-  // (RCOLL_NCCL_CONFIRM_EVERY; -1 = from the environment, else 16; the same
-  // on every rank). See docs/gpu.md.
+  // Collectives on NCCL of less than 1 MiB of input settle later: no
+  // confirmation (an NCCL all-reduce) of their own; every
+  // nccl_confirm_every-th collective seq is confirmed, carrying the
+  // fingerprints of every collective before it (each keeps its input on the
+  // device until the next completes, for a peer's replay), so a desync among
+  // them is reported up to this many collectives late, naming the range.
+  // 1 = every op confirmed (RCOLL_NCCL_CONFIRM_EVERY; -1 = from the
+  // environment, else 16; the same on every rank). See docs/gpu.md.
   int nccl_confirm_every = -1;
 
   // Chunking: bytes per frame and frames in flight per link. 0 = adaptive:
