@@ -21,12 +21,13 @@
 //   - A confirmation all-reduce, queued on the stream behind an op's slices,
 //     makes each rank contribute only once its slices are done. Once it is
 //     done here, every rank's are: the op is never re-run for a peer, and
-//     keeps nothing after it returns. It carries the fingerprints of the ops
-//     since the last one, so ranks that ran different ops learn it (a
-//     desync) instead of going on with garbage.
+//     keeps nothing after it returns. It carries the folded fingerprints of
+//     every collective completed on NCCL before it, so ranks that ran
+//     different ops learn it (a desync) instead of going on with garbage.
 //   - Small collectives settle later (docs/gpu.md): no confirmation of their
-//     own, only every Options::nccl_confirm_every-th collective is
-//     confirmed. Ranks are never more than one such op apart (a rank issues
+//     own; a collective whose seq (counted over every collective, host ones
+//     too) is a multiple of Options::nccl_confirm_every is confirmed on its
+//     own. Ranks are never more than one such op apart (a rank issues
 //     the next only once it saw this one done, and none can complete until
 //     every rank issued it), so each keeps the input of the last one it
 //     completed on the device (NcclPlane::kept); a recovery that finds a
