@@ -77,7 +77,7 @@ struct Options {
   int spin_us = -1;
   // How device ops call NCCL (RCOLL_NCCL_BLOCKING): 0 = on a non-blocking
   // communicator (NCCL 2.28 enqueues each call's group on a thread of its
-  // own: 25-35 us more per small op on an H200, docs/gpu.md); 1 = on a
+  // own: 18-34 us more per small op on an H200, docs/gpu.md); 1 = on a
   // communicator created blocking, whose calls one helper thread per
   // communicator enqueues, so a call that waits for a peer inside NCCL (a
   // first send to it) can still be aborted by rcoll's judging on the op's
