@@ -76,7 +76,7 @@ stage "AddressSanitizer + UBSan run (ctest -L 'unit|sanitize')"
 
 # ---- ThreadSanitizer
 stage "ThreadSanitizer build (build-tsan)"
-tsan_targets=(communicator_test liveness_test store_test security_test rcoll-correctness-worker rcoll-pipeline-worker
+tsan_targets=(communicator_test liveness_test store_test security_test hand_off_test rcoll-correctness-worker rcoll-pipeline-worker
               rcoll-run)
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DRCOLL_SANITIZE=thread -DRCOLL_BUILD_BENCH=OFF -DRCOLL_BUILD_PYTHON=OFF -DRCOLL_WITH_UCX=OFF -DRCOLL_WITH_CUDA=OFF >/dev/null

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/hand_off.h"
 #include "base/log.h"
 #include "kernels/cuda_memory.h"
 #include "kernels/stream_gate.h"
@@ -132,9 +133,9 @@ ncclResult_t enqueue(ncclComm_t comm, cudaStream_t stream, const std::vector<Cal
 // lazily connected collective) and to abort the communicator under it. One
 // group at a time: post() hands it over (a copy of the calls and of the
 // handle: stop() may clear the communicator's), collect() takes ncclGroupEnd's
-// result. The hand-off is a few atomics: after a group the thread yields for
-// kIdleSpin before it sleeps, and post() wakes it only if it sleeps, so
-// back-to-back ops make no system call.
+// result. The hand-off is a few atomics (base/hand_off.h): after a group the
+// thread yields for kIdleSpin before it sleeps, and post() wakes it only if
+// it sleeps, so back-to-back ops make no system call.
 //
 // What this relies on in NCCL (read in 2.28.9's source):
 // - A group is the calling thread's (ncclGroupStart/End keep it in thread
@@ -158,95 +159,34 @@ ncclResult_t enqueue(ncclComm_t comm, cudaStream_t stream, const std::vector<Cal
 //   done, so ~Comm aborts a communicator a group is still inside. A group
 //   not yet begun when the stop comes is withdrawn: none starts on a stopped
 //   communicator.
+struct Group {
+  ncclComm_t comm = nullptr;  // a copy of the handle: stop() may clear the communicator's
+  std::vector<Call> calls;
+};
 class Enqueuer {
  public:
   Enqueuer(int device, cudaStream_t stream)
-      : device_(device), stream_(stream), thread_([this] { run(); }) {}
-  // A group still inside NCCL returns once the communicator is stopped (~Comm).
-  ~Enqueuer() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-  Enqueuer(const Enqueuer&) = delete;
-  Enqueuer& operator=(const Enqueuer&) = delete;
-
+      : hand_off_(
+            [device] {
+              (void)pthread_setname_np(pthread_self(), "rcoll-nccl-enq");
+              (void)cudaSetDevice(device);
+            },
+            [stream](Group& g) { return enqueue(g.comm, stream, g.calls); }, kIdleSpin) {}
   // Hands a group over; false while the last one is still in flight.
   bool post(ncclComm_t comm, const std::vector<Call>& calls) {
-    if (state_.load() != kIdle) return false;
-    comm_ = comm;
-    calls_.assign(calls.begin(), calls.end());
-    state_.store(kPosted);
-    if (asleep_.load()) {
-      std::lock_guard<std::mutex> lock(
-          mu_);  // then it is in wait(), not between its check and its sleep
-      cv_.notify_one();
-    }
-    return true;
+    return hand_off_.post(Group{comm, calls});
   }
   // Whether the group posted was enqueued: ncclGroupEnd's result into `r`.
-  bool collect(ncclResult_t& r) {
-    if (state_.load(std::memory_order_acquire) != kDone) return false;
-    r = result_;
-    state_.store(kIdle, std::memory_order_relaxed);
-    return true;
-  }
+  bool collect(ncclResult_t& r) { return hand_off_.collect(r); }
   // Takes back a group the thread has not begun (the communicator stops).
-  void withdraw() {
-    State posted = kPosted;
-    (void)state_.compare_exchange_strong(posted, kIdle);
-  }
+  void withdraw() { (void)hand_off_.withdraw(); }
   // Whether a group is inside NCCL.
-  bool running() const { return state_.load() == kRunning; }
+  bool running() const { return hand_off_.running(); }
 
  private:
-  enum State { kIdle, kPosted, kRunning, kDone };
-
-  void run() {
-    (void)pthread_setname_np(pthread_self(), "rcoll-nccl-enq");
-    (void)cudaSetDevice(device_);
-    while (next()) {
-      result_ = enqueue(comm_, stream_, calls_);
-      state_.store(kDone, std::memory_order_release);
-    }
-  }
-  // Begins the next group posted (true), or sees the end (false). The
-  // sleep: post() stores kPosted then reads asleep_, this stores asleep_
-  // then reads state_ (all sequentially consistent), so one sees the other.
-  bool next() {
-    const Clock::time_point idle = Clock::now();
-    for (;;) {
-      if (quit_.load()) return false;
-      State posted = kPosted;
-      if (state_.load(std::memory_order_relaxed) == kPosted &&
-          state_.compare_exchange_strong(posted, kRunning, std::memory_order_acquire)) {
-        return true;
-      }
-      if (Clock::now() - idle < kIdleSpin) {
-        std::this_thread::yield();
-        continue;
-      }
-      std::unique_lock<std::mutex> lock(mu_);
-      asleep_.store(true);
-      cv_.wait(lock, [this] { return quit_.load() || state_.load() == kPosted; });
-      asleep_.store(false);
-    }
-  }
-
-  const int device_;
-  const cudaStream_t stream_;
-  ncclComm_t comm_ = nullptr;  // the group's, with its calls: written by post() in kIdle only
-  std::vector<Call> calls_;
-  ncclResult_t result_ = ncclSuccess;  // read by collect() in kDone only
-  std::atomic<State> state_{kIdle};
-  std::atomic<bool> asleep_{false};
-  std::atomic<bool> quit_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::thread thread_;  // last: started once the rest is
+  // Its thread joins at destruction: a group still inside NCCL returns once
+  // the communicator is stopped (~Comm).
+  HandOff<Group, ncclResult_t> hand_off_;
 };
 
 // A failed or cancelled init's communicator: aborted (which frees, waiting
