@@ -573,10 +573,12 @@ rcoll_transport_props(recovery_shrink_death_during_recovery tcp 120 "faults;reco
 # Shrink mode and an in-place allreduce (16 MiB, 3 ranks) that rank 1's death
 # fails (#34): each survivor's buffer holds its input again when the op
 # reports kPeerDead, so the op can run again in the shrunk group. Before, part
-# of the buffer held partial sums, silently (seen in 1 of 2 runs here).
+# of the buffer held partial sums, silently (seen in 1 of 2 runs here). A
+# survivor that saw the death and shrank before it issued the op reports
+# it "at 2 ranks", not run (seen once in CI, stop 49): its input is intact too.
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   add_test(NAME recovery_shrink_in_place_input_back_${t}
-           COMMAND ${RCOLL_EXPECT} 137 "\\[0\\] allreduce in place float32 x 4194304 sum at 3 ranks: buffer holds its input again && \\[2\\] allreduce in place float32 x 4194304 sum at 3 ranks: buffer holds its input again && rank 0/2: [0-9]+ checks, 0 failed && rank 1/2: [0-9]+ checks, 0 failed" 60 --
+           COMMAND ${RCOLL_EXPECT} 137 "\\[0\\] allreduce in place float32 x 4194304 sum at [23] ranks: buffer holds its input again && \\[2\\] allreduce in place float32 x 4194304 sum at [23] ranks: buffer holds its input again && rank 0/2: [0-9]+ checks, 0 failed && rank 1/2: [0-9]+ checks, 0 failed" 60 --
                  env RCOLL_SHRINK=1 ${RCOLL_RUN} -n 3 --linger 30 --inject kill:rank=1,op=2 --
                  ${RCOLL_CORRECTNESS} --sizes 16M --dtypes float32 --ops allreduce --survive-shrink 1)
   rcoll_transport_props(recovery_shrink_in_place_input_back ${t} 120 "faults;recovery")
