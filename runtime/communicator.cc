@@ -315,14 +315,7 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
     // The gate and the stream the verdicts queue on, once per communicator.
     // Without stream memory operations Work::stream_wait waits on the host.
     nccl_.gate_tried = true;
-    // A blocking communicator stopped while a stream waited at the gate hung
-    // a DDP run on an H200 (stop 49: the close-link run, where the
-    // non-blocking one recovers): with blocking calls, streams wait on the host.
-    const std::string refusal = options_.nccl_blocking == 1
-                                    ? "blocking NCCL calls (RCOLL_NCCL_BLOCKING=1): stopping such "
-                                      "a communicator while a stream waits at "
-                                      "a gate hung on a GPU (docs/gpu.md)"
-                                    : gate_refusal();
+    const std::string refusal = gate_refusal();
     Result<std::unique_ptr<cuda::StreamGate>> gate =
         !nccl::revocable()
             ? Result<std::unique_ptr<cuda::StreamGate>>(Status(ErrorCode::kUnsupported,

@@ -241,6 +241,10 @@ class CommunicatorImpl : public ProgressGuard {
   Status nccl_agree(const Op& op, uint32_t epoch, Result<std::unique_ptr<nccl::Comm>>& made, const std::string& mine,
                     Deadline until);
   Status run_nccl_slices(OpRecord& rec, size_t first);
+  // A collective of one rank: its input copied to its output on the caller's
+  // stream, with no communicator (what NCCL itself does at one rank).
+  bool one_rank_copy(const Op& op) const;
+  Status run_one_rank_copy(const Op& op);
   // Waits for NCCL as an op waits for its peers (runtime/nccl_ops.cc).
   struct NcclWatch;
   // Whether a collective on NCCL settles later: no confirmation of its own,

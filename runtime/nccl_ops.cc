@@ -158,6 +158,14 @@ bool CommunicatorImpl::runs_on_nccl(const Op& op) const {
          op.kind == OpKind::kBroadcast || op.kind == OpKind::kAlltoall || op.kind == OpKind::kSendRecv;
 }
 
+// Every collective of one rank leaves its input in its output: all-reduce
+// (any reduction of one contribution is that contribution), all-gather,
+// reduce-scatter, all-to-all and broadcast alike. A send or receive (to this
+// rank itself) still goes to NCCL.
+bool CommunicatorImpl::one_rank_copy(const Op& op) const {
+  return size_ == 1 && op.kind != OpKind::kSendRecv && runs_on_nccl(op);
+}
+
 size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
   if (op.kind != OpKind::kAllreduce && op.kind != OpKind::kBroadcast && op.kind != OpKind::kSendRecv) return 1;
   return std::max<size_t>(1, (op.out.bytes() + kNcclSliceBytes - 1) / kNcclSliceBytes);
@@ -327,6 +335,14 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     rec.done = rec.total;
     return Status();
   }
+  if (one_rank_copy(op)) {
+    nccl_.phases.mark(NcclPhases::kSetup);
+    if (Status s = run_one_rank_copy(op); !s.ok()) return s;
+    nccl_.phases.mark(NcclPhases::kSlices);
+    rec.done = rec.total;
+    ++nccl_.ops;
+    return Status();
+  }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_.comm;
   nccl_.phases.mark(NcclPhases::kSetup);
@@ -413,6 +429,32 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // The host saw every call of the op finish: work the caller queues from
   // here on sees the result without waiting on the GPU for it.
   return Status();
+}
+
+// At one rank the op is a copy (none in place) queued on the caller's stream
+// itself, behind whatever the caller queued before it: no communicator, no
+// stream of rcoll's, and no host wait for the caller's stream to reach the
+// op first (run_device_op skips it: with no peer, nothing can need aborting
+// meanwhile). The work state's verdict event marks the result on that
+// stream (Work::stream_wait waits for it); the op is done once the host sees
+// it fire, within the straggler timeout, as a staged op's copies are waited for.
+Status CommunicatorImpl::run_one_rank_copy(const Op& op) {
+  void* stream = op.options.cuda_stream;
+  WorkState& w = *op.work;
+  Status s;
+  if (op.in.data != op.out.data)
+    s = cuda::copy_async(op.out.data, op.in.data, op.out.bytes(), stream);
+  if (s.ok()) s = cuda::event_record(w.verdict_event, stream);
+  if (s.ok() && op.gated && !w.issued) w.mark_issued();
+  if (s.ok()) {
+    s = cuda::wait_event(
+        w.verdict_event, Deadline::after(options_.straggler_timeout + options_.deadline_floor),
+        "waiting for the caller's CUDA stream to reach the op and copy its input to its output",
+        std::chrono::microseconds(100));
+  }
+  if (s.ok()) return Status();
+  return Status(s.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+                op.describe() + " at one rank (a copy on the caller's stream): " + s.message());
 }
 
 // A collective completed on NCCL here (record_completion), however it ended

@@ -223,8 +223,9 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   // rank is in compute meanwhile (a straggler to its peers), and joins a
   // recovery another rank starts, as an idle rank does. Not behind NCCL's
   // kernels, which would hold the communicator (and an abort of it) hostage
-  // to the caller's queue.
-  if (op.stream_ready) {
+  // to the caller's queue. (At one rank a collective is a copy queued right
+  // behind the caller's work: run_one_rank_copy.)
+  if (op.stream_ready && !one_rank_copy(op)) {
     const Deadline until = Deadline::after(options_.straggler_timeout);
     const int generation = shrink_generation_;
     waiting_device_op_ = &op;

@@ -257,6 +257,7 @@ struct Comm::Impl {
       return;
     }
     if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
+      if (enqueuer && revoke_aside(revoke)) return;
       const ncclResult_t r = revoke(comm, 0);
       if (r == ncclSuccess || r == ncclInProgress) return;
     }
@@ -264,6 +265,32 @@ struct Comm::Impl {
     // it failed: the abort has to free now.
     (void)ncclCommAbort(comm);
     comm = nullptr;
+  }
+  // A blocking communicator's revoke runs on a thread of its own: it returns
+  // only once the communicator is quiescent (NCCL synchronises with its
+  // kernels and stops its proxy, which frees pinned memory: a wait for the
+  // whole GPU), and a caller's stream may be held at the stream gate for the
+  // very op that failed, until the op's thread, after the recovery, opens
+  // it. Made on the op's thread, that wait was stop 49's hang (DDP, a closed
+  // link, blocking calls). A non-blocking revoke returns at once. ~Comm
+  // waits for it (bounded) before it touches the communicator again.
+  std::thread revoker;
+  std::shared_ptr<std::atomic<bool>> revoke_done;
+  int device = 0;
+  bool revoke_aside(RevokeFn revoke) {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    try {
+      revoker = std::thread([c = comm, revoke, done, d = device] {
+        (void)pthread_setname_np(pthread_self(), "rcoll-nccl-stop");
+        (void)cudaSetDevice(d);
+        (void)revoke(c, 0);  // its outcome shows in ~Comm: a failed revoke leaves the abort to it
+        done->store(true, std::memory_order_release);
+      });
+    } catch (const std::system_error&) {
+      return false;  // no thread to be had: revoked on this one
+    }
+    revoke_done = std::move(done);
+    return true;
   }
   cudaStream_t stream = nullptr;
   bool own_stream = false;
@@ -352,6 +379,7 @@ Status Comm::prepare_device() {
                                               ") failed: " + cuda_error(e));
   }
   Impl& m = *impl_;
+  m.device = config_.device;
   m.stream = static_cast<cudaStream_t>(config_.stream);
   if (m.stream == nullptr) {
     if (cudaError_t e = cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking); e != cudaSuccess) {
@@ -497,6 +525,26 @@ Status Comm::init(const void* unique_id) {
 
 Comm::~Comm() {
   Impl& m = *impl_;
+  if (m.revoker.joinable()) {
+    // A revoke still inside NCCL 10 s on (a stream held at a gate of another
+    // communicator, say) keeps the communicator: nothing here may free it
+    // under the revoke.
+    const Deadline bound = Deadline::after(std::chrono::seconds(10));
+    while (!m.revoke_done->load(std::memory_order_acquire) && !bound.expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (m.revoke_done->load(std::memory_order_acquire)) {
+      m.revoker.join();
+    } else {
+      RCOLL_LOG(
+          kWarn,
+          "rank %d, epoch %u: revoking a blocking NCCL communicator had not returned 10 s on; "
+          "leaving its thread and the communicator's memory behind",
+          config_.rank, config_.epoch);
+      m.revoker.detach();
+      m.comm = nullptr;
+      if (m.enqueuer && m.enqueuer->running()) (void)m.enqueuer.release();
+    }
+  }
   if (m.enqueuer) {
     // The enqueuer goes first: nothing may finalise or destroy the
     // communicator under a group. One still inside NCCL was given up on
