@@ -163,7 +163,7 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   const auto phases = nccl_phases_requested();  // a malformed value failed creation already
   nccl_.phases.on = phases.ok() && phases.value();
   const auto in_group = nccl_keep_in_group_requested();  // likewise
-  nccl_.keep_in_group = !in_group.ok() || in_group.value();
+  nccl_.keep_in_group = in_group.ok() && in_group.value();
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
 }
 

@@ -244,7 +244,7 @@ class CommunicatorImpl : public ProgressGuard {
   // A collective of one rank: its input copied to its output on the caller's
   // stream, with no communicator (what NCCL itself does at one rank).
   bool one_rank_copy(const Op& op) const;
-  Status run_one_rank_copy(const Op& op);
+  Status run_one_rank_copy(const OpRecord& rec);
   // Waits for NCCL as an op waits for its peers (runtime/nccl_ops.cc).
   struct NcclWatch;
   // Whether a collective on NCCL settles later: no confirmation of its own,
@@ -262,7 +262,7 @@ class CommunicatorImpl : public ProgressGuard {
   // all of them are done but before the rank counts them (at=done).
   enum class NcclFault : uint8_t { kNone, kAfterFirstSlice, kAfterLastSlice };
   Status issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm,
-                           NcclPlane::KeptInput* keep, void* keep_in_group, NcclWatch& watch,
+                           NcclPlane::KeptInput* keep, void* keep_whole, NcclWatch& watch,
                            std::vector<std::pair<uint64_t, size_t>>* tickets);
   Status await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm, NcclWatch& watch,
                            const std::vector<std::pair<uint64_t, size_t>>& tickets,

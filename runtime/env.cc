@@ -198,7 +198,7 @@ Result<bool> nccl_phases_requested() {
 Result<bool> nccl_keep_in_group_requested() {
   auto v = env_int("RCOLL_NCCL_KEEP_IN_GROUP", 0, 1);
   if (!v.ok()) return v.status();
-  return v.value().value_or(1) == 1;
+  return v.value().value_or(0) == 1;
 }
 
 Status apply_env_overrides(Options* o) {
@@ -250,7 +250,8 @@ Status apply_env_overrides(Options* o) {
   if (auto in_group = nccl_keep_in_group_requested(); !in_group.ok()) return in_group.status();
   auto blocking = env_int("RCOLL_NCCL_BLOCKING", 0, 1);
   if (!blocking.ok()) return blocking.status();
-  if (o->nccl_blocking < 0) o->nccl_blocking = blocking.value() ? static_cast<int>(*blocking.value()) : 0;
+  if (o->nccl_blocking < 0)
+    o->nccl_blocking = blocking.value() ? static_cast<int>(*blocking.value()) : 1;
   auto confirm_every = env_int("RCOLL_NCCL_CONFIRM_EVERY", 1, 1000000);
   if (!confirm_every.ok()) return confirm_every.status();
   if (o->nccl_confirm_every < 0)

@@ -337,7 +337,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   if (one_rank_copy(op)) {
     nccl_.phases.mark(NcclPhases::kSetup);
-    if (Status s = run_one_rank_copy(op); !s.ok()) return s;
+    if (Status s = run_one_rank_copy(rec); !s.ok()) return s;
     nccl_.phases.mark(NcclPhases::kSlices);
     rec.done = rec.total;
     ++nccl_.ops;
@@ -363,16 +363,18 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   const bool unbacked = in_place_backup && keep == nullptr;
   auto fail = [&](const Status& why) { return nccl_op_failure(op, comm, why, unbacked); };
-  // The whole input of any other op, once: inside its first slice's group
-  // (a send and a receive to this rank: no call of its own) when the op
-  // writes nowhere it reads, so where the copy runs in the group does not
-  // matter (it counts once the slice is done); else by a copy before it.
-  // (An in-place all-reduce's slices are kept one by one, in
-  // issue_nccl_slices: before each runs.)
-  void* keep_in_group = nullptr;
+  // The whole input of any other op, once, with its first slice when the op
+  // writes nowhere it reads (so where the copy runs beside the slice's
+  // kernels does not matter; it counts once the slice is done): a copy this
+  // thread queues while NCCL enqueues the slice (Comm::issue's `beside`), or
+  // inside the slice's group (a send and a receive to this rank,
+  // RCOLL_NCCL_KEEP_IN_GROUP=1); else by a copy before it. (An in-place
+  // all-reduce's slices are kept one by one, in issue_nccl_slices: before
+  // each runs.)
+  void* keep_whole = nullptr;
   if (keep != nullptr && !backs_up(op) && keep->bytes < op.in.bytes()) {
-    if (nccl_.keep_in_group && first == 0 && disjoint(op)) {
-      keep_in_group = keep->buffer.data();
+    if (first == 0 && disjoint(op)) {
+      keep_whole = keep->buffer.data();
     } else {
       if (Status s = comm.copy(keep->buffer.data(), op.in.data, op.in.bytes()); !s.ok())
         return fail(s);
@@ -383,7 +385,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 
   // (ticket, slice) in issue order.
   std::vector<std::pair<uint64_t, size_t>> tickets;
-  if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_in_group, watch, &tickets); !s.ok())
+  if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_whole, watch, &tickets); !s.ok())
     return fail(s);
   nccl_.phases.mark(NcclPhases::kIssue);
 
@@ -416,7 +418,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   nccl_.phases.mark(NcclPhases::kQueueVerdict);
   if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, fault); !s.ok())
     return fail(s);
-  if (keep_in_group != nullptr) keep->bytes = op.in.bytes();
+  if (keep_whole != nullptr) keep->bytes = op.in.bytes();
   nccl_.phases.mark(NcclPhases::kSlices);
   if (confirms) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
@@ -438,9 +440,15 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 // meanwhile). The work state's verdict event marks the result on that
 // stream (Work::stream_wait waits for it); the op is done once the host sees
 // it fire, within the straggler timeout, as a staged op's copies are waited for.
-Status CommunicatorImpl::run_one_rank_copy(const Op& op) {
+Status CommunicatorImpl::run_one_rank_copy(const OpRecord& rec) {
+  const Op& op = rec.op;
   void* stream = op.options.cuda_stream;
-  WorkState& w = *op.work;
+  // Every device op has its work state's events (prepare_device_op).
+  if (rec.work == nullptr || rec.work->verdict_event == nullptr) {
+    return Status(ErrorCode::kInternal, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+                  op.describe() + " at one rank: no work state with CUDA events to complete it by");
+  }
+  WorkState& w = *rec.work;
   Status s;
   if (op.in.data != op.out.data)
     s = cuda::copy_async(op.out.data, op.in.data, op.out.bytes(), stream);
@@ -504,10 +512,10 @@ Status CommunicatorImpl::nccl_op_failure(const Op& op, nccl::Comm& comm, const S
 
 // Slices `first` on, back to back on the communicator's stream. An in-place
 // all-reduce's slices each go behind their input's copy into `keep` (or, on
-// a re-run, the copy putting it back). With `keep_in_group`, the first
-// slice's group also copies the whole input there.
+// a re-run, the copy putting it back). With `keep_whole`, the whole input
+// is copied there with the first slice (beside its group, or inside it).
 Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm,
-                                           NcclPlane::KeptInput* keep, void* keep_in_group,
+                                           NcclPlane::KeptInput* keep, void* keep_whole,
                                            NcclWatch& watch,
                                            std::vector<std::pair<uint64_t, size_t>>* tickets) {
   const Op& op = rec.op;
@@ -525,13 +533,18 @@ Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nc
       if (!have) keep->bytes = r.end * es;
     }
     std::vector<Call> calls = slice_calls(op, size_, k, rec.total);
-    if (keep_in_group != nullptr && k == first) {
-      calls.push_back(Call{CallKind::kSend, op.in.data, nullptr, op.in.count, op.in.dtype,
-                           ReduceOp::kSum, rank_});
-      calls.push_back(Call{CallKind::kRecv, nullptr, keep_in_group, op.in.count, op.in.dtype,
-                           ReduceOp::kSum, rank_});
+    nccl::Copy beside;
+    if (keep_whole != nullptr && k == first) {
+      if (nccl_.keep_in_group) {
+        calls.push_back(Call{CallKind::kSend, op.in.data, nullptr, op.in.count, op.in.dtype,
+                             ReduceOp::kSum, rank_});
+        calls.push_back(Call{CallKind::kRecv, nullptr, keep_whole, op.in.count, op.in.dtype,
+                             ReduceOp::kSum, rank_});
+      } else {
+        beside = nccl::Copy{keep_whole, op.in.data, op.in.bytes()};
+      }
     }
-    auto t = comm.issue(calls, watch.waiter());
+    auto t = comm.issue(calls, watch.waiter(), beside);
     if (!t.ok()) return t.status();
     tickets->push_back({t.value(), k});
   }

@@ -115,21 +115,24 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
       # counts, "b" after one for blocking NCCL calls, "n" for non-blocking
       # (neither: the default, non-blocking), "c" for every
       # op confirmed on its own (RCOLL_NCCL_CONFIRM_EVERY=1, as before stop
-      # 49), "r" for recovery off, which drops every confirmation; default 1 2 2b).
+      # 49), "r" for recovery off, which drops every confirmation, "g" for the
+      # kept input copied inside the op's group (RCOLL_NCCL_KEEP_IN_GROUP=1);
+      # default 1 2 2b).
       run="$bundle/tools/rcoll-run"
       sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
       for cell in ${RCOLL_GPU_BENCH:-1 2 2b}; do
-        np=${cell%%[bncr]*}
-        mode=() recovery=1 every=16
+        np=${cell%%[bncrg]*}
+        mode=() recovery=1 every=16 in_group=0
         [[ $cell == *b* ]] && mode=(RCOLL_NCCL_BLOCKING=1)
         [[ $cell == *n* ]] && mode=(RCOLL_NCCL_BLOCKING=0)
         [[ $cell == *c* ]] && every=1
         [[ $cell == *r* ]] && recovery=0
+        [[ $cell == *g* ]] && in_group=1
         # RCOLL_GPU_PHASES=1: each rank logs where its device ops' host time
         # went (RCOLL_NCCL_PHASES, about eight clock reads an op).
         phases=${RCOLL_GPU_PHASES:-0}
         step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env "${mode[@]}" RCOLL_TRANSPORTS=nccl,tcp RCOLL_RECOVERY=$recovery \
-          RCOLL_NCCL_CONFIRM_EVERY=$every \
+          RCOLL_NCCL_CONFIRM_EVERY=$every RCOLL_NCCL_KEEP_IN_GROUP=$in_group \
           RCOLL_NCCL_PHASES=$phases RCOLL_DEBUG=$([[ $phases == 1 ]] && echo INFO || echo WARN) \
           $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \
           --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_np${cell}.json \

@@ -83,9 +83,9 @@ struct Options {
   // first send to it) can still be aborted by rcoll's judging on the op's
   // thread, and whose init runs on a thread of its own, so its deadline
   // still holds (a rank that gives up on it leaves it to stop when NCCL
-  // returns). With 1, Work::stream_wait waits on the host (no stream gate:
-  // stopping a blocking communicator while a stream waited at one hung a
-  // DDP run). -1 = from the environment, else 0.
+  // returns). Its stop (a revoke) runs on a thread of its own too. The
+  // default: small ops take about two thirds of the non-blocking time
+  // (bench/RESULTS.md, stop 50). -1 = from the environment, else 1.
   int nccl_blocking = -1;
   // NCCL syntax: "eth,ib" prefixes, "^docker" excludes, "=eth0" exact. RCOLL_SOCKET_IFNAME.
   std::string socket_ifname;
