@@ -163,7 +163,7 @@ CommunicatorImpl::CommunicatorImpl(Options options, Bootstrap boot, TransportCha
   const auto phases = nccl_phases_requested();  // a malformed value failed creation already
   nccl_.phases.on = phases.ok() && phases.value();
   const auto in_group = nccl_keep_in_group_requested();  // likewise
-  nccl_.keep_in_group = in_group.ok() && in_group.value();
+  nccl_.keep_in_group = !in_group.ok() || in_group.value();
   log::set_identity("rank " + std::to_string(rank_) + "/" + std::to_string(size_));
 }
 
@@ -307,11 +307,21 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
     if (!event.ok()) return failed(event.status());
     *e = event.value();
   }
-  // Shares the work state's ownership: the event lives as long as the op.
-  op.stream_ready = std::shared_ptr<void>(op.work, w.ready_event);
-  if (Status s = cuda::event_record(w.ready_event, op.options.cuda_stream); !s.ok()) return failed(s);
   device_ = op.device;
-  if (op.gated && !nccl_.gate_tried) {
+  // One rank: a copy on the caller's stream, no mark needed (a group is
+  // send/recv to itself, on NCCL). The size only ever shrinks: an op marked
+  // at more ranks that runs after a shrink to one takes the general path.
+  op.one_rank = size_ == 1 && !op.group &&
+                (op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather ||
+                 op.kind == OpKind::kReduceScatter || op.kind == OpKind::kBroadcast ||
+                 op.kind == OpKind::kAlltoall);
+  if (!op.one_rank) {
+    // Shares the work state's ownership: the event lives as long as the op.
+    op.stream_ready = std::shared_ptr<void>(op.work, w.ready_event);
+    if (Status s = cuda::event_record(w.ready_event, op.options.cuda_stream); !s.ok())
+      return failed(s);
+  }
+  if (op.gated && !op.one_rank && !nccl_.gate_tried) {
     // The gate and the stream the verdicts queue on, once per communicator.
     // Without stream memory operations Work::stream_wait waits on the host.
     nccl_.gate_tried = true;
@@ -332,7 +342,8 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
                 op.device, s.message().c_str());
     }
   }
-  if (!nccl_.gate.load()) op.gated = false;
+  // (A one-rank op's verdict is an event on the caller's stream: no gate.)
+  if (!op.one_rank && !nccl_.gate.load()) op.gated = false;
   return Status();
 }
 

@@ -241,9 +241,8 @@ class CommunicatorImpl : public ProgressGuard {
   Status nccl_agree(const Op& op, uint32_t epoch, Result<std::unique_ptr<nccl::Comm>>& made, const std::string& mine,
                     Deadline until);
   Status run_nccl_slices(OpRecord& rec, size_t first);
-  // A collective of one rank: its input copied to its output on the caller's
-  // stream, with no communicator (what NCCL itself does at one rank).
-  bool one_rank_copy(const Op& op) const;
+  // A collective of one rank (Op::one_rank): its input copied to its output
+  // on the caller's stream, with no communicator (NCCL's one-rank path).
   Status run_one_rank_copy(const OpRecord& rec);
   // Waits for NCCL as an op waits for its peers (runtime/nccl_ops.cc).
   struct NcclWatch;
@@ -262,7 +261,7 @@ class CommunicatorImpl : public ProgressGuard {
   // all of them are done but before the rank counts them (at=done).
   enum class NcclFault : uint8_t { kNone, kAfterFirstSlice, kAfterLastSlice };
   Status issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm,
-                           NcclPlane::KeptInput* keep, void* keep_whole, NcclWatch& watch,
+                           NcclPlane::KeptInput* keep, void* keep_in_group, NcclWatch& watch,
                            std::vector<std::pair<uint64_t, size_t>>* tickets);
   Status await_nccl_slices(OpRecord& rec, size_t first, nccl::Comm& comm, NcclWatch& watch,
                            const std::vector<std::pair<uint64_t, size_t>>& tickets,

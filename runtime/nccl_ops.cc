@@ -158,14 +158,6 @@ bool CommunicatorImpl::runs_on_nccl(const Op& op) const {
          op.kind == OpKind::kBroadcast || op.kind == OpKind::kAlltoall || op.kind == OpKind::kSendRecv;
 }
 
-// Every collective of one rank leaves its input in its output: all-reduce
-// (any reduction of one contribution is that contribution), all-gather,
-// reduce-scatter, all-to-all and broadcast alike. A send or receive (to this
-// rank itself) still goes to NCCL.
-bool CommunicatorImpl::one_rank_copy(const Op& op) const {
-  return size_ == 1 && op.kind != OpKind::kSendRecv && runs_on_nccl(op);
-}
-
 size_t CommunicatorImpl::nccl_slice_count(const Op& op) {
   if (op.kind != OpKind::kAllreduce && op.kind != OpKind::kBroadcast && op.kind != OpKind::kSendRecv) return 1;
   return std::max<size_t>(1, (op.out.bytes() + kNcclSliceBytes - 1) / kNcclSliceBytes);
@@ -324,6 +316,14 @@ Result<NcclPlane::KeptInput*> CommunicatorImpl::keep_nccl_input(const OpRecord& 
 
 Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   const Op& op = rec.op;
+  if (op.one_rank) {
+    nccl_.phases.mark(NcclPhases::kSetup);
+    if (Status s = run_one_rank_copy(rec); !s.ok()) return s;
+    nccl_.phases.mark(NcclPhases::kSlices);
+    rec.done = rec.total;
+    if (runs_on_nccl(op)) ++nccl_.ops;  // NCCL's own one-rank path is this copy
+    return Status();
+  }
   if (!nccl_.off.empty()) {
     // Every rank agreed (in the recovery just done) to stop using NCCL.
     nccl_.restart_staged = true;
@@ -333,14 +333,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   if (op.kind == OpKind::kSendRecv && op.out.count == 0) {
     // Moves nothing, so NCCL is not asked (both sides skip it alike).
     rec.done = rec.total;
-    return Status();
-  }
-  if (one_rank_copy(op)) {
-    nccl_.phases.mark(NcclPhases::kSetup);
-    if (Status s = run_one_rank_copy(rec); !s.ok()) return s;
-    nccl_.phases.mark(NcclPhases::kSlices);
-    rec.done = rec.total;
-    ++nccl_.ops;
     return Status();
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
@@ -363,18 +355,16 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   const bool unbacked = in_place_backup && keep == nullptr;
   auto fail = [&](const Status& why) { return nccl_op_failure(op, comm, why, unbacked); };
-  // The whole input of any other op, once, with its first slice when the op
-  // writes nowhere it reads (so where the copy runs beside the slice's
-  // kernels does not matter; it counts once the slice is done): a copy this
-  // thread queues while NCCL enqueues the slice (Comm::issue's `beside`), or
-  // inside the slice's group (a send and a receive to this rank,
-  // RCOLL_NCCL_KEEP_IN_GROUP=1); else by a copy before it. (An in-place
-  // all-reduce's slices are kept one by one, in issue_nccl_slices: before
-  // each runs.)
-  void* keep_whole = nullptr;
+  // The whole input of any other op, once: inside its first slice's group
+  // (a send and a receive to this rank: no call of its own) when the op
+  // writes nowhere it reads, so where the copy runs in the group does not
+  // matter (it counts once the slice is done); else by a copy before it.
+  // (An in-place all-reduce's slices are kept one by one, in
+  // issue_nccl_slices: before each runs.)
+  void* keep_in_group = nullptr;
   if (keep != nullptr && !backs_up(op) && keep->bytes < op.in.bytes()) {
-    if (first == 0 && disjoint(op)) {
-      keep_whole = keep->buffer.data();
+    if (nccl_.keep_in_group && first == 0 && disjoint(op)) {
+      keep_in_group = keep->buffer.data();
     } else {
       if (Status s = comm.copy(keep->buffer.data(), op.in.data, op.in.bytes()); !s.ok())
         return fail(s);
@@ -385,7 +375,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 
   // (ticket, slice) in issue order.
   std::vector<std::pair<uint64_t, size_t>> tickets;
-  if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_whole, watch, &tickets); !s.ok())
+  if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_in_group, watch, &tickets); !s.ok())
     return fail(s);
   nccl_.phases.mark(NcclPhases::kIssue);
 
@@ -418,7 +408,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   nccl_.phases.mark(NcclPhases::kQueueVerdict);
   if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, fault); !s.ok())
     return fail(s);
-  if (keep_whole != nullptr) keep->bytes = op.in.bytes();
+  if (keep_in_group != nullptr) keep->bytes = op.in.bytes();
   nccl_.phases.mark(NcclPhases::kSlices);
   if (confirms) {
     if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
@@ -433,13 +423,16 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   return Status();
 }
 
-// At one rank the op is a copy (none in place) queued on the caller's stream
-// itself, behind whatever the caller queued before it: no communicator, no
-// stream of rcoll's, and no host wait for the caller's stream to reach the
-// op first (run_device_op skips it: with no peer, nothing can need aborting
-// meanwhile). The work state's verdict event marks the result on that
-// stream (Work::stream_wait waits for it); the op is done once the host sees
-// it fire, within the straggler timeout, as a staged op's copies are waited for.
+// At one rank every collective leaves its input in its output (all-reduce:
+// any reduction of one contribution is that contribution; all-gather,
+// reduce-scatter, all-to-all, broadcast), so the op is a copy (none in
+// place) queued on the caller's stream itself, behind whatever the caller
+// queued before it: no communicator, no stream of rcoll's, no event marking
+// the caller's stream at issue, and no host wait for it to reach the op
+// first (with no peer, nothing can need aborting meanwhile). A send or
+// receive (to this rank itself) still goes to NCCL. The work state's verdict event marks the result
+// on that stream (Work::stream_wait waits for it); the op is done once the host sees it fire,
+// within the straggler timeout, as a staged op's copies are waited for.
 Status CommunicatorImpl::run_one_rank_copy(const OpRecord& rec) {
   const Op& op = rec.op;
   void* stream = op.options.cuda_stream;
@@ -512,10 +505,10 @@ Status CommunicatorImpl::nccl_op_failure(const Op& op, nccl::Comm& comm, const S
 
 // Slices `first` on, back to back on the communicator's stream. An in-place
 // all-reduce's slices each go behind their input's copy into `keep` (or, on
-// a re-run, the copy putting it back). With `keep_whole`, the whole input
-// is copied there with the first slice (beside its group, or inside it).
+// a re-run, the copy putting it back). With `keep_in_group`, the first
+// slice's group also copies the whole input there.
 Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nccl::Comm& comm,
-                                           NcclPlane::KeptInput* keep, void* keep_whole,
+                                           NcclPlane::KeptInput* keep, void* keep_in_group,
                                            NcclWatch& watch,
                                            std::vector<std::pair<uint64_t, size_t>>* tickets) {
   const Op& op = rec.op;
@@ -533,18 +526,13 @@ Status CommunicatorImpl::issue_nccl_slices(const OpRecord& rec, size_t first, nc
       if (!have) keep->bytes = r.end * es;
     }
     std::vector<Call> calls = slice_calls(op, size_, k, rec.total);
-    nccl::Copy beside;
-    if (keep_whole != nullptr && k == first) {
-      if (nccl_.keep_in_group) {
-        calls.push_back(Call{CallKind::kSend, op.in.data, nullptr, op.in.count, op.in.dtype,
-                             ReduceOp::kSum, rank_});
-        calls.push_back(Call{CallKind::kRecv, nullptr, keep_whole, op.in.count, op.in.dtype,
-                             ReduceOp::kSum, rank_});
-      } else {
-        beside = nccl::Copy{keep_whole, op.in.data, op.in.bytes()};
-      }
+    if (keep_in_group != nullptr && k == first) {
+      calls.push_back(Call{CallKind::kSend, op.in.data, nullptr, op.in.count, op.in.dtype,
+                           ReduceOp::kSum, rank_});
+      calls.push_back(Call{CallKind::kRecv, nullptr, keep_in_group, op.in.count, op.in.dtype,
+                           ReduceOp::kSum, rank_});
     }
-    auto t = comm.issue(calls, watch.waiter(), beside);
+    auto t = comm.issue(calls, watch.waiter());
     if (!t.ok()) return t.status();
     tickets->push_back({t.value(), k});
   }

@@ -82,8 +82,8 @@ struct NcclPlane {
   KeptInput kept[2];
   int last_kept = -1;
   // Whether a kept input is copied inside the op's NCCL group (a send and a
-  // receive to this rank) rather than beside it (env.h).
-  bool keep_in_group = false;
+  // receive to this rank) rather than by a copy before it (env.h).
+  bool keep_in_group = true;
   // Where a replay's output goes (never the caller's buffer).
   kernels::cuda::DeviceBuffer replay_sink;
   // The fingerprints of every collective completed on NCCL, folded in order

@@ -95,6 +95,10 @@ struct Op {
   // Issued asynchronously on device buffers: the runtime queues a verdict
   // event for Work::stream_wait when it runs on NCCL.
   bool gated = false;
+  // A collective on device buffers of a one-rank communicator (set at
+  // issue): a copy queued on the caller's stream (run_one_rank_copy), which
+  // needs no mark of where that stream was (stream_ready stays empty).
+  bool one_rank = false;
   // A group (Communicator::group_async): its sends and receives, each a
   // numbered send/recv op of its own (seq, match_seq), run together. The
   // carrier itself has kind kNone, the first member's seq and the Work.

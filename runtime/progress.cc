@@ -224,8 +224,8 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   // recovery another rank starts, as an idle rank does. Not behind NCCL's
   // kernels, which would hold the communicator (and an abort of it) hostage
   // to the caller's queue. (At one rank a collective is a copy queued right
-  // behind the caller's work: run_one_rank_copy.)
-  if (op.stream_ready && !one_rank_copy(op)) {
+  // behind the caller's work, with no stream_ready: run_one_rank_copy.)
+  if (op.stream_ready) {
     const Deadline until = Deadline::after(options_.straggler_timeout);
     const int generation = shrink_generation_;
     waiting_device_op_ = &op;
@@ -254,7 +254,7 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
     if (!s.ok()) return local_failure(s, "the caller's stream");
   }
   nccl_.phases.mark(NcclPhases::kCallerStream);
-  if (runs_on_nccl(op)) {
+  if (op.one_rank || runs_on_nccl(op)) {
     Status s = run_op(op);
     if (!nccl_.restart_staged) return s;
     // NCCL was dropped before or while the op ran, on every rank alike. Ops on

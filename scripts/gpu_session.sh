@@ -115,23 +115,23 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
       # counts, "b" after one for blocking NCCL calls, "n" for non-blocking
       # (neither: the default, non-blocking), "c" for every
       # op confirmed on its own (RCOLL_NCCL_CONFIRM_EVERY=1, as before stop
-      # 49), "r" for recovery off, which drops every confirmation, "g" for the
-      # kept input copied inside the op's group (RCOLL_NCCL_KEEP_IN_GROUP=1);
-      # default 1 2 2b).
+      # 49), "r" for recovery off, which drops every confirmation, "k" for the
+      # kept input copied before the op's group (RCOLL_NCCL_KEEP_IN_GROUP=0);
+      # default 1 2 2n).
       run="$bundle/tools/rcoll-run"
       sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
-      for cell in ${RCOLL_GPU_BENCH:-1 2 2b}; do
-        np=${cell%%[bncrg]*}
-        mode=() recovery=1 every=16 in_group=0
+      for cell in ${RCOLL_GPU_BENCH:-1 2 2n}; do
+        np=${cell%%[bncrk]*}
+        mode=() recovery=1 every=16 in_group=1
         [[ $cell == *b* ]] && mode=(RCOLL_NCCL_BLOCKING=1)
         [[ $cell == *n* ]] && mode=(RCOLL_NCCL_BLOCKING=0)
         [[ $cell == *c* ]] && every=1
         [[ $cell == *r* ]] && recovery=0
-        [[ $cell == *g* ]] && in_group=1
+        [[ $cell == *k* ]] && in_group=0
         # RCOLL_GPU_PHASES=1: each rank logs where its device ops' host time
         # went (RCOLL_NCCL_PHASES, about eight clock reads an op).
         phases=${RCOLL_GPU_PHASES:-0}
-        step "bench_np${cell}" ${RCOLL_GPU_LIMIT_BENCH:-120} env "${mode[@]}" RCOLL_TRANSPORTS=nccl,tcp RCOLL_RECOVERY=$recovery \
+        step "bench_np${cell}$([[ $phases == 1 ]] && echo _phases)" ${RCOLL_GPU_LIMIT_BENCH:-120} env "${mode[@]}" RCOLL_TRANSPORTS=nccl,tcp RCOLL_RECOVERY=$recovery \
           RCOLL_NCCL_CONFIRM_EVERY=$every RCOLL_NCCL_KEEP_IN_GROUP=$in_group \
           RCOLL_NCCL_PHASES=$phases RCOLL_DEBUG=$([[ $phases == 1 ]] && echo INFO || echo WARN) \
           $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \

@@ -168,10 +168,15 @@ if(RCOLL_HAVE_NCCL)
   # worker's stream, which waits for it on the GPU (Work::stream_wait) and
   # copies the result back behind it; send/recv on NCCL too. Then with the
   # close-link faults above: the copy must see the recovered result, never
-  # the aborted first attempt's. And the suite on blocking NCCL calls.
+  # the aborted first attempt's. At one rank too, where a collective is a copy
+  # on the worker's stream and its verdict an event there. And the suite on
+  # non-blocking NCCL calls (blocking ones are the default).
   add_test(NAME correctness_cuda_nccl_np2_stream_wait
            COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1
                    --sizes 0,1,7,4K+3,1M,16M --big-dtypes float32 --expect-device-transport nccl)
+  add_test(NAME correctness_cuda_nccl_np1_stream_wait
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 1 --timeout 600 -- ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1
+                   --sizes 0,1,7,4K+3,1M --expect-device-transport nccl)
   add_test(NAME recovery_cuda_nccl_close_link_stream_wait
            COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
                    --inject "close-link:rank=1,op=2;close-link:rank=2,op=6;close-link:rank=0,op=17" --
@@ -184,11 +189,12 @@ if(RCOLL_HAVE_NCCL)
                    --timeout 600 --inject "close-link:rank=1,op=2" --
                    ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,1M --dtypes float32
                    --expect-recoveries 1 --expect-device-transport nccl)
-  add_test(NAME correctness_cuda_nccl_np2_blocking
-           COMMAND ${RCOLL_NCCL_ENV} RCOLL_NCCL_BLOCKING=1 ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS}
+  add_test(NAME correctness_cuda_nccl_np2_nonblocking
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_NCCL_BLOCKING=0 ${RCOLL_RUN} -n 2 --timeout 600 -- ${RCOLL_CORRECTNESS}
                    --memory cuda --sizes 0,1,7,4K+3,1M --expect-device-transport nccl)
-  list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np2_stream_wait recovery_cuda_nccl_close_link_stream_wait
-       recovery_cuda_nccl_close_link_stream_wait_one_queue correctness_cuda_nccl_np2_blocking)
+  list(APPEND RCOLL_NCCL_TESTS correctness_cuda_nccl_np2_stream_wait correctness_cuda_nccl_np1_stream_wait
+       recovery_cuda_nccl_close_link_stream_wait recovery_cuda_nccl_close_link_stream_wait_one_queue
+       correctness_cuda_nccl_np2_nonblocking)
   # rcoll-bench on device buffers, every op checked, beside raw NCCL (rcoll-nccl-bench).
   if(TARGET rcoll-bench AND TARGET rcoll-nccl-bench)
     add_test(NAME bench_cuda_nccl_compare

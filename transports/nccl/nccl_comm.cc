@@ -608,8 +608,7 @@ Comm::~Comm() {
   if (m.stream && m.own_stream) (void)cudaStreamDestroy(m.stream);
 }
 
-Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter,
-                             const Copy& beside) {
+Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
   Impl& m = *impl_;
   if (!m.healthy()) return m.failed;
@@ -623,11 +622,6 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
                    "a group was issued while the last one was still being enqueued "
                    "(issue() is for one thread at a time)");
   }
-  // The copy beside the group, while NCCL enqueues it.
-  const cudaError_t copied = beside.bytes == 0
-                                 ? cudaSuccess
-                                 : cudaMemcpyAsync(beside.dst, beside.src, beside.bytes,
-                                                   cudaMemcpyDeviceToDevice, m.stream);
   // The group may still be being enqueued, by NCCL's thread (non-blocking)
   // or the enqueuer (blocking). Settle it, letting an abort from another
   // thread in between polls.
@@ -649,16 +643,6 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
   if (r != ncclSuccess) {
     m.failed = failure(classify(r, m.stream), std::string(to_string(calls.front().kind)) + " of " +
                                                   std::to_string(calls.front().count) + " elements failed: " + nccl_error(r, m.comm));
-    m.stop();
-    return m.failed;
-  }
-  if (copied != cudaSuccess) {
-    m.failed =
-        failure(kernels::cuda::error_code(copied) == ErrorCode::kDevice ? ErrorCode::kDevice
-                                                                        : ErrorCode::kTransport,
-                "cudaMemcpyAsync of " + std::to_string(beside.bytes) + " bytes beside " +
-                    to_string(calls.front().kind) + " failed: " + cuda_error(copied) +
-                    "; aborted the communicator");
     m.stop();
     return m.failed;
   }

@@ -64,13 +64,6 @@ const char* to_string(CallKind kind);
 // One NCCL call on device memory. `count` is per rank: elements reduced
 // (all-reduce), contributed (all-gather), received (reduce-scatter),
 // broadcast, sent or received.
-// A device-to-device copy of `bytes` from `src` to `dst`.
-struct Copy {
-  void* dst = nullptr;
-  const void* src = nullptr;
-  size_t bytes = 0;
-};
-
 struct Call {
   CallKind kind = CallKind::kAllReduce;
   const void* in = nullptr;
@@ -128,14 +121,7 @@ class Comm {
   // ticket's call that fails reports its error at poll(), as does the abort.
   // From one thread at a time (blocking, an issue() while the last group is
   // still being enqueued fails: kInternal).
-  //
-  // `beside`: a copy queued on the same stream by the calling thread while
-  // NCCL enqueues the group (on NCCL's thread, or blocking, the
-  // communicator's own), so its host time hides behind NCCL's. Its place
-  // among the group's kernels is not fixed: neither may write what the other
-  // reads. The ticket covers it.
-  Result<uint64_t> issue(const std::vector<Call>& calls, const Waiter& waiter,
-                         const Copy& beside = {});
+  Result<uint64_t> issue(const std::vector<Call>& calls, const Waiter& waiter);
   Result<uint64_t> issue(const Call& call, const Waiter& waiter) { return issue(std::vector<Call>{call}, waiter); }
 
   // An all-reduce (max) of (fingerprint, -fingerprint), queued behind the

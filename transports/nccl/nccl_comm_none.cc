@@ -18,9 +18,7 @@ Result<std::string> new_unique_id() { return none(); }
 Comm::Comm(const Config& config) : config_(config) {}
 Comm::~Comm() = default;
 Result<std::unique_ptr<Comm>> Comm::create(std::string_view, const Config&) { return none(); }
-Result<uint64_t> Comm::issue(const std::vector<Call>&, const Waiter&, const Copy&) {
-  return none();
-}
+Result<uint64_t> Comm::issue(const std::vector<Call>&, const Waiter&) { return none(); }
 Result<uint64_t> Comm::issue_confirmation(uint64_t, const Waiter&, int) { return none(); }
 bool Comm::fingerprints_agree() const { return false; }
 Status Comm::copy(void*, const void*, size_t) { return none(); }
