@@ -308,14 +308,16 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
     *e = event.value();
   }
   device_ = op.device;
-  // One rank: a copy on the caller's stream, no mark needed (a group is
-  // send/recv to itself, on NCCL). The size only ever shrinks: an op marked
-  // at more ranks that runs after a shrink to one takes the general path.
+  // One rank: the op is a copy, queued here on the caller's stream (no mark
+  // needed). The size only ever shrinks: an op marked at more ranks that
+  // runs after a shrink to one takes the general path.
   op.one_rank = size_ == 1 && !op.group &&
                 (op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather ||
                  op.kind == OpKind::kReduceScatter || op.kind == OpKind::kBroadcast ||
                  op.kind == OpKind::kAlltoall);
-  if (!op.one_rank) {
+  if (op.one_rank) {
+    if (Status s = queue_one_rank_copy(op); !s.ok()) return s;
+  } else {
     // Shares the work state's ownership: the event lives as long as the op.
     op.stream_ready = std::shared_ptr<void>(op.work, w.ready_event);
     if (Status s = cuda::event_record(w.ready_event, op.options.cuda_stream); !s.ok())
@@ -344,6 +346,33 @@ Status CommunicatorImpl::prepare_device_op(Op& op) {
   }
   // (A one-rank op's verdict is an event on the caller's stream: no gate.)
   if (!op.one_rank && !nccl_.gate.load()) op.gated = false;
+  return Status();
+}
+
+// At one rank every collective leaves its input in its output (all-reduce:
+// any reduction of one contribution is that contribution; all-gather,
+// reduce-scatter, all-to-all, broadcast): the op is a copy (none in place),
+// queued at issue on the caller's thread and stream, as NCCL queues its own
+// one-rank copy: behind exactly the work the caller queued before it (a
+// per-thread default stream is the caller's), with no communicator, no
+// stream of rcoll's and no host wait for the stream first (with no peer,
+// nothing can need aborting meanwhile). The work state's verdict event
+// marks the result there: Work::stream_wait waits for it, and the op, run
+// in turn, waits for it on the host (await_one_rank_copy).
+Status CommunicatorImpl::queue_one_rank_copy(Op& op) {
+  namespace cuda = kernels::cuda;
+  WorkState& w = *op.work;
+  void* stream = op.options.cuda_stream;
+  Status s;
+  if (op.in.data != op.out.data)
+    s = cuda::copy_async(op.out.data, op.in.data, op.out.bytes(), stream);
+  if (s.ok()) s = cuda::event_record(w.verdict_event, stream);
+  if (!s.ok()) {
+    return Status(s.code(), ErrorContext{rank_, -1, op.seq, -1, ""},
+                  op.describe() + " at one rank: queueing its copy on the caller's CUDA stream: " +
+                      s.message() + "; nothing was run");
+  }
+  if (op.gated) w.mark_issued();
   return Status();
 }
 

@@ -242,8 +242,10 @@ class CommunicatorImpl : public ProgressGuard {
                     Deadline until);
   Status run_nccl_slices(OpRecord& rec, size_t first);
   // A collective of one rank (Op::one_rank): its input copied to its output
-  // on the caller's stream, with no communicator (NCCL's one-rank path).
-  Status run_one_rank_copy(const OpRecord& rec);
+  // on the caller's stream at issue, with no communicator (NCCL's one-rank
+  // path), then waited for by the op.
+  Status queue_one_rank_copy(Op& op);
+  Status await_one_rank_copy(const OpRecord& rec);
   // Waits for NCCL as an op waits for its peers (runtime/nccl_ops.cc).
   struct NcclWatch;
   // Whether a collective on NCCL settles later: no confirmation of its own,

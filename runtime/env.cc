@@ -192,7 +192,7 @@ const char* algorithm_name(BroadcastAlgorithm a) {
 Result<bool> nccl_phases_requested() {
   auto v = env_int("RCOLL_NCCL_PHASES", 0, 1);
   if (!v.ok()) return v.status();
-  return v.value().value_or(1) == 1;
+  return v.value().value_or(0) == 1;
 }
 
 Result<bool> nccl_keep_in_group_requested() {

@@ -318,7 +318,7 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   const Op& op = rec.op;
   if (op.one_rank) {
     nccl_.phases.mark(NcclPhases::kSetup);
-    if (Status s = run_one_rank_copy(rec); !s.ok()) return s;
+    if (Status s = await_one_rank_copy(rec); !s.ok()) return s;
     nccl_.phases.mark(NcclPhases::kSlices);
     rec.done = rec.total;
     if (runs_on_nccl(op)) ++nccl_.ops;  // NCCL's own one-rank path is this copy
@@ -423,38 +423,22 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   return Status();
 }
 
-// At one rank every collective leaves its input in its output (all-reduce:
-// any reduction of one contribution is that contribution; all-gather,
-// reduce-scatter, all-to-all, broadcast), so the op is a copy (none in
-// place) queued on the caller's stream itself, behind whatever the caller
-// queued before it: no communicator, no stream of rcoll's, no event marking
-// the caller's stream at issue, and no host wait for it to reach the op
-// first (with no peer, nothing can need aborting meanwhile). A send or
-// receive (to this rank itself) still goes to NCCL. The work state's verdict event marks the result
-// on that stream (Work::stream_wait waits for it); the op is done once the host sees it fire,
-// within the straggler timeout, as a staged op's copies are waited for.
-Status CommunicatorImpl::run_one_rank_copy(const OpRecord& rec) {
+// A one-rank op's copy and verdict were queued at issue, on the caller's
+// thread and stream (queue_one_rank_copy): the op is done once the host
+// sees the verdict fire, within the straggler timeout (the caller's stream
+// may hold earlier work), as a staged op's copies are waited for.
+Status CommunicatorImpl::await_one_rank_copy(const OpRecord& rec) {
   const Op& op = rec.op;
-  void* stream = op.options.cuda_stream;
-  // Every device op has its work state's events (prepare_device_op).
-  if (rec.work == nullptr || rec.work->verdict_event == nullptr) {
-    return Status(ErrorCode::kInternal, ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
-                  op.describe() + " at one rank: no work state with CUDA events to complete it by");
-  }
-  WorkState& w = *rec.work;
-  Status s;
-  if (op.in.data != op.out.data)
-    s = cuda::copy_async(op.out.data, op.in.data, op.out.bytes(), stream);
-  if (s.ok()) s = cuda::event_record(w.verdict_event, stream);
-  if (s.ok() && op.gated && !w.issued) w.mark_issued();
-  if (s.ok()) {
-    s = cuda::wait_event(
-        w.verdict_event, Deadline::after(options_.straggler_timeout + options_.deadline_floor),
-        "waiting for the caller's CUDA stream to reach the op and copy its input to its output",
-        std::chrono::microseconds(100));
-  }
+  Status s =
+      rec.work == nullptr || rec.work->verdict_event == nullptr
+          ? Status(ErrorCode::kInternal, "no work state with CUDA events to complete it by")
+          : cuda::wait_event(rec.work->verdict_event,
+                             Deadline::after(options_.straggler_timeout + options_.deadline_floor),
+                             "waiting for the caller's CUDA stream to reach the op and copy "
+                             "its input to its output",
+                             std::chrono::microseconds(100));
   if (s.ok()) return Status();
-  return Status(s.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), "nccl"},
+  return Status(s.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
                 op.describe() + " at one rank (a copy on the caller's stream): " + s.message());
 }
 

@@ -96,7 +96,7 @@ struct Op {
   // event for Work::stream_wait when it runs on NCCL.
   bool gated = false;
   // A collective on device buffers of a one-rank communicator (set at
-  // issue): a copy queued on the caller's stream (run_one_rank_copy), which
+  // issue): a copy queued on the caller's stream at issue (queue_one_rank_copy), which
   // needs no mark of where that stream was (stream_ready stays empty).
   bool one_rank = false;
   // A group (Communicator::group_async): its sends and receives, each a

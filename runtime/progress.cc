@@ -224,7 +224,7 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   // recovery another rank starts, as an idle rank does. Not behind NCCL's
   // kernels, which would hold the communicator (and an abort of it) hostage
   // to the caller's queue. (At one rank a collective is a copy queued right
-  // behind the caller's work, with no stream_ready: run_one_rank_copy.)
+  // at issue behind the caller's work, with no stream_ready: queue_one_rank_copy.)
   if (op.stream_ready) {
     const Deadline until = Deadline::after(options_.straggler_timeout);
     const int generation = shrink_generation_;

@@ -9,11 +9,11 @@
 #   scripts/gpu_torch_ext.sh                        build-torch-gpu: the extension for that machine's Python
 # Then there, from the repository root, with both folders carried:
 #   scripts/gpu_session.sh [STEP...]                default: every step, in the order below
-# Steps: env torch ctest ddp pipeline bench (the default, in this order);
-# ctest_blocking and ctest_nonblocking (ctest with NCCL calls blocking or
-# not), recovery
-# (the NCCL recoveries alone, which ctest runs too) and hang (the DDP SIGSTOP run
-# alone, with stacks should it hang) on request. Every step has a time limit and
+# Steps: env torch ctest ctest_nonblocking ddp pipeline bench (the default, in
+# this order; ctest_nonblocking runs the NCCL tests with non-blocking calls, the
+# recoveries' other revoke path); ctest_blocking, recovery (the NCCL
+# recoveries alone, which ctest runs too) and hang (the DDP SIGSTOP run alone,
+# with stacks should it hang) on request. Every step has a time limit and
 # a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
 # cut short still brings back what it did), $OUT/summary.txt one line per step.
 set -uo pipefail
@@ -25,7 +25,7 @@ mkdir -p "$out" "$logs"
 bundle=$root/build-gpu
 ext=$root/build-torch-gpu/python
 steps=("$@")
-((${#steps[@]})) || steps=(env torch ctest ddp pipeline bench)
+((${#steps[@]})) || steps=(env torch ctest ctest_nonblocking ddp pipeline bench)
 
 # NCCL: the system's, else the one PyTorch's wheels bring (what torch loads too).
 nccl_dir=$(ldconfig -p | awk '/libnccl.so.2 / {print $NF; exit}' | xargs -r dirname)
@@ -85,7 +85,7 @@ for s in "${steps[@]}"; do
       # recoveries, replays and fallbacks. RCOLL_GPU_CTEST_ARGS: more ctest
       # arguments (--repeat until-fail:10, say). ctest_blocking and
       # ctest_nonblocking: the same with every communicator's NCCL calls
-      # blocking or not (RCOLL_NCCL_BLOCKING=1 or 0; the default is 0).
+      # blocking or not (RCOLL_NCCL_BLOCKING=1 or 0; the default is 1).
       mode=()
       [[ $s == ctest_blocking ]] && mode=(RCOLL_NCCL_BLOCKING=1)
       [[ $s == ctest_nonblocking ]] && mode=(RCOLL_NCCL_BLOCKING=0)

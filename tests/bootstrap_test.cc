@@ -80,6 +80,7 @@ const char* const kVars[] = {
     "RCOLL_NCCL_PHASES",
     "RCOLL_NCCL_CONFIRM_EVERY",
     "RCOLL_NCCL_KEEP_IN_GROUP",
+    "RCOLL_NCCL_BLOCKING",
 };
 
 class BootstrapTest : public ::testing::Test {
@@ -453,6 +454,31 @@ TEST_F(BootstrapTest, MalformedNcclPhasesIsInvalid) {
   o.world_size = 1;
   o.name = unique_name();
   EXPECT_NO_THROW(Communicator::create(o));
+}
+
+// The NCCL switches' defaults, unset: phases off (a diagnostic that reads the
+// clock eight times an op), the kept input copied inside the op's group,
+// blocking calls, every 16th collective confirmed on its own. (Stop 50 flipped
+// the phases' default by accident while reverting another; nothing failed.)
+TEST_F(BootstrapTest, NcclSwitchesDefaultAsDocumented) {
+  auto phases = nccl_phases_requested();
+  ASSERT_TRUE(phases.ok()) << phases.status().to_string();
+  EXPECT_FALSE(phases.value());
+  auto in_group = nccl_keep_in_group_requested();
+  ASSERT_TRUE(in_group.ok()) << in_group.status().to_string();
+  EXPECT_TRUE(in_group.value());
+  Options o;
+  ASSERT_TRUE(apply_env_overrides(&o).ok());
+  EXPECT_EQ(o.nccl_blocking, 1);
+  EXPECT_EQ(o.nccl_confirm_every, 16);
+  set("RCOLL_NCCL_PHASES", "1");
+  set("RCOLL_NCCL_KEEP_IN_GROUP", "0");
+  set("RCOLL_NCCL_BLOCKING", "0");
+  EXPECT_TRUE(nccl_phases_requested().value());
+  EXPECT_FALSE(nccl_keep_in_group_requested().value());
+  Options asked;
+  ASSERT_TRUE(apply_env_overrides(&asked).ok());
+  EXPECT_EQ(asked.nccl_blocking, 0);
 }
 
 // How often small collectives on NCCL are confirmed: at least every

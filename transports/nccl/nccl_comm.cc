@@ -257,6 +257,7 @@ struct Comm::Impl {
       return;
     }
     if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
+      revoked = true;  // NCCL refuses a second revoke (ncclInvalidArgument)
       if (enqueuer && revoke_aside(revoke)) return;
       const ncclResult_t r = revoke(comm, 0);
       if (r == ncclSuccess || r == ncclInProgress) return;
@@ -274,22 +275,27 @@ struct Comm::Impl {
   // it. Made on the op's thread, that wait was stop 49's hang (DDP, a closed
   // link, blocking calls). A non-blocking revoke returns at once. ~Comm
   // waits for it (bounded) before it touches the communicator again.
+  struct Revoke {
+    std::atomic<bool> done{false};
+    ncclResult_t result = ncclSuccess;  // read once `done`
+  };
   std::thread revoker;
-  std::shared_ptr<std::atomic<bool>> revoke_done;
+  std::shared_ptr<Revoke> revoke_state;
+  bool revoked = false;  // ncclCommRevoke was called (by stop(); never twice)
   int device = 0;
   bool revoke_aside(RevokeFn revoke) {
-    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto state = std::make_shared<Revoke>();
     try {
-      revoker = std::thread([c = comm, revoke, done, d = device] {
+      revoker = std::thread([c = comm, revoke, state, d = device] {
         (void)pthread_setname_np(pthread_self(), "rcoll-nccl-stop");
         (void)cudaSetDevice(d);
-        (void)revoke(c, 0);  // its outcome shows in ~Comm: a failed revoke leaves the abort to it
-        done->store(true, std::memory_order_release);
+        state->result = revoke(c, 0);
+        state->done.store(true, std::memory_order_release);
       });
     } catch (const std::system_error&) {
       return false;  // no thread to be had: revoked on this one
     }
-    revoke_done = std::move(done);
+    revoke_state = std::move(state);
     return true;
   }
   cudaStream_t stream = nullptr;
@@ -530,10 +536,16 @@ Comm::~Comm() {
     // communicator, say) keeps the communicator: nothing here may free it
     // under the revoke.
     const Deadline bound = Deadline::after(std::chrono::seconds(10));
-    while (!m.revoke_done->load(std::memory_order_acquire) && !bound.expired())
+    while (!m.revoke_state->done.load(std::memory_order_acquire) && !bound.expired())
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (m.revoke_done->load(std::memory_order_acquire)) {
+    if (m.revoke_state->done.load(std::memory_order_acquire)) {
       m.revoker.join();
+      if (const ncclResult_t r = m.revoke_state->result; r != ncclSuccess && r != ncclInProgress) {
+        RCOLL_LOG(kWarn,
+                  "rank %d, epoch %u: revoking the blocking NCCL communicator failed (%s); "
+                  "aborting it instead once no call is inside NCCL",
+                  config_.rank, config_.epoch, ncclGetErrorString(r));
+      }
     } else {
       RCOLL_LOG(
           kWarn,
@@ -549,18 +561,17 @@ Comm::~Comm() {
     // The enqueuer goes first: nothing may finalise or destroy the
     // communicator under a group. One still inside NCCL was given up on
     // (the communicator failed): it is made to return without freeing what
-    // it uses (a revoke, again: one that finished cleared NCCL's abort
-    // flag), and waited for within a bound; one that still does not return
-    // is left with its communicator (a thread and its memory lost, logged),
-    // rather than this destructor waiting for ever or freeing under it.
+    // it uses (a revoke, unless stop() made one: NCCL refuses a second,
+    // and an abort would free under the group), and waited for within a
+    // bound; one that still does not return is left with its communicator
+    // (a thread and its memory lost, logged), rather than this destructor
+    // waiting for ever or freeing under it.
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (m.enqueuer->running() && m.comm != nullptr) {
-        RevokeFn revoke = revoke_entry();
-        const ncclResult_t r = revoke != nullptr ? revoke(m.comm, 0) : ncclInvalidUsage;
-        if (r != ncclSuccess && r != ncclInProgress) {
-          (void)ncclCommAbort(m.comm);  // no other way to make it return
-          m.comm = nullptr;
+      if (m.enqueuer->running() && m.comm != nullptr && !m.revoked) {
+        if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
+          m.revoked = true;
+          (void)revoke(m.comm, 0);
         }
       }
     }
