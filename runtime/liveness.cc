@@ -11,10 +11,13 @@
 // three cases show:
 //   dead      a read of an overlay link fails with EOF/reset and no goodbye came
 //             first (a failed write, or a link made on first use closing, is no
-//             verdict): the kernel
-//             closed the sockets of a process that died, so this is immediate;
-//             the rank that saw it tells the others in a kNotice, passed on
-//             over the overlay (O(log P) hops)
+//             verdict), and a dial to the peer's listener is refused (or not
+//             answered within `budget`): the kernel closed the sockets of a
+//             process that died, its listener too, so this is immediate; a
+//             dial answered is a link that broke between live ranks, made
+//             again with no verdict (rejoin()). The rank that saw a death
+//             tells the others in a kNotice, passed on over the overlay
+//             (O(log P) hops)
 //   silent    no heartbeat for `budget` from a neighbour, or from a wanted peer
 //             since it was asked, while the connection stays open; a
 //             neighbour's silence (and its return) is told to every peer in a
@@ -183,6 +186,7 @@ class LivenessImpl final : public Liveness {
     listen_wait_.assign(watch_fd);
     first_use_ = std::make_unique<OnDemandLinks>(m, std::move(built.value().addresses), listen_fd,
                                                  connected);
+    first_use_->set_relinks(true);
     return Status();
   }
 
@@ -278,6 +282,13 @@ class LivenessImpl final : public Liveness {
 
   int64_t highest_aborted_epoch() const override { return highest_aborted_.load(); }
 
+  void drop_link_for_testing(int peer) override {
+    if (peer < 0 || peer >= size_ || peer == rank_) return;
+    asio::post(io_, [this, peer] {
+      if (links_[peer].open()) peer_lost(peer, "dropped by a test");
+    });
+  }
+
  private:
   // Everything in Link is touched on the liveness thread only, but for
   // `neighbour`, which is set before the thread starts and never changes.
@@ -298,6 +309,14 @@ class LivenessImpl final : public Liveness {
     // communicator before it sends its goodbye there); the overlay partners
     // judge deaths.
     bool on_demand = false;
+    // An overlay link that broke without a goodbye, dialled again before any
+    // verdict (rejoin()): since `lost_at`, for `lost_why`; `redial` once a
+    // dial failed short of a refusal (tried again at the next tick).
+    bool rejoining = false;
+    bool redial = false;
+    Clock::time_point made_at{};  // connected then (the overlay's at start: never set)
+    Clock::time_point lost_at{};
+    std::string lost_why;
     FrameBytes rx{};
     std::vector<uint8_t> payload;
     bool open() const { return socket != nullptr; }
@@ -504,6 +523,23 @@ class LivenessImpl final : public Liveness {
     link_events_.clear();
     const bool moved = first_use_->poll(true, &link_events_);
     for (OnDemandLinks::Event& e : link_events_) {
+      if (e.stale) {
+        // The peer dialled again: its side of the link broke, so this one is
+        // dead too (unread, or half open). Dropped and dialled back. Not a
+        // link made within the interval: the hello may be of a dial the peer
+        // gave up for this very link (crossed dials: the lower rank's wins);
+        // a peer whose side did break dials again, and its rejoin goes on
+        // for a budget, so the next hello finds this link older.
+        if (links_[e.peer].open() && Clock::now() - links_[e.peer].made_at >= interval_) {
+          peer_lost(e.peer, "rank " + std::to_string(e.peer) +
+                                " dialled this rank again: its side of their liveness link broke");
+        }
+        continue;
+      }
+      if (e.fd < 0 && links_[e.peer].rejoining) {
+        rejoin_failed(e.peer, e.error.message(), e.refused);
+        continue;
+      }
       if (e.fd < 0) {
         // Dialled again at the next asking (a partition may heal).
         first_use_->reset(e.peer);
@@ -561,6 +597,17 @@ class LivenessImpl final : public Liveness {
     l.sendq.clear();
     l.writing = l.heartbeat_due = l.goodbye_sent = l.peer_left = l.write_failed = false;
     l.on_demand = true;
+    l.made_at = Clock::now();
+    if (l.rejoining) {
+      // The overlay link again: its close is a verdict as before.
+      l.on_demand = false;
+      l.rejoining = l.redial = false;
+      RCOLL_LOG(
+          kWarn,
+          "liveness: the link to rank %d broke (%s) and was made again %lld ms later: rank %d "
+          "is alive, no verdict",
+          r, l.lost_why.c_str(), ms_between(l.lost_at, Clock::now()), r);
+    }
     bool wanted = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -870,12 +917,82 @@ class LivenessImpl final : public Liveness {
       if (first_use_) first_use_->reset(r);
       return;
     }
+    if (pass_on_death && first_use_) return rejoin(r, why);
+    declare_dead(r, why, pass_on_death);
+  }
+
+  // An overlay link closed without a goodbye. A process that died closed
+  // its listener with it, so the peer is dialled again first: a refused dial
+  // is the death (at once, as the close was before), an answered one a link
+  // that broke between two live ranks (a reset on the way, a peer that
+  // dropped its side): made again, with no verdict and nothing passed on
+  // (before, every rank learned of a death that was none). A dial neither
+  // answered nor refused within the budget (a host gone, a frozen peer) is a
+  // death too. Meanwhile the peer's silence is not judged here.
+  void rejoin(int r, const std::string& why) {
+    Link& l = links_[r];
+    l.rejoining = true;
+    l.redial = false;
+    l.lost_at = Clock::now();
+    l.lost_why = why;
+    RCOLL_LOG(
+        kInfo,
+        "liveness: the link to rank %d (%s) closed without a goodbye (%s); dialling it again: "
+        "refused means it is dead, an answer that the link alone broke",
+        r, views_address(r).c_str(), why.c_str());
+    first_use_->reset(r);
+    first_use_->want(r);
+    drive_links();
+  }
+
+  // The dial of a rejoining peer failed: refused (its listener is gone: dead
+  // now), else dialled again at the next tick, until the budget passes.
+  void rejoin_failed(int r, const std::string& error, bool refused) {
+    Link& l = links_[r];
+    first_use_->reset(r);
+    if (!refused && Clock::now() - l.lost_at < budget_) {
+      l.redial = true;
+      return;
+    }
+    l.rejoining = l.redial = false;
+    declare_dead(r,
+                 l.lost_why + "; dialled again, " +
+                     (refused ? "its listener refused the connection (the process is gone)"
+                              : "it did not answer within the budget (" + error + ")"),
+                 true);
+  }
+
+  // The tick's part: dials a rejoining peer again, or gives it up once the
+  // budget passed with no answer.
+  void drive_rejoins(Clock::time_point now) {
+    for (int r = 0; r < size_; ++r) {
+      Link& l = links_[r];
+      if (!l.rejoining || l.open()) continue;
+      if (now - l.lost_at >= budget_) {
+        l.rejoining = l.redial = false;
+        first_use_->reset(r);
+        declare_dead(r,
+                     l.lost_why + "; dialled again, no answer within the budget (" +
+                         std::to_string(budget_.count()) + " ms)",
+                     true);
+      } else if (l.redial) {
+        l.redial = false;
+        first_use_->want(r);
+        drive_links();
+      }
+    }
+  }
+
+  // `r` is dead: reported to the communicator, and (`pass_on_death`) to the
+  // overlay partners. Once: a rank told of it meanwhile reports nothing more.
+  void declare_dead(int r, const std::string& why, bool pass_on_death) {
     std::string address;
     std::string last;
     uint32_t epoch = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       PeerView& v = views_[r];
+      if (v.health == PeerHealth::kDead) return;
       v.health = PeerHealth::kDead;
       address = v.address;
       epoch = v.state.epoch;
@@ -918,6 +1035,7 @@ class LivenessImpl final : public Liveness {
     const bool we_were_stalled = now - last_tick_ > interval_ + budget_ / 2;
     last_tick_ = now;
     queue_heartbeats();
+    if (first_use_) drive_rejoins(now);
     if (!we_were_stalled) check_silence(now);
     next_tick_ += interval_;
     if (next_tick_ <= now) next_tick_ = now + interval_;

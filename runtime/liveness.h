@@ -143,6 +143,10 @@ class Liveness {
   virtual void set_listener(std::function<void(const LivenessEvent&)> listener) = 0;
   // Highest epoch any peer announced as failed, or -1.
   virtual int64_t highest_aborted_epoch() const = 0;
+  // Closes the connection to `peer` as if it broke (no goodbye), on the
+  // liveness thread: both ends then see a link that broke between two live
+  // ranks. For tests.
+  virtual void drop_link_for_testing(int peer) = 0;
 };
 
 }  // namespace rcoll

@@ -789,6 +789,54 @@ TEST_F(LivenessTest, ADepartureIsPassedOnToTheRanksNotConnectedToIt) {
   }
 }
 
+// A liveness link that breaks while both ranks live (a reset on the way)
+// is no death: the rank whose side closed dials the peer again, the peer
+// (whose side closed too) takes or makes the new connection, and no rank
+// reports anything; heartbeats flow again on the new link. Before stop 50 the
+// close was rank 0's verdict that rank 1 died, passed on to every rank.
+// Both ends of one link, a ring link and a recursive-doubling one, each
+// dropped from either side; rank 2's links to 6 are its on first use only.
+TEST_F(LivenessTest, ALinkThatBreaksBetweenLiveRanksIsMadeAgainWithNoVerdict) {
+  constexpr int n = 8;
+  constexpr Millis interval = 20ms, budget = 600ms;
+  std::vector<Events> events(n);
+  auto ranks = start_all(n, interval, budget, &events);
+  for (auto& l : ranks) ASSERT_NE(l, nullptr);
+  ASSERT_TRUE(eager_partners(0, n)[1]);
+  ASSERT_TRUE(eager_partners(3, n)[7]);
+  const auto t0 = Clock::now();
+  ranks[0]->drop_link_for_testing(1);  // ring neighbours
+  ranks[7]->drop_link_for_testing(3);  // 3 ^ 4: overlay partners, not neighbours
+  std::this_thread::sleep_for(budget + 300ms);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
+    EXPECT_EQ(events[r].count(Kind::kPeerSilent), 0) << "rank " << r << ":" << events[r].describe();
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      EXPECT_NE(ranks[r]->peer(q).health, PeerHealth::kDead) << "rank " << r << " about rank " << q;
+    }
+  }
+  // The ring link carries heartbeats again: rank 0 hears rank 1 now.
+  EXPECT_LE(ms_since(ranks[0]->peer(1).last_heard), 5 * interval.count());
+  EXPECT_LE(ms_since(ranks[1]->peer(0).last_heard), 5 * interval.count());
+  // And a death afterwards is still one, reported on every rank.
+  ranks[1]->drop_link_for_testing(0);
+  std::this_thread::sleep_for(50ms);
+  ranks[3].reset();  // a goodbye: left, not dead
+  const auto t1 = Clock::now();
+  for (int r = 0; r < n; ++r) {
+    if (r == 3) continue;
+    while (!ranks[r]->peer(3).left && ms_since(t1) < 1000) std::this_thread::sleep_for(2ms);
+    EXPECT_TRUE(ranks[r]->peer(3).left) << "rank " << r;
+  }
+  std::this_thread::sleep_for(200ms);
+  for (int r = 0; r < n; ++r) {
+    if (r == 3) continue;
+    EXPECT_EQ(events[r].count(Kind::kPeerDead), 0) << "rank " << r << ":" << events[r].describe();
+  }
+  (void)t0;
+}
+
 // Ranks 5, 6 and 7 of 8 in child processes, stopped together (a frozen
 // host): rank 6's neighbours are frozen too, so nobody tells of its silence.
 // Rank 1, not connected to rank 6, wants it: its dial goes unanswered, and

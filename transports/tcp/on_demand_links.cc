@@ -230,8 +230,9 @@ void OnDemandLinks::start_dial(Dial* d) {
     const int err = errno;
     close_fd(&d->fd);
     state_[peer] = PeerState::kDone;
-    ready_.push_back(
-        Event{peer, -1, unreachable(peer, std::string("connect: ") + std::strerror(err))});
+    ready_.push_back(Event{peer, -1,
+                           unreachable(peer, std::string("connect: ") + std::strerror(err)),
+                           err == ECONNREFUSED});
     return;
   }
   d->out = encode(mesh_hello(FrameType::kHello, mesh_));
@@ -274,7 +275,8 @@ bool OnDemandLinks::step_dial(Dial* d, std::vector<Event>* events, bool* moved) 
       events->push_back(
           Event{d->peer, -1,
                 unreachable(d->peer, "its listener refused the connection (" + mesh_.purpose +
-                                         " is closed there: it has left)")});
+                                         " is closed there: it has left)"),
+                true});
       return false;
     }
     if (err != 0) return retry_or_fail(d, std::string("connect: ") + std::strerror(err), events);
@@ -346,6 +348,14 @@ void OnDemandLinks::take_incoming(Incoming* in, const FrameHeader& hello,
         true);
   }
   const int peer = hello.root;
+  if (relinks_ && peer >= 0 && peer < mesh_.size && peer != mesh_.rank &&
+      state_[peer] == PeerState::kDone) {
+    // The peer lost its side of the link this rank still counts: it is told
+    // to try again (its dial retries), and the owner drops this side.
+    events->push_back(Event{peer, -1, Status(), false, true});
+    return refuse(in, "rank " + std::to_string(peer) + " dialled again: its side of the link broke",
+                  false);
+  }
   if (peer < 0 || peer >= mesh_.size || state_[peer] == PeerState::kDone) {
     return refuse(
         in, "unexpected rank " + std::to_string(peer) + " (connected already, or its link failed)",

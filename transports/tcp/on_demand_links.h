@@ -50,11 +50,18 @@ std::string socket_peer_address(int fd);
 class OnDemandLinks {
  public:
   // One finished handshake: `fd` connected to `peer` (non-blocking, options
-  // applied), or `error` why `peer` cannot be reached in this epoch.
+  // applied), or `error` why `peer` cannot be reached in this epoch;
+  // `refused` when its listener refused the connection (ECONNREFUSED: no
+  // process listens there any more). With relinks (set_relinks), `stale`
+  // (fd -1, error OK): `peer`, counted as connected here, dialled this rank
+  // again, so its side of the link broke; its hello was refused (it dials
+  // again shortly), and the owner drops its own side (then reset()).
   struct Event {
     int peer = -1;
     int fd = -1;
     Status error;
+    bool refused = false;
+    bool stale = false;
   };
 
   // `mesh` names this rank, the epoch, the job token and the socket options;
@@ -69,6 +76,10 @@ class OnDemandLinks {
   // A frame is queued for `peer`, which has no connection: dials it unless a
   // dial is under way or the peer's own dial is awaited.
   void want(int peer);
+  // For a channel that outlives failures (liveness): a hello from a peer
+  // counted as connected is reported as a stale link (Event::stale) rather
+  // than only refused.
+  void set_relinks(bool on) { relinks_ = on; }
   // Moves every handshake under way a step, without blocking, and takes the
   // connections waiting at the listener when `look_at_listener`. Appends
   // what finished to `events`; true if anything moved.
@@ -134,6 +145,7 @@ class OnDemandLinks {
   std::vector<Event> ready_;       // finished outside poll (a dial that failed at once)
   std::vector<pollfd> ready_fds_;  // poll's, reused
   bool backlogged_ = false;
+  bool relinks_ = false;
 };
 
 }  // namespace rcoll
