@@ -282,10 +282,21 @@ class LivenessImpl final : public Liveness {
 
   int64_t highest_aborted_epoch() const override { return highest_aborted_.load(); }
 
-  void drop_link_for_testing(int peer) override {
+  void drop_link_for_testing(int peer, bool half_open) override {
     if (peer < 0 || peer >= size_ || peer == rank_) return;
-    asio::post(io_, [this, peer] {
-      if (links_[peer].open()) peer_lost(peer, "dropped by a test");
+    asio::post(io_, [this, peer, half_open] {
+      Link& l = links_[peer];
+      if (!l.open()) return;
+      if (half_open) {
+        ++l.gen;
+        error_code ignored;
+        l.socket->cancel(ignored);
+        forgotten_for_testing_.push_back(std::move(l.socket));
+        l.sendq.clear();
+        l.writing = false;
+      }
+      peer_lost(peer, half_open ? "forgotten by a test (the peer's side stays open)"
+                                : "dropped by a test");
     });
   }
 
@@ -314,7 +325,8 @@ class LivenessImpl final : public Liveness {
     // dial failed short of a refusal (tried again at the next tick).
     bool rejoining = false;
     bool redial = false;
-    Clock::time_point made_at{};  // connected then (the overlay's at start: never set)
+    int stale_hellos = 0;  // the peer's hellos since this link was made (drive_links)
+    uint32_t gen = 0;      // which socket: a handler of an earlier one finds it changed
     Clock::time_point lost_at{};
     std::string lost_why;
     FrameBytes rx{};
@@ -475,31 +487,35 @@ class LivenessImpl final : public Liveness {
       return;
     }
     l.writing = true;
-    asio::async_write(*l.socket, asio::buffer(l.out), [this, r](const error_code& ec, size_t) {
-      Link& l = links_[r];
-      l.writing = false;
-      if (!l.open()) return;
-      if (ec) {
-        if (ec == asio::error::operation_aborted) return;
-        // The read always pending on the link gives the verdict: a goodbye
-        // sent before the close is still there to read (a reset does not
-        // drop what was received), then the end of the stream. A failed
-        // write alone (the peer closed after its goodbye, with this rank's
-        // frames unread) is no death.
-        l.write_failed = true;
-        l.sendq.clear();
-        RCOLL_LOG(kDebug, "liveness: sending to rank %d failed (%s); its connection's read decides",
-                  r, ec.message().c_str());
-        return;
-      }
-      if (l.out.size() >= kFrameHeaderBytes && l.out[4] == static_cast<uint8_t>(FrameType::kGoodbye)) {
-        l.goodbye_sent = true;
-        error_code ignored;
-        l.socket->shutdown(tcp::socket::shutdown_send, ignored);
-        return;
-      }
-      start_write(r);
-    });
+    asio::async_write(
+        *l.socket, asio::buffer(l.out), [this, r, gen = l.gen](const error_code& ec, size_t) {
+          Link& l = links_[r];
+          if (l.gen != gen) return;  // a socket closed since: writing was cleared with it
+          l.writing = false;
+          if (!l.open()) return;
+          if (ec) {
+            if (ec == asio::error::operation_aborted) return;
+            // The read always pending on the link gives the verdict: a goodbye
+            // sent before the close is still there to read (a reset does not
+            // drop what was received), then the end of the stream. A failed
+            // write alone (the peer closed after its goodbye, with this rank's
+            // frames unread) is no death.
+            l.write_failed = true;
+            l.sendq.clear();
+            RCOLL_LOG(kDebug,
+                      "liveness: sending to rank %d failed (%s); its connection's read decides", r,
+                      ec.message().c_str());
+            return;
+          }
+          if (l.out.size() >= kFrameHeaderBytes &&
+              l.out[4] == static_cast<uint8_t>(FrameType::kGoodbye)) {
+            l.goodbye_sent = true;
+            error_code ignored;
+            l.socket->shutdown(tcp::socket::shutdown_send, ignored);
+            return;
+          }
+          start_write(r);
+        });
   }
 
   // ---- connections on first use
@@ -520,19 +536,28 @@ class LivenessImpl final : public Liveness {
   // one is under way, again in kHandshakeStep.
   void drive_links() {
     if (!first_use_ || closing_) return;
-    link_events_.clear();
-    const bool moved = first_use_->poll(true, &link_events_);
-    for (OnDemandLinks::Event& e : link_events_) {
+    // Handled from a copy: a rejoin below drives the links again.
+    std::vector<OnDemandLinks::Event> events;
+    events.swap(link_events_);
+    events.clear();
+    const bool moved = first_use_->poll(true, &events);
+    for (OnDemandLinks::Event& e : events) {
       if (e.stale) {
         // The peer dialled again: its side of the link broke, so this one is
-        // dead too (unread, or half open). Dropped and dialled back. Not a
-        // link made within the interval: the hello may be of a dial the peer
-        // gave up for this very link (crossed dials: the lower rank's wins);
-        // a peer whose side did break dials again, and its rejoin goes on
-        // for a budget, so the next hello finds this link older.
-        if (links_[e.peer].open() && Clock::now() - links_[e.peer].made_at >= interval_) {
+        // dead too (unread, or half open): dropped and dialled back, at the
+        // second such hello since the link was made. One alone may be the
+        // leftover of a dial the peer gave up for this very link (crossed
+        // dials: the lower rank's wins); a peer whose side did break dials
+        // again (every 20 ms, then every interval, for a budget).
+        Link& l = links_[e.peer];
+        if (l.open() && ++l.stale_hellos >= 2) {
           peer_lost(e.peer, "rank " + std::to_string(e.peer) +
                                 " dialled this rank again: its side of their liveness link broke");
+        } else {
+          RCOLL_LOG(kDebug,
+                    "liveness: rank %d dialled this rank again while their link is %s; refused, "
+                    "it dials again if its side broke",
+                    e.peer, l.open() ? "open" : "closed here");
         }
         continue;
       }
@@ -551,6 +576,7 @@ class LivenessImpl final : public Liveness {
       }
       adopt_link(e.peer, e.fd);
     }
+    if (link_events_.capacity() < events.capacity()) link_events_.swap(events);
     // A handshake waiting on a peer that does not answer (stopped) is looked
     // at less and less often, down to once an interval.
     handshake_step_ = moved ? kHandshakeStep : std::min<Millis>(2 * handshake_step_, interval_);
@@ -597,7 +623,7 @@ class LivenessImpl final : public Liveness {
     l.sendq.clear();
     l.writing = l.heartbeat_due = l.goodbye_sent = l.peer_left = l.write_failed = false;
     l.on_demand = true;
-    l.made_at = Clock::now();
+    l.stale_hellos = 0;
     if (l.rejoining) {
       // The overlay link again: its close is a verdict as before.
       l.on_demand = false;
@@ -634,11 +660,12 @@ class LivenessImpl final : public Liveness {
 
   void start_read(int r) {
     Link& l = links_[r];
-    asio::async_read(*l.socket, asio::buffer(l.rx), [this, r](const error_code& ec, size_t) {
-      if (!links_[r].open()) return;
-      if (ec) return link_failed(r, ec, "receiving from");
-      on_frame(r);
-    });
+    asio::async_read(*l.socket, asio::buffer(l.rx),
+                     [this, r, gen = l.gen](const error_code& ec, size_t) {
+                       if (!links_[r].open() || links_[r].gen != gen) return;
+                       if (ec) return link_failed(r, ec, "receiving from");
+                       on_frame(r);
+                     });
   }
 
   void on_frame(int r) {
@@ -708,19 +735,21 @@ class LivenessImpl final : public Liveness {
                                        (h.type == FrameType::kAbort ? "this rank" : "its sender"));
         }
         l.payload.resize(h.payload_bytes);
-        asio::async_read(*l.socket, asio::buffer(l.payload), [this, r, h](const error_code& ec, size_t) {
-          Link& l = links_[r];
-          if (!l.open()) return;
-          if (ec) return link_failed(r, ec, "receiving from");
-          std::string text(l.payload.begin(), l.payload.end());
-          if (h.type == FrameType::kAbort) {
-            const int origin = h.count == 0 ? r : static_cast<int>(h.count) - 1;
-            on_abort(r, origin, h.epoch, std::move(text));
-          } else {
-            on_notice(r, static_cast<int>(h.count) - 1, h.flags, h.epoch, std::move(text));
-          }
-          start_read(r);
-        });
+        asio::async_read(*l.socket, asio::buffer(l.payload),
+                         [this, r, h, gen = l.gen](const error_code& ec, size_t) {
+                           Link& l = links_[r];
+                           if (!l.open() || l.gen != gen) return;
+                           if (ec) return link_failed(r, ec, "receiving from");
+                           std::string text(l.payload.begin(), l.payload.end());
+                           if (h.type == FrameType::kAbort) {
+                             const int origin = h.count == 0 ? r : static_cast<int>(h.count) - 1;
+                             on_abort(r, origin, h.epoch, std::move(text));
+                           } else {
+                             on_notice(r, static_cast<int>(h.count) - 1, h.flags, h.epoch,
+                                       std::move(text));
+                           }
+                           start_read(r);
+                         });
         return;
       }
       default:
@@ -931,15 +960,17 @@ class LivenessImpl final : public Liveness {
   // death too. Meanwhile the peer's silence is not judged here.
   void rejoin(int r, const std::string& why) {
     Link& l = links_[r];
-    l.rejoining = true;
+    if (!l.rejoining) {
+      l.rejoining = true;
+      l.lost_at = Clock::now();
+      l.lost_why = why;
+    }
     l.redial = false;
-    l.lost_at = Clock::now();
-    l.lost_why = why;
     RCOLL_LOG(
         kInfo,
-        "liveness: the link to rank %d (%s) closed without a goodbye (%s); dialling it again: "
-        "refused means it is dead, an answer that the link alone broke",
-        r, views_address(r).c_str(), why.c_str());
+        "liveness: the link to rank %d (%s) is lost without a goodbye (%s); dialling it again "
+        "for up to %lld ms: refused means it is dead, an answer that the link alone broke",
+        r, views_address(r).c_str(), why.c_str(), static_cast<long long>(budget_.count()));
     first_use_->reset(r);
     first_use_->want(r);
     drive_links();
@@ -954,12 +985,18 @@ class LivenessImpl final : public Liveness {
       l.redial = true;
       return;
     }
+    give_up_rejoin(r, refused ? "its listener refused the connection (the process is gone)"
+                              : "no connection within the budget (last try: " + error + ")");
+  }
+
+  // The rejoin ends in a death verdict: a dial still under way (answered by
+  // a backlog, or a SYN to a host that is gone) is dropped with it.
+  void give_up_rejoin(int r, const std::string& how) {
+    Link& l = links_[r];
     l.rejoining = l.redial = false;
-    declare_dead(r,
-                 l.lost_why + "; dialled again, " +
-                     (refused ? "its listener refused the connection (the process is gone)"
-                              : "it did not answer within the budget (" + error + ")"),
-                 true);
+    first_use_->forget(r);
+    first_use_->reset(r);
+    declare_dead(r, l.lost_why + "; dialled again: " + how, true);
   }
 
   // The tick's part: dials a rejoining peer again, or gives it up once the
@@ -969,12 +1006,8 @@ class LivenessImpl final : public Liveness {
       Link& l = links_[r];
       if (!l.rejoining || l.open()) continue;
       if (now - l.lost_at >= budget_) {
-        l.rejoining = l.redial = false;
-        first_use_->reset(r);
-        declare_dead(r,
-                     l.lost_why + "; dialled again, no answer within the budget (" +
-                         std::to_string(budget_.count()) + " ms)",
-                     true);
+        give_up_rejoin(
+            r, "no connection within the budget (" + std::to_string(budget_.count()) + " ms)");
       } else if (l.redial) {
         l.redial = false;
         first_use_->want(r);
@@ -1009,13 +1042,15 @@ class LivenessImpl final : public Liveness {
   void close_link(int r) {
     Link& l = links_[r];
     if (!l.open()) return;
+    ++l.gen;  // its handlers, completing with operation_aborted, touch nothing
     error_code ignored;
     l.socket->shutdown(tcp::socket::shutdown_both, ignored);
     l.socket->close(ignored);
-    // Pending operations complete with operation_aborted and find open()
-    // false; their buffers live in the Link, which stays.
+    // Pending operations complete with operation_aborted and find the
+    // generation changed; their buffers live in the Link, which stays.
     l.socket.reset();
     l.sendq.clear();
+    l.writing = false;
     if (closing_ && all_closed()) io_.stop();
   }
 
@@ -1171,6 +1206,8 @@ class LivenessImpl final : public Liveness {
 
   asio::io_context io_;
   std::vector<Link> links_;  // liveness thread only
+  // Sockets a test made this rank forget, still open (drop_link_for_testing).
+  std::vector<std::unique_ptr<tcp::socket>> forgotten_for_testing_;
 
   mutable std::mutex mu_;              // guards views_, wants_, to_tell_ and local_
   std::atomic<uint16_t> progress_{0};  // note_progress: this rank's RankState::progress

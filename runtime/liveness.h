@@ -145,8 +145,9 @@ class Liveness {
   virtual int64_t highest_aborted_epoch() const = 0;
   // Closes the connection to `peer` as if it broke (no goodbye), on the
   // liveness thread: both ends then see a link that broke between two live
-  // ranks. For tests.
-  virtual void drop_link_for_testing(int peer) = 0;
+  // ranks. `half_open`: this rank forgets it without closing it, so the peer
+  // still counts it open (as after a reset that reached one side). For tests.
+  virtual void drop_link_for_testing(int peer, bool half_open = false) = 0;
 };
 
 }  // namespace rcoll
