@@ -536,10 +536,8 @@ class LivenessImpl final : public Liveness {
   // one is under way, again in kHandshakeStep.
   void drive_links() {
     if (!first_use_ || closing_) return;
-    // Handled from a copy: a rejoin below drives the links again.
+    // A vector of this call's own: a rejoin below drives the links again.
     std::vector<OnDemandLinks::Event> events;
-    events.swap(link_events_);
-    events.clear();
     const bool moved = first_use_->poll(true, &events);
     for (OnDemandLinks::Event& e : events) {
       if (e.stale) {
@@ -576,7 +574,6 @@ class LivenessImpl final : public Liveness {
       }
       adopt_link(e.peer, e.fd);
     }
-    if (link_events_.capacity() < events.capacity()) link_events_.swap(events);
     // A handshake waiting on a peer that does not answer (stopped) is looked
     // at less and less often, down to once an interval.
     handshake_step_ = moved ? kHandshakeStep : std::min<Millis>(2 * handshake_step_, interval_);
@@ -1230,7 +1227,6 @@ class LivenessImpl final : public Liveness {
   int64_t passed_abort_ = -1;                 // the highest epoch whose abort was passed on
   std::vector<int64_t> abort_heard_;          // by announcer: the highest epoch reported
   std::unique_ptr<OnDemandLinks> first_use_;  // null when the overlay is every peer
-  std::vector<OnDemandLinks::Event> link_events_;
 
   // Liveness thread only.
   asio::steady_timer tick_;

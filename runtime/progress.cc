@@ -480,7 +480,7 @@ void CommunicatorImpl::record_completion(OpRecord&& rec) {
     // even those whose confirmation this rank did not see; one that settles
     // later is logged, its input kept on the device, until the next one
     // completes (a peer may still be inside it: replay_nccl).
-    if (rec.nccl && rec.settles_later && !rec.confirmed && size_ > 1 && options_.recovery &&
+    if (rec.nccl && rec.settles_later && size_ > 1 && options_.recovery &&
         nccl_.holding(op.seq, op.in.bytes()) != nullptr) {
       rec.complete = true;
       rec.done = rec.total;
