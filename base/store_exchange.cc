@@ -71,8 +71,25 @@ void StoreExchange::combine() const {
   auto values = store_.multi_get(keys, Millis(1000));
   // An empty value decodes as no rank's: every gather reads key by key at
   // once instead of waiting for a combined value that will not come.
-  if (!values.ok() || !store_.set(combined_key(), encode_values(values.value())).ok())
-    (void)store_.set(combined_key(), Bytes{});
+  if (values.ok()) {
+    Bytes combined;
+    if (reduce_) {
+      combined.push_back(kReducedMark);
+      const Bytes reduced = reduce_(values.value());
+      combined.insert(combined.end(), reduced.begin(), reduced.end());
+    } else {
+      combined = encode_values(values.value());
+    }
+    if (store_.set(combined_key(), combined).ok()) return;
+  }
+  (void)store_.set(combined_key(), Bytes{});
+}
+
+StoreExchange::Gathered StoreExchange::reduced_here(Gathered read) const {
+  if (!reduce_ || !read.ok()) return read;
+  read.reduced = reduce_(read.values);
+  read.values.clear();
+  return read;
 }
 
 std::vector<std::string> StoreExchange::rank_keys() const {
@@ -157,9 +174,14 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
         deadline.is_never() ? poll : std::clamp<Millis>(deadline.remaining_ms(), Millis(1), poll);
     auto combined = store_.get(combined_key(), slice);
     if (combined.ok()) {
-      if (decode_values(combined.value(), size_, &out.values)) return out;
-      return read_each(deadline, judge, poll,
-                       interrupted);  // not ours to trust: the keys themselves
+      const Bytes& c = combined.value();
+      if (reduce_ && !c.empty() && c.front() == kReducedMark) {
+        out.reduced.assign(c.begin() + 1, c.end());
+        return out;
+      }
+      if (!reduce_ && decode_values(c, size_, &out.values)) return out;
+      // Not ours to trust: the keys themselves.
+      return reduced_here(read_each(deadline, judge, poll, interrupted));
     }
     if (combined.status().code() != ErrorCode::kTimeout) {
       out.ended = Ended::kStoreFailed;  // who is missing is not known
@@ -174,7 +196,7 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
       looked = Clock::now();
       auto in = store_.add(count_key(), 0);
       if (!in.ok() && in.status().code() == ErrorCode::kUnsupported)
-        return read_each(deadline, judge, poll, interrupted);
+        return reduced_here(read_each(deadline, judge, poll, interrupted));
       bool everyone = in.ok() && in.value() >= size_;
       if (!everyone && (judge || expired)) {
         waiting = look_up(waiting, &answered, &store_status);
@@ -186,7 +208,7 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
         // the combiner's reads, then read key by key.
         if (all_in == Clock::time_point{}) all_in = Clock::now();
         if (Clock::now() - all_in >= read_each_after || expired)
-          return read_each(deadline, judge, poll, interrupted);
+          return reduced_here(read_each(deadline, judge, poll, interrupted));
         continue;
       }
     }

@@ -15,6 +15,13 @@
 // reads them one by one, as before; a combiner that cannot read or write
 // them all writes an empty value, which sends every gather there at once.
 //
+// Reduced, where the consumers need less than every value: the combiner
+// writes what a reduction makes of the P values (the settings' agreement and
+// the packed addresses, the link timings' worst link, whether every rank
+// connected), and each rank reads that, O(1) or a few bytes per rank, not
+// every rank's value. Reductions are pure functions of the values in rank
+// order: a gather that falls back to reading the keys makes the same one.
+//
 // Bounded by a deadline. Between polls a judge, given the ranks not heard
 // from yet, may end the wait at once with its own diagnosis (a rank seen
 // dead, one that said goodbye, a failure notice no recovery fixes); its
@@ -34,8 +41,11 @@ class StoreExchange {
  public:
   // Keys are `prefix` + rank (runtime/store/keys.h), `prefix` + "n" (the
   // count) and `prefix` + "all" (the combined values).
-  StoreExchange(Store& store, std::string prefix, int size)
-      : store_(store), prefix_(std::move(prefix)), size_(size) {}
+  // `reduce`, if given, makes the combined value from every rank's, in rank
+  // order; the gather returns it (Gathered::reduced), not the values.
+  using Reduce = std::function<Bytes(const std::vector<Bytes>& values)>;
+  StoreExchange(Store& store, std::string prefix, int size, Reduce reduce = {})
+      : store_(store), prefix_(std::move(prefix)), size_(size), reduce_(std::move(reduce)) {}
 
   std::string key(int rank) const { return prefix_ + std::to_string(rank); }
   std::string count_key() const { return prefix_ + "n"; }
@@ -54,7 +64,8 @@ class StoreExchange {
   struct Gathered {
     enum class Ended : uint8_t { kAll, kJudged, kTimedOut, kStoreFailed };
     Ended ended = Ended::kAll;
-    std::vector<Bytes> values;
+    std::vector<Bytes> values;  // without a reduction
+    Bytes reduced;              // with one: what it made of the values
     // kJudged: the judge's verdict, as it gave it. kTimedOut: kTimeout,
     // context.peer the first missing rank, the message naming them all.
     // kStoreFailed: the store's own error (it did not answer, or a read failed).
@@ -101,9 +112,16 @@ class StoreExchange {
   std::vector<int> look_up(const std::vector<int>& waiting, bool* answered,
                            Status* store_status) const;
 
+  // A reduced combined value starts with this byte: an empty one still
+  // sends every gather to read the keys.
+  static constexpr uint8_t kReducedMark = 0x52;  // 'R'
+  // The values read key by key, reduced here when the exchange has a reduction.
+  Gathered reduced_here(Gathered read) const;
+
   Store& store_;
   std::string prefix_;
   int size_;
+  Reduce reduce_;
 };
 
 // "1, 3, 7": ranks for a message.

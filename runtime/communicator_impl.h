@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/packed_values.h"
 #include "base/ring_queue.h"
 #include "base/store_exchange.h"
 #include "kernels/stream_gate.h"
@@ -117,8 +118,7 @@ class CommunicatorImpl : public ProgressGuard {
   // both values and both ranks; before, a rank with another chunk size (say)
   // connected, and its first op failed as lost frames after 8 recoveries.
   Status agree_settings(Deadline deadline);
-  Result<std::vector<std::string>> gather_settings(const StoreExchange& exchange,
-                                                   Deadline deadline);
+  Result<Bytes> gather_settings(const StoreExchange& exchange, Deadline deadline);
   Status start_liveness(Deadline deadline);
   // What detection (runtime/stall_judge.h) knows when `op`, waiting on
   // `awaited`, stalls: this rank's liveness view of its peers.
@@ -368,7 +368,7 @@ class CommunicatorImpl : public ProgressGuard {
   // The liveness channel's listener and every rank's address, from the
   // settings exchange; taken by the first start_liveness.
   MeshListener liveness_listener_;
-  std::vector<std::string> liveness_addresses_;
+  PackedValues liveness_addresses_;
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
   // Device collectives on NCCL (runtime/nccl_plane.h); owned by the thread

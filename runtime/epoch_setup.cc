@@ -145,7 +145,13 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
 Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine,
                                        Deadline deadline, const Abandon& abandon) {
   const std::string failed_key = keys::connect_failed(epoch, name);
-  const StoreExchange exchange(*store_, keys::connect(epoch, name), size_);
+  // Reduced to one byte: 1 when every rank connected.
+  const StoreExchange exchange(
+      *store_, keys::connect(epoch, name), size_, [](const std::vector<Bytes>& values) {
+        const bool all =
+            std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == Bytes{1}; });
+        return Bytes{static_cast<uint8_t>(all ? 1 : 0)};
+      });
   if (!mine.ok()) {
     // The failure key first, so that a rank seeing every rank key also sees it.
     // The first diagnosis wins (a rank that only saw the connect cancelled does not restate it).
@@ -187,9 +193,7 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
   }
   // Every rank reported: a rank that did not connect set the key before its
   // own "0", so only then is there a reason to read it.
-  const bool all_connected = std::all_of(gathered.values.begin(), gathered.values.end(),
-                                         [](const Bytes& v) { return v == Bytes{1}; });
-  if (!all_connected) return failure({});
+  if (gathered.reduced != Bytes{1}) return failure({});
   if (abandon && abandon()) {
     return Status(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch, name},
                   "the connect of epoch " + std::to_string(epoch) +

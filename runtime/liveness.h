@@ -41,9 +41,10 @@
 #include <string>
 #include <vector>
 
+#include "base/deadline.h"
+#include "base/packed_values.h"
 #include "rcoll/status.h"
 #include "rcoll/store.h"
-#include "base/deadline.h"
 
 namespace rcoll {
 
@@ -111,7 +112,7 @@ struct LivenessParams {
   // and every rank's address, as the settings carried them; no store exchange
   // of its own. Unset (after a shrink): the mesh publishes and reads them.
   int listen_fd = -1;
-  std::vector<std::string> addresses;
+  PackedValues addresses;
 };
 
 class Liveness {

@@ -1,11 +1,13 @@
 // At creation, before any transport: the settings every rank must share,
 // compared across the ranks (CommunicatorImpl::agree_settings).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "base/log.h"
 #include "base/store_exchange.h"
 #include "runtime/communicator_impl.h"
+#include "runtime/settings_agreement.h"
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/keys.h"
 #include "transports/tcp/mesh.h"
@@ -25,6 +27,8 @@ const std::string kLivenessMark("\0liveness ", 10);
 // shrink. Options a rank may set for itself (timeouts, backup memory, the
 // interface, congestion control) are not here.
 // `socket_buffer_bytes`: as used (the default where the option is 0).
+}  // namespace
+
 std::string settings_every_rank_shares(const Options& o, const TransportChain& chain,
                                        size_t socket_buffer_bytes) {
   std::string order;
@@ -48,6 +52,8 @@ std::string settings_every_rank_shares(const Options& o, const TransportChain& c
          "\ntransports (RCOLL_TRANSPORT, RCOLL_TRANSPORTS)=" + order +
          (chain.nccl() ? ",nccl for device buffers" : "");
 }
+
+namespace {
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -80,7 +86,86 @@ std::string describe_difference(const std::string& zero, const std::string& othe
   return what;
 }
 
+// The reduction's verdict, first of its two values: one byte, then text.
+enum class Verdict : uint8_t { kAgree = 0, kDiffer = 1, kNoAddress = 2 };
+
+Bytes verdict(Verdict v, int peer, const std::string& text) {
+  const std::string out = std::to_string(peer) + " " + text;
+  Bytes b{static_cast<uint8_t>(v)};
+  b.insert(b.end(), out.begin(), out.end());
+  return b;
+}
+
 }  // namespace
+
+Bytes settings_value(const std::string& settings, const std::string& liveness_address) {
+  const std::string value = settings + kLivenessMark + liveness_address;
+  return Bytes(value.begin(), value.end());
+}
+
+Bytes reduce_settings(const std::vector<Bytes>& values) {
+  const int size = static_cast<int>(values.size());
+  std::vector<std::string> settings;
+  std::vector<Bytes> addresses;
+  settings.reserve(values.size());
+  addresses.reserve(values.size());
+  for (int q = 0; q < size; ++q) {
+    const std::string text(values[static_cast<size_t>(q)].begin(),
+                           values[static_cast<size_t>(q)].end());
+    const size_t mark = text.rfind(kLivenessMark);
+    if (mark == std::string::npos) {
+      return encode_values(
+          {verdict(Verdict::kNoAddress, q,
+                   "rank " + std::to_string(q) +
+                       "'s settings carry no liveness address: it runs another rcoll build; "
+                       "every rank must run the same one"),
+           Bytes{}});
+    }
+    addresses.emplace_back(text.begin() + static_cast<std::ptrdiff_t>(mark + kLivenessMark.size()),
+                           text.end());
+    settings.push_back(text.substr(0, mark));
+  }
+  // The combiner reads every rank's, so all find the same first difference.
+  int differing = 0, first = -1;
+  for (int q = 1; q < size; ++q) {
+    if (settings[static_cast<size_t>(q)] == settings[0]) continue;
+    ++differing;
+    if (first < 0) first = q;
+  }
+  if (first >= 0) {
+    return encode_values(
+        {verdict(Verdict::kDiffer, first,
+                 "the ranks' settings differ: " +
+                     describe_difference(settings[0], settings[static_cast<size_t>(first)], first) +
+                     " (" + std::to_string(differing) + " of " + std::to_string(size) +
+                     " ranks differ from rank 0); every rank must set these alike (they decide "
+                     "which frames a rank sends and expects), so no rank creates the communicator"),
+         Bytes{}});
+  }
+  return encode_values({verdict(Verdict::kAgree, -1, ""), pack_values(addresses)});
+}
+
+Result<PackedValues> read_settings(const Bytes& reduced, int rank, int size) {
+  std::vector<Bytes> parts;
+  PackedValues addresses;
+  const auto malformed = [&] {
+    return Status(ErrorCode::kStore, ErrorContext{rank, -1, 0, 0, ""},
+                  "the ranks' settings as combined in the store do not decode (" +
+                      std::to_string(reduced.size()) + " bytes for " + std::to_string(size) +
+                      " ranks): is another program using the store's keys?");
+  };
+  if (!decode_values(reduced, 2, &parts) || parts[0].empty()) return malformed();
+  const auto v = static_cast<Verdict>(parts[0][0]);
+  const std::string text(parts[0].begin() + 1, parts[0].end());
+  const size_t space = text.find(' ');
+  const int peer = space == std::string::npos ? -1 : std::atoi(text.c_str());
+  const std::string message = space == std::string::npos ? text : text.substr(space + 1);
+  if (v == Verdict::kDiffer || v == Verdict::kNoAddress)
+    return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, peer, 0, 0, ""}, message);
+  if (v != Verdict::kAgree || !PackedValues::decode(std::move(parts[1]), size, &addresses))
+    return malformed();
+  return addresses;
+}
 
 Status CommunicatorImpl::agree_settings(Deadline deadline) {
   const std::string mine = settings_every_rank_shares(
@@ -107,50 +192,25 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
     c.epoch = -1;
     return Status(listener.status().code(), c, "liveness channel: " + listener.status().message());
   }
-  const std::string value = mine + kLivenessMark + listener.value().address();
-  const StoreExchange exchange(*store_, keys::settings(), size_);
-  if (Status s = exchange.publish(rank_, Bytes(value.begin(), value.end())); !s.ok()) {
+  const StoreExchange exchange(*store_, keys::settings(), size_, reduce_settings);
+  if (Status s = exchange.publish(rank_, settings_value(mine, listener.value().address()));
+      !s.ok()) {
     return Status(s.code(), ctx,
                   "could not publish this rank's settings in the store: " + s.message());
   }
-  Result<std::vector<std::string>> gathered = gather_settings(exchange, deadline);
+  Result<Bytes> gathered = gather_settings(exchange, deadline);
   if (!gathered.ok()) return gathered.status();
-  std::vector<std::string> theirs = std::move(gathered).value();
-  std::vector<std::string> addresses;
-  for (size_t q = 0; q < theirs.size(); ++q) {
-    const size_t mark = theirs[q].rfind(kLivenessMark);
-    if (mark == std::string::npos) {
-      return Status(ErrorCode::kInvalidArgument, ErrorContext{rank_, static_cast<int>(q), 0, 0, ""},
-                    "rank " + std::to_string(q) +
-                        "'s settings carry no liveness address: it runs another rcoll build; "
-                        "every rank must run the same one");
-    }
-    addresses.push_back(theirs[q].substr(mark + kLivenessMark.size()));
-    theirs[q].resize(mark);
-  }
+  auto addresses = read_settings(gathered.value(), rank_, size_);
+  if (!addresses.ok()) return addresses.status();
   liveness_listener_ = std::move(listener).value();
-  liveness_addresses_ = std::move(addresses);
-  // Every rank reads every rank's, so all find the same first difference.
-  int differing = 0, first = -1;
-  for (int q = 1; q < size_; ++q) {
-    if (theirs[static_cast<size_t>(q)] == theirs[0]) continue;
-    ++differing;
-    if (first < 0) first = q;
-  }
-  if (first < 0) return Status();
-  return Status(ErrorCode::kInvalidArgument, ctx,
-                "the ranks' settings differ: " +
-                    describe_difference(theirs[0], theirs[static_cast<size_t>(first)], first) +
-                    " (" + std::to_string(differing) + " of " + std::to_string(size_) +
-                    " ranks differ from rank 0); every rank must set these alike (they decide "
-                    "which frames a rank sends and expects), so no rank creates the communicator");
+  liveness_addresses_ = std::move(addresses).value();
+  return Status();
 }
 
 // Every rank's settings, by rank. This is where a rank that starts late is
 // first missed: it is waited for up to the join timeout, and said so, as a
 // straggler is.
-Result<std::vector<std::string>> CommunicatorImpl::gather_settings(const StoreExchange& exchange,
-                                                                   Deadline deadline) {
+Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, Deadline deadline) {
   const Clock::time_point arrived = Clock::now();
   Clock::time_point next_note = arrived + std::chrono::seconds(5);
   std::vector<int> late;
@@ -195,9 +255,7 @@ Result<std::vector<std::string>> CommunicatorImpl::gather_settings(const StoreEx
         gathered.status.code(), ErrorContext{rank_, -1, 0, 0, ""},
         "could not read the ranks' settings from the store: " + gathered.status.message());
   }
-  std::vector<std::string> theirs;
-  for (const Bytes& b : gathered.values) theirs.emplace_back(b.begin(), b.end());
-  return theirs;
+  return gathered.reduced;
 }
 
 }  // namespace rcoll

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/packed_values.h"
 #include "runtime/store/keys.h"
 #include "runtime/store/notices.h"
 
@@ -269,6 +270,89 @@ TEST(StoreExchange, CombinedValuesRoundTripAndRefuseWhatIsNotExactlyP) {
   cut.pop_back();
   EXPECT_FALSE(decode_values(cut, 3, &back));
   EXPECT_FALSE(decode_values(Bytes{1, 0}, 1, &back));
+}
+
+// A reduction: every rank reads what the combiner made of the values (here
+// their sum), not the values; the combined key holds that and nothing more.
+StoreExchange::Reduce summing() {
+  return [](const std::vector<Bytes>& values) {
+    int sum = 0;
+    for (const Bytes& v : values) sum += v.empty() ? 0 : v[0];
+    return Bytes{static_cast<uint8_t>(sum)};
+  };
+}
+
+TEST(StoreExchange, AReducedExchangeGivesEveryRankTheReductionOnly) {
+  constexpr int kRanks = 16;
+  MemoryStore store;
+  const StoreExchange x(store, "tune/2/", kRanks, summing());
+  std::vector<std::thread> ranks;
+  std::atomic<int> right{0};
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      if (!x.publish(r, Bytes{static_cast<uint8_t>(r)}).ok()) return;
+      auto all = x.gather(Deadline::after(10s));
+      if (all.ok() && all.values.empty() && all.reduced == Bytes{120}) ++right;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(right, kRanks);
+  auto combined = store.get(x.combined_key(), 0ms);
+  ASSERT_TRUE(combined.ok());
+  EXPECT_EQ(combined.value().size(), 2u) << "a mark and the sum: O(1) bytes for every rank to read";
+}
+
+// Where the combined value never comes, each rank reads the keys and makes
+// the same reduction itself.
+TEST(StoreExchange, AReducedExchangeThatFallsBackReducesTheKeysItself) {
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", 3, summing());
+  ASSERT_TRUE(store.set(x.key(0), Bytes{4}).ok());
+  ASSERT_TRUE(store.set(x.key(1), Bytes{5}).ok());
+  ASSERT_TRUE(store.set(x.key(2), Bytes{6}).ok());
+  ASSERT_TRUE(store.set(x.combined_key(), Bytes{}).ok());  // the combiner could not read them
+  auto all = x.gather(Deadline::after(5s), {}, 20ms);
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_TRUE(all.values.empty());
+  EXPECT_EQ(all.reduced, Bytes{15});
+  // A combined value without the mark (an unreduced one) is not taken for a reduction.
+  ASSERT_TRUE(store.set(x.combined_key(), encode_values({{4}, {5}, {6}})).ok());
+  all = x.gather(Deadline::after(5s), {}, 20ms);
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.reduced, Bytes{15});
+}
+
+TEST(PackedValues, EveryValueComesBackAndAddressesTakeAFewBytesEach) {
+  std::vector<Bytes> values;
+  std::vector<std::string> texts;
+  for (int q = 0; q < 1000; ++q) {
+    const std::string a = "127.0.0.1 " + std::to_string(40000 + 7 * q) + " lo";
+    texts.push_back(a);
+    values.emplace_back(a.begin(), a.end());
+  }
+  values.push_back(Bytes{});               // empty
+  values.push_back(Bytes{'1', '2', '7'});  // all prefix
+  values.push_back(Bytes{'l', 'o'});       // all suffix
+  values.push_back(Bytes(300, 'x'));       // nothing shared, longer than the first
+  for (size_t q = 1000; q < values.size(); ++q)
+    texts.emplace_back(values[q].begin(), values[q].end());
+  const Bytes packed = pack_values(values);
+  EXPECT_LT(packed.size(), 1000u * 8 + 400)
+      << "about 7 bytes per address (3 lengths, 4 digits), not 20";
+  PackedValues back;
+  ASSERT_TRUE(PackedValues::decode(packed, static_cast<int>(values.size()), &back));
+  ASSERT_EQ(back.size(), static_cast<int>(values.size()));
+  for (int q = 0; q < back.size(); ++q) EXPECT_EQ(back.at(q), texts[static_cast<size_t>(q)]) << q;
+  EXPECT_EQ(back.all(), texts);
+  EXPECT_EQ(PackedValues(texts).all(), texts);
+  // Refused: another count, a cut, a share longer than the first value.
+  EXPECT_FALSE(PackedValues::decode(packed, static_cast<int>(values.size()) - 1, &back));
+  Bytes cut = packed;
+  cut.pop_back();
+  EXPECT_FALSE(PackedValues::decode(cut, static_cast<int>(values.size()), &back));
+  EXPECT_FALSE(PackedValues::decode(Bytes{2, 0, 0, 1, 'a', 5, 0, 0}, 2, &back));
+  EXPECT_FALSE(PackedValues::decode(Bytes{1, 1, 0, 0}, 1, &back))
+      << "the first value shares nothing";
 }
 
 // A judge that says "go on" sees who is missing, looked up at most once a second.

@@ -74,7 +74,7 @@ class MeshBuilder {
         expected_token_(job_token_hash(p.job_token)),
         last_error_(static_cast<size_t>(p.size)),
         partial_(!p.connect_now.empty()),
-        exchange_(*p.store, p.key_prefix, p.size) {
+        exchange_(*p.store, p.key_prefix, p.size, pack_values) {
     for (int q = 0; q < p.size; ++q) {
       if (q == p.rank || !now(q)) continue;
       ++pending_;
@@ -153,8 +153,8 @@ class MeshBuilder {
   int to_accept_ = 0;  // peers above this rank to connect now, not accepted yet
   int early_ = 0;      // peers not to connect now that dialled in anyway
   bool cancelled_ = false;
-  std::vector<std::string> addresses_;  // every rank's, once read
-  const StoreExchange exchange_;        // the ranks' addresses
+  PackedValues addresses_;        // every rank's, once read
+  const StoreExchange exchange_;  // the ranks' addresses
 };
 
 Result<PartialMesh> MeshBuilder::build_partial() {
@@ -170,7 +170,7 @@ Result<PartialMesh> MeshBuilder::build_partial() {
   int listen_fd = partial_ ? acceptor_.release(ec) : -1;
   if (ec) listen_fd = -1;
   tear_down();
-  MeshListener listener(listen_fd, addresses_.empty() ? "" : addresses_[p_.rank]);
+  MeshListener listener(listen_fd, addresses_.empty() ? "" : addresses_.at(p_.rank));
   if (pending_ > 0) {
     if (cancelled_) return cancelled_status();
     return report_missing();
@@ -206,7 +206,7 @@ Status MeshBuilder::listen_and_publish() {
   port_ = acceptor_.local_endpoint().port();
   const std::string my_addr = iface_.address + " " + std::to_string(port_) + " " + iface_.name;
   if (!p_.addresses.empty()) {
-    if (p_.addresses.size() != static_cast<size_t>(p_.size)) {
+    if (p_.addresses.size() != p_.size) {
       return Status(ErrorCode::kInternal, context(-1),
                     p_.purpose + ": given " + std::to_string(p_.addresses.size()) +
                         " addresses for " + std::to_string(p_.size) + " ranks");
@@ -243,7 +243,7 @@ Status MeshBuilder::dial_lower_ranks() {
   };
   StoreExchange::Gathered got;
   if (!p_.addresses.empty()) {
-    for (const std::string& a : p_.addresses) got.values.emplace_back(a.begin(), a.end());
+    addresses_ = p_.addresses;
   } else {
     got = exchange_.gather(p_.deadline, {}, kCancelPoll, serve);
   }
@@ -262,11 +262,16 @@ Status MeshBuilder::dial_lower_ranks() {
             (one ? " never published its address for " : " never published their addresses for ") +
             p_.purpose);
   }
-  for (const Bytes& value : got.values) addresses_.emplace_back(value.begin(), value.end());
+  if (p_.addresses.empty() && !PackedValues::decode(std::move(got.reduced), p_.size, &addresses_)) {
+    return Status(
+        ErrorCode::kStore, context(-1),
+        "the addresses for " + p_.purpose +
+            " as combined in the store do not decode: is another program using the store's keys?");
+  }
   for (int peer = 0; peer < p_.rank; ++peer) {
     // Taken already: a peer not to connect now that dialled in first.
     if (!now(peer) || socks_[peer]) continue;
-    if (Status s = add_dial(peer, addresses_[static_cast<size_t>(peer)]); !s.ok()) return s;
+    if (Status s = add_dial(peer, addresses_.at(peer)); !s.ok()) return s;
     attempt(dials_.back().get());
   }
   return Status();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/deadline.h"
+#include "base/packed_values.h"
 #include "rcoll/status.h"
 #include "rcoll/store.h"
 #include "transports/frame.h"
@@ -83,7 +84,7 @@ struct MeshParams {
   // build takes it over), and every rank's address as it published it, by
   // rank. How the liveness channel's addresses ride on the settings exchange.
   int listen_fd = -1;
-  std::vector<std::string> addresses;
+  PackedValues addresses;
   // The peers to connect now, by rank; empty = every peer. Must be symmetric
   // (q is in p's set exactly when p is in q's): a rank dials the lower ranks
   // of its set and waits for the higher ones. Any other peer of the job that
@@ -111,7 +112,7 @@ using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
 struct PartialMesh {
   MeshSockets sockets;  // null for this rank and for peers not connected yet
   MeshListener listener;
-  std::vector<std::string> addresses;  // "IP PORT IFNAME", by rank
+  PackedValues addresses;  // "IP PORT IFNAME", by rank
   std::string interface_name;
 };
 

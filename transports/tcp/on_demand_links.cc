@@ -147,8 +147,8 @@ std::vector<bool> eager_partners(int rank, int size) {
   return partners;
 }
 
-OnDemandLinks::OnDemandLinks(const MeshParams& mesh, std::vector<std::string> addresses,
-                             int listen_fd, const std::vector<bool>& connected)
+OnDemandLinks::OnDemandLinks(const MeshParams& mesh, PackedValues addresses, int listen_fd,
+                             const std::vector<bool>& connected)
     : mesh_(mesh),
       addresses_(std::move(addresses)),
       listen_fd_(listen_fd),
@@ -171,8 +171,7 @@ OnDemandLinks::~OnDemandLinks() { close(); }
 // A link of a built epoch that cannot be made fails as one that broke
 // (kTransport): the runtime recovers, as from a closed connection.
 Status OnDemandLinks::unreachable(int peer, const std::string& why) const {
-  const std::string at =
-      static_cast<size_t>(peer) < addresses_.size() ? dialled(addresses_[peer]) : "?";
+  const std::string at = peer >= 0 && peer < addresses_.size() ? dialled(addresses_.at(peer)) : "?";
   return Status(ErrorCode::kTransport,
                 ErrorContext{mesh_.rank, peer, 0, mesh_.epoch, mesh_.transport},
                 "connecting on first use to rank " + std::to_string(peer) + " (" + at + ") for " +
@@ -193,7 +192,7 @@ void OnDemandLinks::want(int peer) {
   if (d.fd >= 0 || d.retry_at != Clock::time_point{}) {
     dials_.push_back(d);
     RCOLL_LOG(kDebug, "%s: dialling rank %d (%s) on first use", mesh_.purpose.c_str(), peer,
-              dialled(addresses_[peer]).c_str());
+              dialled(addresses_.at(peer)).c_str());
   }
 }
 
@@ -206,14 +205,12 @@ void OnDemandLinks::start_dial(Dial* d) {
   d->sent = d->got = 0;
   d->retry_at = {};
   Address to;
-  if (static_cast<size_t>(peer) >= addresses_.size() || !parse_address(addresses_[peer], &to)) {
+  if (peer >= addresses_.size() || !parse_address(addresses_.at(peer), &to)) {
     state_[peer] = PeerState::kDone;
-    ready_.push_back(Event{
-        peer, -1,
-        unreachable(peer,
-                    "it published no usable address ('" +
-                        (static_cast<size_t>(peer) < addresses_.size() ? addresses_[peer] : "") +
-                        "')")});
+    ready_.push_back(
+        Event{peer, -1,
+              unreachable(peer, "it published no usable address ('" +
+                                    (peer < addresses_.size() ? addresses_.at(peer) : "") + "')")});
     return;
   }
   d->fd = ::socket(to.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

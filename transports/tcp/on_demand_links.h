@@ -67,7 +67,7 @@ class OnDemandLinks {
   // `mesh` names this rank, the epoch, the job token and the socket options;
   // `addresses` are every rank's as published; `listen_fd` (owned from now)
   // is the epoch's listener. `connected` marks the peers already connected.
-  OnDemandLinks(const MeshParams& mesh, std::vector<std::string> addresses, int listen_fd,
+  OnDemandLinks(const MeshParams& mesh, PackedValues addresses, int listen_fd,
                 const std::vector<bool>& connected);
   ~OnDemandLinks();
   OnDemandLinks(const OnDemandLinks&) = delete;
@@ -136,7 +136,7 @@ class OnDemandLinks {
   Status unreachable(int peer, const std::string& why) const;
 
   MeshParams mesh_;
-  std::vector<std::string> addresses_;
+  PackedValues addresses_;
   int listen_fd_;
   uint64_t token_hash_;
   std::vector<PeerState> state_;

@@ -1,0 +1,109 @@
+#include "base/packed_values.h"
+
+#include <algorithm>
+
+namespace rcoll {
+
+namespace {
+
+void put_varint(Bytes& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<uint8_t>(v));
+}
+
+bool get_varint(const Bytes& in, size_t& at, uint32_t* v) {
+  uint64_t out = 0;
+  for (int shift = 0; shift < 35; shift += 7) {
+    if (at >= in.size()) return false;
+    const uint8_t b = in[at++];
+    out |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      if (out > UINT32_MAX) return false;
+      *v = static_cast<uint32_t>(out);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Bytes pack_values(const std::vector<Bytes>& values) {
+  Bytes out;
+  put_varint(out, values.size());
+  if (values.empty()) return out;
+  const Bytes& first = values.front();
+  for (size_t q = 0; q < values.size(); ++q) {
+    const Bytes& v = values[q];
+    size_t prefix = 0, suffix = 0;
+    if (q > 0) {
+      const size_t most = std::min(first.size(), v.size());
+      while (prefix < most && first[prefix] == v[prefix]) ++prefix;
+      while (suffix < most - prefix && first[first.size() - 1 - suffix] == v[v.size() - 1 - suffix])
+        ++suffix;
+    }
+    put_varint(out, prefix);
+    put_varint(out, suffix);
+    put_varint(out, v.size() - prefix - suffix);
+    out.insert(out.end(), v.begin() + static_cast<std::ptrdiff_t>(prefix),
+               v.end() - static_cast<std::ptrdiff_t>(suffix));
+  }
+  return out;
+}
+
+PackedValues::PackedValues(const std::vector<std::string>& values) {
+  for (const std::string& v : values) {
+    entries_.push_back(
+        {0, 0, static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(v.size())});
+    bytes_.insert(bytes_.end(), v.begin(), v.end());
+  }
+}
+
+bool PackedValues::decode(Bytes packed, int size, PackedValues* out) {
+  PackedValues p;
+  size_t at = 0;
+  uint32_t count = 0;
+  if (!get_varint(packed, at, &count) || static_cast<int64_t>(count) != size) return false;
+  p.entries_.reserve(count);
+  for (uint32_t q = 0; q < count; ++q) {
+    Entry e;
+    if (!get_varint(packed, at, &e.prefix) || !get_varint(packed, at, &e.suffix) ||
+        !get_varint(packed, at, &e.length))
+      return false;
+    if (packed.size() - at < e.length) return false;
+    e.at = static_cast<uint32_t>(at);
+    at += e.length;
+    // What it shares must be in the first value, without overlap.
+    const uint64_t shared = static_cast<uint64_t>(e.prefix) + e.suffix;
+    if ((q == 0 && shared != 0) || (q > 0 && shared > p.entries_.front().length)) return false;
+    p.entries_.push_back(e);
+  }
+  if (at != packed.size()) return false;
+  p.bytes_ = std::move(packed);
+  *out = std::move(p);
+  return true;
+}
+
+std::string PackedValues::at(int q) const {
+  const Entry& e = entries_.at(static_cast<size_t>(q));
+  const Entry& first = entries_.front();
+  const auto base = bytes_.begin();
+  std::string out;
+  out.reserve(e.prefix + e.length + e.suffix);
+  out.append(base + first.at, base + first.at + e.prefix);
+  out.append(base + e.at, base + e.at + e.length);
+  out.append(base + first.at + first.length - e.suffix, base + first.at + first.length);
+  return out;
+}
+
+std::vector<std::string> PackedValues::all() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (int q = 0; q < size(); ++q) out.push_back(at(q));
+  return out;
+}
+
+}  // namespace rcoll
