@@ -133,10 +133,12 @@ class CommunicatorImpl : public ProgressGuard {
   // tuning of the ops to come (link_model.h). A probe that fails aborts the
   // transport: the next op then fails over to a recovery.
   Status tune_links(uint32_t epoch, Deadline connect_deadline);
-  // This rank's timing (latency only unless `bandwidth`), published under
-  // `prefix`; every rank's, read back.
-  Result<std::vector<LinkSample>> exchange_link_samples(uint32_t epoch, Deadline deadline,
-                                                        bool bandwidth, const std::string& prefix);
+  // This rank's timing (latency only, keeping `last`'s bandwidth, unless
+  // `last` is null), published under `prefix` (and left in `mine`); every
+  // rank's, read back reduced.
+  Result<LinkSummary> exchange_link_samples(uint32_t epoch, Deadline deadline,
+                                            const LinkSample* last, const std::string& prefix,
+                                            LinkSample* mine);
   // Called while an exception is being handled, thrown by `op` (nullptr: by
   // an idle check or a recovery while no op ran): the communicator gives up
   // (fatal_), telling the peers; std::bad_alloc is kOutOfMemory, anything

@@ -213,53 +213,60 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
   const auto started = Clock::now();
   // A recovery onto the same transport and ranks times the latency only and
   // keeps the bandwidths, unless a link's latency moved (link_tuning.h).
-  const std::vector<LinkSample>* last = tuner_.last_samples(epoch, transport_->name(), size_);
-  auto samples = exchange_link_samples(epoch, deadline, last == nullptr, keys::tune(epoch));
-  if (!samples.ok()) return samples.status();
-  if (last != nullptr && !std::all_of(samples.value().begin(), samples.value().end(),
-                                      [](const LinkSample& s) { return s.valid; })) {
+  const LinkSample* last = tuner_.last_sample(epoch, transport_->name(), size_);
+  LinkSample mine;
+  auto links = exchange_link_samples(epoch, deadline, last, keys::tune(epoch), &mine);
+  if (!links.ok()) return links.status();
+  if (last != nullptr && !links.value().unmeasured.empty()) {
     // A rank could not time its links: every rank aborted the epoch
     // (exchange_link_samples), and the next recovery times them again. The
     // latency-only samples have no bandwidth to adopt.
     return Status();
   }
-  if (last != nullptr && !LinkTuner::keep_bandwidths(*last, samples.value())) {
+  if (last != nullptr && links.value().moved) {
     RCOLL_LOG(kInfo,
               "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "
               "bandwidth again",
               epoch, transport_->name(), epoch - 1);
-    samples = exchange_link_samples(epoch, deadline, true, keys::tune_again(epoch));
-    if (!samples.ok()) return samples.status();
+    links = exchange_link_samples(epoch, deadline, nullptr, keys::tune_again(epoch), &mine);
+    if (!links.ok()) return links.status();
   }
-  tuner_.adopt(epoch, samples.value(), transport_->name(), size_,
+  tuner_.adopt(epoch, links.value(), mine, transport_->name(), size_,
                std::chrono::duration<double, std::milli>(Clock::now() - started).count());
   return Status();
 }
 
-// This rank's timing of its links, published; every rank's, read back. A rank
-// that could not time its links makes every rank abort the epoch alike.
-Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t epoch,
-                                                                        Deadline deadline,
-                                                                        bool bandwidth,
-                                                                        const std::string& prefix) {
+// This rank's timing of its links, published; every rank's, read back
+// reduced (the worst link, who could not time theirs, whether a latency
+// moved). `last`: this rank's sample of the last epoch, whose bandwidth a
+// latency-only timing keeps; null times the bandwidth. A rank that could not
+// time its links makes every rank abort the epoch alike.
+Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Deadline deadline,
+                                                            const LinkSample* last,
+                                                            const std::string& prefix,
+                                                            LinkSample* mine_out) {
   const char* tname = transport_->name();
   LinkSample mine;
-  auto probed = probe_ring(*transport_, deadline, bandwidth);
+  bool moved = false;
+  auto probed = probe_ring(*transport_, deadline, last == nullptr);
   if (probed.ok()) {
     mine = probed.value();
-    // Not timed: a placeholder a sample needs to decode; keep_bandwidths
-    // puts the last epoch's in, or every rank times again.
-    if (!bandwidth) mine.bandwidth = 1;
     mine.deadline_ms = options_.op_timeout.count();
     describe_this_host(&mine);
+    // Not timed: the last epoch's bandwidth, unless the latency moved (then
+    // a placeholder a sample needs to decode, and every rank times again).
+    if (last != nullptr) {
+      mine.bandwidth = 1;
+      moved = !LinkTuner::keep_bandwidth(*last, mine);
+    }
   } else {
     RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
               epoch, tname, probed.status().to_string().c_str());
   }
+  *mine_out = mine;
   janitor_.note_exchange(prefix);
-  const StoreExchange exchange(*store_, prefix, size_);
-  const std::string text = encode_sample(mine);
-  if (Status s = exchange.publish(rank_, Bytes(text.begin(), text.end())); !s.ok()) {
+  const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
+  if (Status s = exchange.publish(rank_, encode_link_value(mine, moved)); !s.ok()) {
     return Status(s.code(), ErrorContext{rank_, -1, 0, epoch, tname},
                   "could not publish this rank's link timing of epoch " + std::to_string(epoch) + " in the store: " +
                       s.message() + "; the epoch cannot be used");
@@ -291,13 +298,13 @@ Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t
                   "reading the link timings of epoch " + std::to_string(epoch) + " from the store: " +
                       gathered.status.message() + "; the epoch cannot be used");
   }
-  std::vector<LinkSample> samples;
-  std::vector<int> unmeasured;
-  for (int q = 0; q < size_; ++q) {
-    const Bytes& b = gathered.values[static_cast<size_t>(q)];
-    samples.push_back(decode_sample(std::string(b.begin(), b.end())));
-    if (!samples.back().valid) unmeasured.push_back(q);
+  LinkSummary links;
+  if (!decode_link_summary(gathered.reduced, &links)) {
+    return Status(ErrorCode::kStore, ErrorContext{rank_, -1, 0, epoch, tname},
+                  "the link timings of epoch " + std::to_string(epoch) +
+                      " as combined in the store do not decode; the epoch cannot be used");
   }
+  const std::vector<int>& unmeasured = links.unmeasured;
   if (!unmeasured.empty()) {
     // Every rank reads the same samples: all abort this epoch alike, and the
     // first op on it recovers instead of finding a half-broken data plane.
@@ -308,7 +315,7 @@ Result<std::vector<LinkSample>> CommunicatorImpl::exchange_link_samples(uint32_t
       transport_->abort(why);
     }
   }
-  return samples;
+  return links;
 }
 
 // Folds the bytes of the transport being replaced into the running totals.

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/store_exchange.h"
+
 namespace rcoll {
 
 namespace {
@@ -159,6 +161,60 @@ LinkSample decode_sample(const std::string& text) {
   }
   s.valid = true;
   return s;
+}
+
+LinkSummary summarize_links(const std::vector<LinkSample>& samples, bool moved) {
+  LinkSummary out;
+  out.worst = worst_link(samples);
+  out.shared_cpus = shared_cpus(samples);
+  out.moved = moved;
+  for (size_t q = 0; q < samples.size(); ++q)
+    if (!samples[q].valid) out.unmeasured.push_back(static_cast<int>(q));
+  return out;
+}
+
+Bytes encode_link_value(const LinkSample& mine, bool moved) {
+  const std::string text = encode_sample(mine);
+  return encode_values(
+      {Bytes(text.begin(), text.end()), Bytes{static_cast<uint8_t>(moved ? 1 : 0)}});
+}
+
+Bytes reduce_link_values(const std::vector<Bytes>& values) {
+  std::vector<LinkSample> samples;
+  samples.reserve(values.size());
+  bool moved = false;
+  for (const Bytes& v : values) {
+    std::vector<Bytes> parts;
+    if (!decode_values(v, 2, &parts) || parts[1].size() != 1) {
+      samples.emplace_back();
+      continue;
+    }
+    samples.push_back(decode_sample(std::string(parts[0].begin(), parts[0].end())));
+    moved = moved || parts[1][0] == 1;
+  }
+  const LinkSummary s = summarize_links(samples, moved);
+  const std::string worst = encode_sample(s.worst);
+  std::string unmeasured;
+  for (int q : s.unmeasured) unmeasured += (unmeasured.empty() ? "" : " ") + std::to_string(q);
+  const std::string cpus = std::to_string(s.shared_cpus);
+  return encode_values({Bytes(worst.begin(), worst.end()), Bytes(cpus.begin(), cpus.end()),
+                        Bytes{static_cast<uint8_t>(s.moved ? 1 : 0)},
+                        Bytes(unmeasured.begin(), unmeasured.end())});
+}
+
+bool decode_link_summary(const Bytes& reduced, LinkSummary* out) {
+  std::vector<Bytes> parts;
+  if (!decode_values(reduced, 4, &parts) || parts[2].size() != 1) return false;
+  LinkSummary s;
+  s.worst = decode_sample(std::string(parts[0].begin(), parts[0].end()));
+  std::istringstream cpus(std::string(parts[1].begin(), parts[1].end()));
+  if (!(cpus >> s.shared_cpus) || s.shared_cpus < 0) return false;
+  s.moved = parts[2][0] == 1;
+  std::istringstream unmeasured(std::string(parts[3].begin(), parts[3].end()));
+  for (int q; unmeasured >> q;) s.unmeasured.push_back(q);
+  if (!unmeasured.eof()) return false;
+  *out = std::move(s);
+  return true;
 }
 
 LinkSample worst_link(const std::vector<LinkSample>& samples) {

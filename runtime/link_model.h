@@ -21,9 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "rcoll/status.h"
-#include "runtime/algorithms/context.h"
 #include "base/deadline.h"
+#include "rcoll/status.h"
+#include "rcoll/store.h"
+#include "runtime/algorithms/context.h"
 #include "transports/transport.h"
 
 namespace rcoll {
@@ -55,6 +56,26 @@ LinkSample decode_sample(const std::string& text);
 // The slowest of the valid samples: highest latency, lowest bandwidth, tightest
 // deadline. Invalid when none is valid.
 LinkSample worst_link(const std::vector<LinkSample>& samples);
+
+// Every rank's link timing as the link tuner adopts it: reduced by the
+// store exchange's combiner, so that each rank reads O(1) bytes, not P
+// samples (CommunicatorImpl::exchange_link_samples).
+struct LinkSummary {
+  LinkSample worst;             // worst_link of the samples
+  int shared_cpus = 0;          // shared_cpus of the samples
+  std::vector<int> unmeasured;  // the ranks whose sample is not valid
+  bool moved = false;           // a rank's latency moved since the sample it kept
+};
+LinkSummary summarize_links(const std::vector<LinkSample>& samples, bool moved = false);
+
+// What a rank publishes: its sample, and whether its latency moved since
+// the last epoch's (LinkTuner::keep_bandwidth).
+Bytes encode_link_value(const LinkSample& mine, bool moved);
+// The combiner's reduction of every rank's value, in rank order (a value
+// that does not decode counts as a rank that could not time its links).
+Bytes reduce_link_values(const std::vector<Bytes>& values);
+// False for anything reduce_link_values did not write.
+bool decode_link_summary(const Bytes& reduced, LinkSummary* out);
 
 // Times the ring of `t`. Every rank of the transport must call it at the same
 // point (nothing else in flight), with the same `bandwidth`: false times the

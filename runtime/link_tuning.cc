@@ -25,17 +25,18 @@ Tuning LinkTuner::for_op(const Op& op) {
   return schedule_.for_collective(op.match_seq);
 }
 
-Tuning LinkTuner::adopt(uint32_t epoch, const std::vector<LinkSample>& samples,
+Tuning LinkTuner::adopt(uint32_t epoch, const LinkSummary& links, const LinkSample& mine,
                         const std::string& transport, int size, double ms) {
-  last_ = samples;
+  last_ = mine;
   last_transport_ = transport;
-  const LinkSample worst = worst_link(samples);
+  last_size_ = size;
+  const LinkSample& worst = links.worst;
   Tuning tuned = tune_for_link(worst, base_, pins_);
   // A property of the transport every rank agreed on for this epoch (blocks_by_doubling).
   tuned.doubling_blocks = transport == "tcp";
   // Whether the ranks share so few CPUs that the star broadcast wins
   // (broadcast_is_star).
-  const int cpus = shared_cpus(samples);
+  const int cpus = links.shared_cpus;
   tuned.few_shared_cpus = cpus > 0 && cpus <= kStarBroadcastCpus;
   // Likewise the eager broadcast range (broadcast_is_eager): over TCP above 2
   // ranks, up to where the acknowledged chain or star takes over.
@@ -72,10 +73,9 @@ Tuning LinkTuner::adopt(uint32_t epoch, const std::vector<LinkSample>& samples,
   return tuned;
 }
 
-const std::vector<LinkSample>* LinkTuner::last_samples(uint32_t epoch, const std::string& transport,
-                                                       int size) const {
-  if (epoch == 0 || transport != last_transport_ || last_.size() != static_cast<size_t>(size))
-    return nullptr;
+const LinkSample* LinkTuner::last_sample(uint32_t epoch, const std::string& transport,
+                                         int size) const {
+  if (epoch == 0 || transport != last_transport_ || last_size_ != size) return nullptr;
   return &last_;
 }
 
@@ -85,14 +85,10 @@ bool LinkTuner::link_moved(const LinkSample& last, const LinkSample& now) {
   return std::abs(b - a) > kLatencyMoved && (b > 2 * a || b < a / 2);
 }
 
-bool LinkTuner::keep_bandwidths(const std::vector<LinkSample>& last, std::vector<LinkSample>& now) {
-  if (last.size() != now.size()) return false;
-  for (size_t q = 0; q < now.size(); ++q) {
-    if (!now[q].valid)
-      continue;  // a rank that could not time its links: the caller aborts the epoch
-    if (link_moved(last[q], now[q])) return false;
-  }
-  for (size_t q = 0; q < now.size(); ++q) now[q].bandwidth = last[q].bandwidth;
+bool LinkTuner::keep_bandwidth(const LinkSample& last, LinkSample& now) {
+  if (!now.valid) return true;  // could not time its links: the caller aborts the epoch
+  if (link_moved(last, now)) return false;
+  now.bandwidth = last.bandwidth;
   return true;
 }
 

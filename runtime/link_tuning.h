@@ -36,25 +36,27 @@ class LinkTuner {
   // A group shrunk to one rank: no links, the defaults again.
   void start_over() { schedule_.reset(base_); }
 
-  // Every rank's sample of `epoch`'s links over `transport` (the same on every
-  // rank) sets the tuning: for every collective from epoch 0 on, or from the
-  // resume sequence after a recovery. `ms`: how long the timing took (for
-  // the log). Logs the switch after a recovery.
-  Tuning adopt(uint32_t epoch, const std::vector<LinkSample>& samples, const std::string& transport,
-               int size, double ms);
+  // Every rank's samples of `epoch`'s links over `transport`, reduced (the
+  // same on every rank), set the tuning: for every collective from epoch 0
+  // on, or from the resume sequence after a recovery. `mine`: this rank's
+  // sample, kept for the next epoch's (last_sample). `ms`: how long the
+  // timing took (for the log). Logs the switch after a recovery.
+  Tuning adopt(uint32_t epoch, const LinkSummary& links, const LinkSample& mine,
+               const std::string& transport, int size, double ms);
 
   // A recovery that reconnects the transport of the last epoch among the same
   // ranks need not time every link's bandwidth again (P ranks moving 6 MiB
-  // each: 2.3 s of a 3.7 s recovery at 96 ranks on 2 CPUs): the samples the
-  // last epoch adopted, whose bandwidths a latency-only timing keeps, or null
-  // where the bandwidth must be timed (epoch 0, another transport, a shrink).
-  const std::vector<LinkSample>* last_samples(uint32_t epoch, const std::string& transport,
-                                              int size) const;
-  // Latency-only samples of every rank, completed with `last`'s bandwidths
-  // (the same on every rank: each adopted the same samples). Returns false,
-  // leaving them as they are, when a link's latency moved (link_moved): then
-  // every rank times its bandwidth again.
-  static bool keep_bandwidths(const std::vector<LinkSample>& last, std::vector<LinkSample>& now);
+  // each: 2.3 s of a 3.7 s recovery at 96 ranks on 2 CPUs): this rank's
+  // sample of the last epoch, whose bandwidth a latency-only timing keeps, or
+  // null where the bandwidth must be timed (epoch 0, another transport, a
+  // shrink).
+  const LinkSample* last_sample(uint32_t epoch, const std::string& transport, int size) const;
+  // This rank's latency-only sample, completed with `last`'s bandwidth.
+  // Returns false, leaving it as it is, when its latency moved (link_moved):
+  // it says so in its published value, and if any rank's moved, every rank
+  // times its bandwidth again. A sample that is not valid keeps nothing (the
+  // caller aborts the epoch).
+  static bool keep_bandwidth(const LinkSample& last, LinkSample& now);
   // A latency that at least doubled or halved, by more than kLatencyMoved.
   static bool link_moved(const LinkSample& last, const LinkSample& now);
   static constexpr double kLatencyMoved = 100e-6;
@@ -76,8 +78,9 @@ class LinkTuner {
   std::atomic<double> latency_s_{0};
   std::atomic<double> bandwidth_{0};
   std::string note_ = "one rank, no links";
-  std::vector<LinkSample> last_;  // the samples adopted last, and over what
+  LinkSample last_;  // this rank's sample adopted last, and over what, among how many ranks
   std::string last_transport_;
+  int last_size_ = 0;
 };
 
 }  // namespace rcoll
