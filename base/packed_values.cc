@@ -1,6 +1,7 @@
 #include "base/packed_values.h"
 
 #include <algorithm>
+#include <map>
 
 namespace rcoll {
 
@@ -104,6 +105,69 @@ std::vector<std::string> PackedValues::all() const {
   out.reserve(entries_.size());
   for (int q = 0; q < size(); ++q) out.push_back(at(q));
   return out;
+}
+
+Bytes pack_distinct(const std::vector<Bytes>& values) {
+  std::map<Bytes, uint32_t> seen;
+  std::vector<const Bytes*> table;
+  std::vector<uint32_t> index;
+  index.reserve(values.size());
+  for (const Bytes& v : values) {
+    auto [it, fresh] = seen.emplace(v, static_cast<uint32_t>(table.size()));
+    if (fresh) table.push_back(&it->first);
+    index.push_back(it->second);
+  }
+  Bytes out;
+  put_varint(out, values.size());
+  put_varint(out, table.size());
+  for (const Bytes* v : table) {
+    put_varint(out, v->size());
+    out.insert(out.end(), v->begin(), v->end());
+  }
+  for (uint32_t i : index) put_varint(out, i);
+  return out;
+}
+
+DistinctValues::DistinctValues(const std::vector<std::string>& by_rank) {
+  std::map<std::string, uint32_t> seen;
+  for (const std::string& v : by_rank) {
+    auto [it, fresh] = seen.emplace(v, static_cast<uint32_t>(values_.size()));
+    if (fresh) values_.push_back(v);
+    index_.push_back(it->second);
+  }
+  count_ranks();
+}
+
+bool DistinctValues::decode(const Bytes& packed, int size, DistinctValues* out) {
+  DistinctValues d;
+  size_t at = 0;
+  uint32_t count = 0, distinct = 0;
+  if (!get_varint(packed, at, &count) || static_cast<int64_t>(count) != size) return false;
+  if (!get_varint(packed, at, &distinct) || distinct > count) return false;
+  for (uint32_t i = 0; i < distinct; ++i) {
+    uint32_t n = 0;
+    if (!get_varint(packed, at, &n) || packed.size() - at < n) return false;
+    d.values_.emplace_back(packed.begin() + static_cast<std::ptrdiff_t>(at),
+                           packed.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  d.index_.resize(count);
+  for (uint32_t& i : d.index_) {
+    if (!get_varint(packed, at, &i) || i >= distinct) return false;
+  }
+  if (at != packed.size()) return false;
+  d.count_ranks();
+  *out = std::move(d);
+  return true;
+}
+
+void DistinctValues::count_ranks() {
+  first_.assign(values_.size(), -1);
+  count_.assign(values_.size(), 0);
+  for (size_t q = 0; q < index_.size(); ++q) {
+    if (first_[index_[q]] < 0) first_[index_[q]] = static_cast<int>(q);
+    ++count_[index_[q]];
+  }
 }
 
 }  // namespace rcoll

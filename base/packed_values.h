@@ -45,4 +45,43 @@ class PackedValues {
   std::vector<Entry> entries_;
 };
 
+// Every rank's value, each distinct one once and a small index per rank: the
+// ledgers of a recovery, which most ranks write alike (a job of collectives:
+// a handful of distinct ledgers among thousands of ranks). A consumer works
+// through the distinct values, not through P copies of them.
+Bytes pack_distinct(const std::vector<Bytes>& values);
+
+class DistinctValues {
+ public:
+  DistinctValues() = default;
+  // Every rank's value as it is (tests): duplicates are found here.
+  explicit DistinctValues(const std::vector<std::string>& by_rank);
+  // Refuses (false) anything pack_distinct did not write for exactly `size` values.
+  static bool decode(const Bytes& packed, int size, DistinctValues* out);
+
+  int size() const { return static_cast<int>(index_.size()); }  // ranks
+  int distinct() const { return static_cast<int>(values_.size()); }
+  const std::string& value(int d) const { return values_.at(static_cast<size_t>(d)); }
+  // Which distinct value rank q published, and that value.
+  int index_of(int q) const { return static_cast<int>(index_.at(static_cast<size_t>(q))); }
+  const std::string& of_rank(int q) const { return value(index_of(q)); }
+  // The lowest rank that published distinct value d, and how many did.
+  int first_rank(int d) const { return first_.at(static_cast<size_t>(d)); }
+  int ranks_with(int d) const { return count_.at(static_cast<size_t>(d)); }
+  // The same ranks' values, each distinct one made into `f` of it.
+  template <typename F>
+  DistinctValues transformed(F f) const {
+    DistinctValues out = *this;
+    for (std::string& v : out.values_) v = f(v);
+    return out;
+  }
+
+ private:
+  void count_ranks();
+  std::vector<std::string> values_;
+  std::vector<uint32_t> index_;  // by rank
+  std::vector<int> first_;       // by distinct value
+  std::vector<int> count_;
+};
+
 }  // namespace rcoll

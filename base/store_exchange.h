@@ -98,6 +98,10 @@ class StoreExchange {
   // what is erased once every rank has read it (keys of finished epochs).
   std::vector<std::string> all_keys() const;
 
+  // A reduced combined value starts with this byte: an empty one still
+  // sends every gather to read the keys.
+  static constexpr uint8_t kReducedMark = 0x52;  // 'R'
+
  private:
   std::vector<std::string> rank_keys() const;  // every rank's key, in rank order
   void combine() const;
@@ -112,9 +116,6 @@ class StoreExchange {
   std::vector<int> look_up(const std::vector<int>& waiting, bool* answered,
                            Status* store_status) const;
 
-  // A reduced combined value starts with this byte: an empty one still
-  // sends every gather to read the keys.
-  static constexpr uint8_t kReducedMark = 0x52;  // 'R'
   // The values read key by key, reduced here when the exchange has a reduction.
   Gathered reduced_here(Gathered read) const;
 

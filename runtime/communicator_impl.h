@@ -310,9 +310,9 @@ class CommunicatorImpl : public ProgressGuard {
   struct RecoveryRound;
   Status announce_and_publish(const RecoveryRound& round, const Status& cause);
   Status recovery_interrupted(const RecoveryRound& round, const std::vector<int>& awaited);
-  // Every rank's ledger, and its ballot (empty where it had nothing to vote on).
-  Result<std::vector<std::string>> gather_ledgers(const RecoveryRound& round,
-                                                  std::vector<Bytes>* ballots);
+  // Every rank's ledger (each distinct one once), and the distinct ballots
+  // (empty where a rank had nothing to vote on).
+  Result<DistinctValues> gather_ledgers(const RecoveryRound& round, std::vector<Bytes>* ballots);
   Status adopt_ballots(const RecoveryRound& round, const std::vector<Bytes>& ballots);
   // After a failed attempt at the op in flight (`current`): OK when a
   // recovery succeeded and it runs again from `resume`, else its final error

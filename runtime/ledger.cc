@@ -321,19 +321,32 @@ std::string serialize_ledger(const ReplayLog& log, std::span<const OpRecord> cur
 
 namespace {
 
-// Every rank's ledger, as one rank reads them in a recovery.
+// Every rank's ledger, as one rank reads them in a recovery: each distinct
+// ledger parsed once, and worked through once, however many ranks wrote it
+// (a job of collectives at 16,384 ranks has a handful).
 struct Ledgers {
   int rank = 0;
   int size = 0;
-  std::vector<ParsedLedger> parsed;
+  const DistinctValues* texts = nullptr;  // which ledger each rank wrote
+  std::vector<ParsedLedger> parsed;       // by distinct ledger
 
-  // How far rank q got in the op that `mine` names (seen from q's side).
-  size_t done_on(int q, const OpKey& mine, size_t total) const {
+  const ParsedLedger& of(int q) const { return parsed[static_cast<size_t>(texts->index_of(q))]; }
+  // Distinct ledger d is another rank's (not this rank's alone).
+  bool others(int d) const { return texts->index_of(rank) != d || texts->ranks_with(d) > 1; }
+  // A rank other than this one that wrote ledger d (for messages).
+  int other_rank(int d) const {
+    for (int q = texts->first_rank(d); q < size; ++q)
+      if (q != rank && texts->index_of(q) == d) return q;
+    return -1;
+  }
+
+  // How far the rank that wrote `l` got in the op that `mine` names (seen
+  // from its side).
+  size_t done_on(const ParsedLedger& l, const OpKey& mine, size_t total) const {
     auto [kind, peer, seq] = mine;
     OpKey theirs = mine;
     if (kind == 'S') theirs = {'R', rank, seq};
     if (kind == 'R') theirs = {'S', rank, seq};
-    const ParsedLedger& l = parsed[static_cast<size_t>(q)];
     if (auto it = l.done.find(theirs); it != l.done.end()) return it->second.done;
     uint64_t through = 0;
     if (std::get<0>(theirs) == 'C') {
@@ -351,21 +364,22 @@ struct Ledgers {
       // The receiver's count is the truth for a send: the sender's own may lag
       // (bytes in the peer's socket before the write completion was seen), and
       // both sides must resume at the same slice.
-      return done_on(r.op.peer, key, r.total);
+      return done_on(of(r.op.peer), key, r.total);
     }
     if (std::get<0>(key) == 'R') return r.done;  // a receive: its own count, which the sender adopts too
     size_t resume = r.done;
-    for (int q = 0; q < size; ++q)
-      if (q != rank) resume = std::min(resume, done_on(q, key, r.total));
+    for (int d = 0; d < texts->distinct(); ++d)
+      if (others(d))
+        resume = std::min(resume, done_on(parsed[static_cast<size_t>(d)], key, r.total));
     // A broadcast completes on a rank only when every rank after it has the
     // whole buffer (the ack chain), and every rank before it forwarded it;
     // an op on NCCL only once its confirmation all-reduce is through: one
     // completed rank means every rank has the data.
     if (completes_everywhere(r)) {
-      for (int q = 0; q < size; ++q) {
-        if (q == rank) continue;
-        const ParsedLedger& l = parsed[static_cast<size_t>(q)];
-        if (!l.done.count(key) && std::get<2>(key) <= l.collective_through) resume = r.total;
+      for (int d = 0; d < texts->distinct(); ++d) {
+        const ParsedLedger& l = parsed[static_cast<size_t>(d)];
+        if (others(d) && !l.done.count(key) && std::get<2>(key) <= l.collective_through)
+          resume = r.total;
       }
     }
     return resume;
@@ -381,28 +395,32 @@ struct Ledgers {
         if (key_of(r.op) == key) return true;
       return false;
     };
-    for (int q = 0; q < size; ++q) {
-      if (q == rank) continue;
-      for (const auto& [key, e] : parsed[static_cast<size_t>(q)].done) {
+    const auto needed = [&](int q, const OpKey& key, const ParsedEntry& e) {
+      return Status(ErrorCode::kInternal, ErrorContext{rank, q, 0, -1, ""},
+                    "rank " + std::to_string(q) + " still needs slices " + std::to_string(e.done) +
+                        ".." + std::to_string(e.total) + " of " +
+                        (std::get<0>(key) == 'C' ? "collective" : "send") + " seq " +
+                        std::to_string(std::get<2>(key)) +
+                        " from this rank, which finished it and no longer holds its inputs "
+                        "(replay log too short or backup budget too small)");
+    };
+    for (int d = 0; d < texts->distinct(); ++d) {
+      if (!others(d)) continue;
+      for (const auto& [key, e] : parsed[static_cast<size_t>(d)].done) {
         if (e.done >= e.total || e.everywhere) continue;
         auto [kind, peer, seq] = key;
-        OpKey mine;
-        bool finished_here = false;
         if (kind == 'C') {
-          mine = {'C', -1, seq};
-          finished_here = seq <= log.collective_through;
-        } else if (kind == 'R' && peer == rank) {  // q still receives what this rank sent
-          mine = {'S', q, seq};
-          finished_here = static_cast<size_t>(q) < log.send_through.size() && seq <= log.send_through[static_cast<size_t>(q)];
-        } else {
-          continue;
-        }
-        if (finished_here && !holds(mine)) {
-          return Status(ErrorCode::kInternal, ErrorContext{rank, q, 0, -1, ""},
-                        "rank " + std::to_string(q) + " still needs slices " + std::to_string(e.done) + ".." +
-                            std::to_string(e.total) + " of " + (kind == 'C' ? "collective" : "send") + " seq " +
-                            std::to_string(seq) + " from this rank, which finished it and no longer holds its inputs "
-                            "(replay log too short or backup budget too small)");
+          if (seq <= log.collective_through && !holds({'C', -1, seq}))
+            return needed(other_rank(d), key, e);
+        } else if (kind == 'R' && peer == rank) {
+          // Every rank that wrote this ledger still receives what this rank
+          // sent it (rare: the scan of the ranks is for those ledgers only).
+          for (int q = texts->first_rank(d); q < size; ++q) {
+            if (q == rank || texts->index_of(q) != d) continue;
+            const bool finished_here = static_cast<size_t>(q) < log.send_through.size() &&
+                                       seq <= log.send_through[static_cast<size_t>(q)];
+            if (finished_here && !holds({'S', q, seq})) return needed(q, key, e);
+          }
         }
       }
     }
@@ -413,13 +431,18 @@ struct Ledgers {
 }  // namespace
 
 Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
-                                std::span<const OpRecord> current,
-                                const std::vector<std::string>& ledgers) {
-  Ledgers all{rank, size, {}};
-  for (const auto& text : ledgers) {
-    all.parsed.push_back(parse(text));
+                                std::span<const OpRecord> current, const DistinctValues& ledgers) {
+  if (ledgers.size() != size) {
+    return Status(
+        ErrorCode::kInternal, ErrorContext{rank, -1, 0, -1, ""},
+        std::to_string(ledgers.size()) + " ledgers for " + std::to_string(size) + " ranks");
+  }
+  Ledgers all{rank, size, &ledgers, {}};
+  for (int d = 0; d < ledgers.distinct(); ++d) {
+    all.parsed.push_back(parse(ledgers.value(d)));
     if (!all.parsed.back().valid) {
-      return Status(ErrorCode::kInternal, "rank " + std::to_string(all.parsed.size() - 1) + " published a malformed ledger");
+      return Status(ErrorCode::kInternal, "rank " + std::to_string(ledgers.first_rank(d)) +
+                                              " published a malformed ledger");
     }
   }
   ResumePlan plan;

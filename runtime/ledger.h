@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/packed_values.h"
 #include "base/ring_queue.h"
 #include "runtime/algorithms/context.h"
 #include "runtime/op.h"
@@ -208,9 +209,16 @@ std::string serialize_ledger(const ReplayLog& log, std::span<const OpRecord> cur
 // Computes, for this rank's records (log and current), the resume slice agreed
 // from every rank's published ledger. Fails with kInternal naming the op if a
 // rank would have to re-run an op whose backups it has already released.
+// `ledgers`: which ledger each rank published, each distinct one once (the
+// recovery's exchange reduces them so: runtime/recovery.cc).
 Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
-                                std::span<const OpRecord> current,
-                                const std::vector<std::string>& ledgers);
+                                std::span<const OpRecord> current, const DistinctValues& ledgers);
+// Every rank's ledger, by rank.
+inline Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
+                                       std::span<const OpRecord> current,
+                                       const std::vector<std::string>& ledgers) {
+  return agree_resume(rank, size, log, current, DistinctValues(ledgers));
+}
 
 // One op in flight, or none (nullptr).
 inline std::span<const OpRecord> one_record(const OpRecord* current) {

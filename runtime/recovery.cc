@@ -162,7 +162,7 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
     ballot = store::encode(store::Ballot{static_cast<uint8_t>(vote), !drop.empty(), drop});
   }
   const std::string ledger = serialize_ledger(log_, in_flight_.current(), size_);
-  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
+  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_, pack_distinct);
   janitor_.note_exchange(keys::recovery_ledgers(round.failed));
   if (Status s =
           ledgers.publish(rank_, encode_values({ballot, Bytes(ledger.begin(), ledger.end())}));
@@ -246,8 +246,8 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
 // Every rank's ledger. Silent ranks are waited for up to the recovery
 // timeout; the error names whoever never joined. A rank that can never join
 // (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
-Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const RecoveryRound& round,
-                                                                  std::vector<Bytes>* ballots) {
+Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& round,
+                                                        std::vector<Bytes>* ballots) {
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
     if (Status s = recovery_interrupted(round, not_yet); !s.ok()) return s;
@@ -258,7 +258,9 @@ Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const Recovery
     }
     return Status();
   };
-  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_);
+  // Reduced to the distinct values and which rank wrote which: most ranks
+  // write the same ledger and ballot.
+  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_, pack_distinct);
   const StoreExchange::Gathered gathered = ledgers.gather(round.deadline, judge, Millis(200));
   switch (gathered.ended) {
     case StoreExchange::Gathered::Ended::kAll:
@@ -276,16 +278,20 @@ Result<std::vector<std::string>> CommunicatorImpl::gather_ledgers(const Recovery
                            "the store did not answer while this rank waited for the other ranks' ledgers "
                            "(is the store's host stalled?)");
   }
-  // Each rank's ballot and ledger. A value that does not split in two goes
+  DistinctValues values;
+  if (!DistinctValues::decode(gathered.reduced, size_, &values)) {
+    return round.gave_up(*this, Status(ErrorCode::kStore, "they do not decode"),
+                         "reading the ranks' ledgers as combined in the store");
+  }
+  // Each distinct ballot and ledger. A value that does not split in two goes
   // whole to the ledger check, which names it malformed.
-  std::vector<std::string> texts;
-  for (const Bytes& b : gathered.values) {
+  return values.transformed([ballots](const std::string& v) {
     std::vector<Bytes> parts;
+    const Bytes b(v.begin(), v.end());
     if (!decode_values(b, 2, &parts)) parts = {Bytes{}, b};
     ballots->push_back(std::move(parts[0]));
-    texts.emplace_back(parts[1].begin(), parts[1].end());
-  }
-  return texts;
+    return std::string(parts[1].begin(), parts[1].end());
+  });
 }
 
 // The ballots: the next epoch's transport, and whether to stop using NCCL.

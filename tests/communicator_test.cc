@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/packed_values.h"
 #include "base/store_exchange.h"
 #include "kernels/cuda_memory.h"
 #include "rcoll/rcoll.h"
@@ -1357,14 +1358,22 @@ class LedgerGarblingStore : public ForwardingStore {
       : ForwardingStore(std::move(inner)), rank_(rank) {}
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
     auto v = ForwardingStore::get(key, timeout);
-    std::vector<Bytes> ledgers;
+    // The exchange's reduction: the distinct ledgers and which rank wrote which.
+    DistinctValues ledgers;
     if (v.ok() && contains(key, "/recovery/") && key.ends_with("/ledger/all") &&
-        decode_values(v.value(), 3, &ledgers)) {
+        !v.value().empty() && v.value()[0] == StoreExchange::kReducedMark &&
+        DistinctValues::decode(Bytes(v.value().begin() + 1, v.value().end()), 3, &ledgers)) {
       const std::string garbage = "not a ledger";
-      for (size_t q = 0; q < ledgers.size(); ++q) {
-        if (static_cast<int>(q) != rank_) ledgers[q] = Bytes(garbage.begin(), garbage.end());
+      std::vector<Bytes> garbled;
+      for (int q = 0; q < 3; ++q) {
+        const std::string& mine = ledgers.of_rank(q);
+        garbled.push_back(q == rank_ ? Bytes(mine.begin(), mine.end())
+                                     : Bytes(garbage.begin(), garbage.end()));
       }
-      return encode_values(ledgers);
+      Bytes out{StoreExchange::kReducedMark};
+      const Bytes packed = pack_distinct(garbled);
+      out.insert(out.end(), packed.begin(), packed.end());
+      return out;
     }
     return v;
   }

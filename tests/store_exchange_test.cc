@@ -355,6 +355,40 @@ TEST(PackedValues, EveryValueComesBackAndAddressesTakeAFewBytesEach) {
       << "the first value shares nothing";
 }
 
+TEST(DistinctValues, EachDistinctValueOnceAndWhichRankWroteWhich) {
+  std::vector<Bytes> values;
+  for (int q = 0; q < 4096; ++q) {
+    const std::string v = q == 7 ? "op C -1 5 done 3 of 8" : q == 9 ? "" : "op C -1 5 done 4 of 8";
+    values.emplace_back(v.begin(), v.end());
+  }
+  const Bytes packed = pack_distinct(values);
+  EXPECT_LT(packed.size(), 4096u + 100) << "a byte per rank and each ledger once";
+  DistinctValues d;
+  ASSERT_TRUE(DistinctValues::decode(packed, 4096, &d));
+  EXPECT_EQ(d.size(), 4096);
+  EXPECT_EQ(d.distinct(), 3);
+  for (int q = 0; q < 4096; ++q)
+    EXPECT_EQ(d.of_rank(q), std::string(values[static_cast<size_t>(q)].begin(),
+                                        values[static_cast<size_t>(q)].end()));
+  EXPECT_EQ(d.first_rank(d.index_of(7)), 7);
+  EXPECT_EQ(d.ranks_with(d.index_of(0)), 4094);
+  EXPECT_EQ(d.first_rank(d.index_of(100)), 0);
+  const DistinctValues lengths =
+      d.transformed([](const std::string& v) { return std::to_string(v.size()); });
+  EXPECT_EQ(lengths.of_rank(9), "0");
+  EXPECT_EQ(lengths.of_rank(8), "21");
+  const DistinctValues same(std::vector<std::string>{"a", "b", "a"});
+  EXPECT_EQ(same.distinct(), 2);
+  EXPECT_EQ(same.index_of(2), 0);
+  // Refused: another count, a cut, an index past the table, more distinct values than ranks.
+  EXPECT_FALSE(DistinctValues::decode(packed, 4095, &d));
+  Bytes cut = packed;
+  cut.pop_back();
+  EXPECT_FALSE(DistinctValues::decode(cut, 4096, &d));
+  EXPECT_FALSE(DistinctValues::decode(Bytes{1, 1, 1, 'a', 1}, 1, &d));
+  EXPECT_FALSE(DistinctValues::decode(Bytes{1, 2, 1, 'a', 1, 'b', 0}, 1, &d));
+}
+
 // A judge that says "go on" sees who is missing, looked up at most once a second.
 TEST(StoreExchange, WhoIsMissingIsLookedUpAtMostOnceASecond) {
   MemoryStore store;
