@@ -56,11 +56,10 @@ Bytes pack_values(const std::vector<Bytes>& values) {
 }
 
 PackedValues::PackedValues(const std::vector<std::string>& values) {
-  for (const std::string& v : values) {
-    entries_.push_back(
-        {0, 0, static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(v.size())});
-    bytes_.insert(bytes_.end(), v.begin(), v.end());
-  }
+  std::vector<Bytes> raw;
+  for (const std::string& v : values) raw.emplace_back(v.begin(), v.end());
+  const bool ok = decode(pack_values(raw), static_cast<int>(values.size()), this);
+  (void)ok;  // what pack_values writes decodes
 }
 
 bool PackedValues::decode(Bytes packed, int size, PackedValues* out) {
@@ -68,8 +67,9 @@ bool PackedValues::decode(Bytes packed, int size, PackedValues* out) {
   size_t at = 0;
   uint32_t count = 0;
   if (!get_varint(packed, at, &count) || static_cast<int64_t>(count) != size) return false;
-  p.entries_.reserve(count);
+  p.offsets_.reserve(count);
   for (uint32_t q = 0; q < count; ++q) {
+    p.offsets_.push_back(static_cast<uint32_t>(at));
     Entry e;
     if (!get_varint(packed, at, &e.prefix) || !get_varint(packed, at, &e.suffix) ||
         !get_varint(packed, at, &e.length))
@@ -79,8 +79,8 @@ bool PackedValues::decode(Bytes packed, int size, PackedValues* out) {
     at += e.length;
     // What it shares must be in the first value, without overlap.
     const uint64_t shared = static_cast<uint64_t>(e.prefix) + e.suffix;
-    if ((q == 0 && shared != 0) || (q > 0 && shared > p.entries_.front().length)) return false;
-    p.entries_.push_back(e);
+    if ((q == 0 && shared != 0) || (q > 0 && shared > p.first_.length)) return false;
+    if (q == 0) p.first_ = e;
   }
   if (at != packed.size()) return false;
   p.bytes_ = std::move(packed);
@@ -88,9 +88,20 @@ bool PackedValues::decode(Bytes packed, int size, PackedValues* out) {
   return true;
 }
 
+PackedValues::Entry PackedValues::entry(int q) const {
+  size_t at = offsets_.at(static_cast<size_t>(q));
+  Entry e;
+  // Checked when decoded.
+  (void)get_varint(bytes_, at, &e.prefix);
+  (void)get_varint(bytes_, at, &e.suffix);
+  (void)get_varint(bytes_, at, &e.length);
+  e.at = static_cast<uint32_t>(at);
+  return e;
+}
+
 std::string PackedValues::at(int q) const {
-  const Entry& e = entries_.at(static_cast<size_t>(q));
-  const Entry& first = entries_.front();
+  const Entry e = entry(q);
+  const Entry& first = first_;
   const auto base = bytes_.begin();
   std::string out;
   out.reserve(e.prefix + e.length + e.suffix);
@@ -102,7 +113,7 @@ std::string PackedValues::at(int q) const {
 
 std::vector<std::string> PackedValues::all() const {
   std::vector<std::string> out;
-  out.reserve(entries_.size());
+  out.reserve(offsets_.size());
   for (int q = 0; q < size(); ++q) out.push_back(at(q));
   return out;
 }

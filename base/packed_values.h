@@ -28,21 +28,25 @@ class PackedValues {
   // Refuses (false) anything pack_values did not write for exactly `size` values.
   static bool decode(Bytes packed, int size, PackedValues* out);
 
-  int size() const { return static_cast<int>(entries_.size()); }
-  bool empty() const { return entries_.empty(); }
+  int size() const { return static_cast<int>(offsets_.size()); }
+  bool empty() const { return offsets_.empty(); }
   std::string at(int q) const;
   // Every value (a consumer that needs them all: O(P)).
   std::vector<std::string> all() const;
 
  private:
+  // A value as packed: what it shares with the first value (a prefix and a
+  // suffix, as lengths) and the middle, bytes_[at, at + length).
   struct Entry {
-    uint32_t prefix = 0;  // bytes shared with the first value, from its start
-    uint32_t suffix = 0;  // and from its end
-    uint32_t at = 0;      // the middle's offset in bytes_
-    uint32_t length = 0;  // and length
+    uint32_t prefix = 0;
+    uint32_t suffix = 0;
+    uint32_t at = 0;
+    uint32_t length = 0;
   };
+  Entry entry(int q) const;  // decoded from bytes_ at offsets_[q]
   Bytes bytes_;
-  std::vector<Entry> entries_;
+  std::vector<uint32_t> offsets_;  // where each value's lengths start: 4 bytes a rank
+  Entry first_;
 };
 
 // Every rank's value, each distinct one once and a small index per rank: the

@@ -206,6 +206,15 @@ if(RCOLL_HAVE_NCCL)
   set_tests_properties(${RCOLL_NCCL_TESTS} PROPERTIES TIMEOUT 700 SKIP_RETURN_CODE 77 LABELS "multiprocess;cuda;nccl")
 endif()
 
+# #37's bounds at 1,024 ranks in one process (bench/scale_harness.cc): at most
+# 10 P store requests per creation and per recovery, 2 log2 P + 10 in a row
+# per rank, 16 bytes per rank read from the store; every rank's resume slice
+# and worst link checked.
+if(TARGET rcoll-scale-harness)
+  add_test(NAME scale_harness_np1024 COMMAND $<TARGET_FILE:rcoll-scale-harness> --check 1024)
+  set_tests_properties(scale_harness_np1024 PROPERTIES TIMEOUT 120 LABELS multiprocess)
+endif()
+
 # The main job's check: rcoll-bench over every op verifies every result.
 if(TARGET rcoll-bench)
   add_test(NAME bench_all_ops_check

@@ -1,0 +1,572 @@
+// rcoll-scale-harness: what creation and one recovery cost the rendezvous
+// store at thousands of ranks (#37), on one machine. Each rank is a thread
+// with its own client of one real TCP store server (in a child process: each
+// side holds one descriptor per rank), and runs the store protocol's own
+// code in the order creation and recovery run it:
+//
+//   creation: the instance ticket; the settings exchange (reduce_settings:
+//   the agreement and the packed liveness addresses, read back with
+//   read_settings, the overlay partners' decoded); the data plane's
+//   addresses (pack_values, its 20 ms slices); the link timings
+//   (reduce_link_values, adopted by a LinkTuner); whether every rank
+//   connected (one byte);
+//
+//   recovery: the epoch's failed key (every rank: none saw it first); the
+//   ledgers (serialize_ledger of an all-reduce in flight, two ranks behind;
+//   pack_distinct), agreed by agree_resume (checked: every rank resumes at
+//   the slowest rank's slice); the key janitor; epoch 1's addresses, a
+//   latency-only link timing that keeps the bandwidth, the connect outcome.
+//
+// Not in it: sockets between ranks, the liveness channel, the epoch watch's
+// parked request (a second connection per rank: P more descriptors at the
+// store), the ops themselves. It counts every request each rank makes (a
+// rank's repeat of a question while it waits counted apart), the bytes both
+// ways, and each rank's sequential rounds; wall time from every rank
+// starting at once to the last one done.
+//
+//   rcoll-scale-harness [--check] 1024 4096 16384
+//
+// --check fails the run (exit 1) unless each phase asks the store at most
+// 10 P requests (repeats aside), no rank makes more than 2 log2 P + 10 in a
+// row, and a rank reads at most 16 bytes per rank from it (the packed
+// addresses; every rank's whole value, as before the reductions, is about
+// 200): the bounds of #37, tested in CI (scale_harness_np1024).
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/packed_values.h"
+#include "base/store_exchange.h"
+#include "rcoll/rcoll.h"
+#include "runtime/ledger.h"
+#include "runtime/link_model.h"
+#include "runtime/link_tuning.h"
+#include "runtime/settings_agreement.h"
+#include "runtime/store/janitor.h"
+#include "runtime/store/keys.h"
+#include "runtime/transport_chain.h"
+#include "transports/tcp/on_demand_links.h"
+
+namespace rcoll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// One rank's requests in one phase.
+struct Totals {
+  long requests = 0;
+  long repeats = 0;  // the same question again while it waits
+  long bytes_out = 0;
+  long bytes_in = 0;
+  Clock::time_point done{};  // when the rank finished the phase
+};
+
+// One rank's count of the phase at hand.
+struct RankCount {
+  Totals now;
+  std::set<std::string> asked;
+  void start_phase() {
+    now = Totals{};
+    asked.clear();
+  }
+};
+
+// A rank's client, counted (one thread per rank: no locks).
+class CountingStore final : public Store {
+ public:
+  CountingStore(std::shared_ptr<Store> inner, RankCount* count)
+      : inner_(std::move(inner)), c_(count) {}
+  Status set(const std::string& key, const Bytes& value) override {
+    note("set " + key, key.size() + value.size(), 0);
+    return inner_->set(key, value);
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    auto v = inner_->get(key, timeout);
+    note("get " + key, key.size(), v.ok() ? v.value().size() : 0);
+    return v;
+  }
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    note("add " + key + " " + std::to_string(delta), key.size() + 8, 8);
+    return inner_->add(key, delta);
+  }
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    note("wait " + first(keys), total(keys), 0);
+    return inner_->wait(keys, timeout);
+  }
+  Result<bool> check(const std::string& key) override {
+    note("check " + key, key.size(), 1);
+    return inner_->check(key);
+  }
+  Status erase(const std::string& key) override {
+    note("erase " + key, key.size(), 0);
+    return inner_->erase(key);
+  }
+  Result<int64_t> set_and_add(const std::string& key, const Bytes& value,
+                              const std::string& counter, int64_t delta) override {
+    note("set_and_add " + key, key.size() + value.size() + counter.size() + 8, 8);
+    return inner_->set_and_add(key, value, counter, delta);
+  }
+  Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) override {
+    auto v = inner_->multi_get(keys, timeout);
+    size_t in = 0;
+    if (v.ok())
+      for (const Bytes& b : v.value()) in += b.size();
+    note("multi_get " + first(keys), total(keys), in);
+    return v;
+  }
+  Status erase_many(const std::vector<std::string>& keys) override {
+    note("erase_many " + first(keys), total(keys), 0);
+    return inner_->erase_many(keys);
+  }
+  Result<std::vector<std::string>> absent(const std::vector<std::string>& keys) override {
+    auto v = inner_->absent(keys);
+    note("absent " + first(keys), total(keys), v.ok() ? total(v.value()) : 0);
+    return v;
+  }
+
+ private:
+  static std::string first(const std::vector<std::string>& keys) {
+    return keys.empty() ? "" : keys.front() + " +" + std::to_string(keys.size());
+  }
+  static size_t total(const std::vector<std::string>& keys) {
+    size_t n = 0;
+    for (const auto& k : keys) n += k.size();
+    return n;
+  }
+  void note(const std::string& question, size_t out, size_t in) {
+    ++c_->now.requests;
+    if (!c_->asked.insert(question).second) ++c_->now.repeats;
+    c_->now.bytes_out += static_cast<long>(out);
+    c_->now.bytes_in += static_cast<long>(in);
+  }
+  std::shared_ptr<Store> inner_;
+  RankCount* c_;
+};
+
+// What every rank shares of one run.
+struct Run {
+  int size = 0;
+  uint16_t port = 0;
+  std::string settings;  // settings_every_rank_shares of the defaults
+  std::unique_ptr<std::barrier<>> start;
+  std::vector<RankCount> counts;  // by rank
+  std::vector<Totals> totals[2];  // by phase, by rank: read once every rank is through
+  std::atomic<int> failures{0};
+  std::mutex mu;
+  std::string first_failure;
+  void fail(int rank, const std::string& why) {
+    if (failures++ == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      first_failure = "rank " + std::to_string(rank) + ": " + why;
+    }
+  }
+};
+
+std::string address_of(int rank, int epoch, const char* what) {
+  return "127.0.0.1 " +
+         std::to_string(20000 + (rank * 7 + epoch * 13 + (what[0] == 'l' ? 5 : 0)) % 40000) + " lo";
+}
+
+// An exchange as the runtime's: publish, then gather within `deadline` in
+// slices of `poll` (the judges the runtime gives look at its own state, not
+// the store, except the connect's: a failure key, asked as it asks it).
+Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& mine,
+                       Deadline deadline, Millis poll, const std::string& failed_key = "") {
+  if (Status st = x.publish(rank, mine); !st.ok()) return st;
+  StoreExchange::Judge judge = [](const std::vector<int>&) { return Status(); };
+  if (!failed_key.empty()) {
+    judge = [&s, failed_key](const std::vector<int>&) {
+      auto failed = s.check(failed_key);
+      if (failed.ok() && failed.value())
+        return Status(ErrorCode::kPeerUnreachable, "a rank failed to connect");
+      return Status();
+    };
+  }
+  auto got = x.gather(deadline, judge, poll);
+  if (!got.ok()) return got.status;
+  return std::move(got.reduced);
+}
+
+struct RankState {
+  std::shared_ptr<Store> store;
+  LinkTuner tuner{Options{}};
+  KeyJanitor janitor;
+  LinkSample sample;
+};
+
+Status create(Run& run, int rank, RankState& st) {
+  Store& s = *st.store;
+  const int size = run.size;
+  const Deadline deadline = Deadline::after(120s);
+  if (auto ticket = s.add("instances", 1); !ticket.ok()) return ticket.status();
+  // The settings, and the liveness channel's partners' addresses.
+  const StoreExchange settings(s, keys::settings(), size, reduce_settings);
+  auto got =
+      exchange(s, settings, rank, settings_value(run.settings, address_of(rank, 0, "liveness")),
+               deadline, Millis(100));
+  if (!got.ok()) return got.status();
+  auto live = read_settings(got.value(), rank, size);
+  if (!live.ok()) return live.status();
+  const std::vector<bool> partners = eager_partners(rank, size);
+  for (int q = 0; q < size; ++q) {
+    if (partners[static_cast<size_t>(q)] && live.value().at(q) != address_of(q, 0, "liveness"))
+      return Status(ErrorCode::kInternal,
+                    "rank " + std::to_string(q) + "'s liveness address came back wrong");
+  }
+  // The data plane: addresses, the link timing, the connect outcome.
+  const std::string prefix = keys::transport_addresses("tcp", 0);
+  st.janitor.note_exchange(prefix);
+  const StoreExchange addresses(s, prefix, size, pack_values);
+  const std::string mine = address_of(rank, 0, "tcp");
+  got = exchange(s, addresses, rank, Bytes(mine.begin(), mine.end()), deadline, Millis(20));
+  if (!got.ok()) return got.status();
+  PackedValues book;
+  if (!PackedValues::decode(std::move(got).value(), size, &book))
+    return Status(ErrorCode::kStore, "addresses");
+  for (int q = 0; q < size; ++q) {
+    if (partners[static_cast<size_t>(q)] && book.at(q) != address_of(q, 0, "tcp"))
+      return Status(ErrorCode::kInternal,
+                    "rank " + std::to_string(q) + "'s address came back wrong");
+  }
+  st.sample.valid = true;
+  st.sample.latency_s = 20e-6 + 1e-9 * rank;
+  st.sample.bandwidth = 3e9 - 1e3 * rank;
+  st.janitor.note_exchange(keys::tune(0));
+  const StoreExchange tune(s, keys::tune(0), size, reduce_link_values);
+  got = exchange(s, tune, rank, encode_link_value(st.sample, false), deadline, Millis(100));
+  if (!got.ok()) return got.status();
+  LinkSummary links;
+  if (!decode_link_summary(got.value(), &links)) return Status(ErrorCode::kStore, "link summary");
+  if (links.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12)
+    return Status(ErrorCode::kInternal, "the worst link is not the slowest rank's");
+  st.tuner.adopt(0, links, st.sample, "tcp", size, 1.0);
+  st.janitor.note_exchange(keys::connect(0, "tcp"));
+  const StoreExchange connect(
+      s, keys::connect(0, "tcp"), size, [](const std::vector<Bytes>& values) {
+        const bool all =
+            std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == Bytes{1}; });
+        return Bytes{static_cast<uint8_t>(all ? 1 : 0)};
+      });
+  got = exchange(s, connect, rank, Bytes{1}, deadline, Millis(50), keys::connect_failed(0, "tcp"));
+  if (!got.ok()) return got.status();
+  if (got.value() != Bytes{1}) return Status(ErrorCode::kInternal, "not every rank connected");
+  return Status();
+}
+
+constexpr uint64_t kInFlight = 5;  // the all-reduce that failed
+constexpr size_t kSlices = 8;
+
+Status recover(Run& run, int rank, RankState& st) {
+  Store& s = *st.store;
+  const int size = run.size;
+  const Deadline deadline = Deadline::after(60s);
+  st.janitor.retire();
+  const std::string why = "rank " + std::to_string(rank) + ": link closed";
+  if (Status e = s.set(keys::epoch_failed(0), Bytes(why.begin(), why.end())); !e.ok()) return e;
+  // The ledger: collectives up to 4 done, op 5 in flight, two ranks a slice behind.
+  // Without reset(size): its per-peer counters (about 64 bytes a peer, for
+  // point-to-point ops this job has none of) are O(P) for a real rank in its
+  // own process, but O(P^2) for all of them in this one.
+  ReplayLog log(1 << 20, 1 << 20);
+  log.collective_through = kInFlight - 1;
+  static float buffer[64];
+  OpRecord current;
+  current.op.kind = OpKind::kAllreduce;
+  current.op.in = Buffer::of(buffer, 64);
+  current.op.out = Buffer::of(buffer, 64);
+  current.op.seq = current.op.match_seq = kInFlight;
+  current.total = kSlices;
+  const bool behind = rank == size / 3 || rank == size - 1;
+  current.done = behind ? 2 : 3;
+  current.pool = log.pool();
+  const std::string ledger = serialize_ledger(log, std::span<const OpRecord>(&current, 1), size);
+  st.janitor.note_exchange(keys::recovery_ledgers(0));
+  const StoreExchange ledgers(s, keys::recovery_ledgers(0), size, pack_distinct);
+  auto got =
+      exchange(s, ledgers, rank, encode_values({Bytes{}, Bytes(ledger.begin(), ledger.end())}),
+               deadline, Millis(200));
+  if (!got.ok()) return got.status();
+  DistinctValues values;
+  if (!DistinctValues::decode(got.value(), size, &values))
+    return Status(ErrorCode::kStore, "ledgers");
+  const DistinctValues texts = values.transformed([](const std::string& v) {
+    std::vector<Bytes> parts;
+    if (!decode_values(Bytes(v.begin(), v.end()), 2, &parts)) return std::string();
+    return std::string(parts[1].begin(), parts[1].end());
+  });
+  st.janitor.erase_retired(s, rank, size);
+  auto plan = agree_resume(rank, size, log, std::span<const OpRecord>(&current, 1), texts);
+  if (!plan.ok()) return plan.status();
+  if (plan.value().entries.size() != 1 || plan.value().entries[0].resume != 2)
+    return Status(ErrorCode::kInternal, "the agreed resume slice is not the slowest rank's (2)");
+  // Epoch 1: addresses, a latency-only timing keeping the bandwidth, the connect.
+  const std::string prefix = keys::transport_addresses("tcp", 1);
+  st.janitor.note_exchange(prefix);
+  const StoreExchange addresses(s, prefix, size, pack_values);
+  const std::string mine = address_of(rank, 1, "tcp");
+  got = exchange(s, addresses, rank, Bytes(mine.begin(), mine.end()), deadline, Millis(20));
+  if (!got.ok()) return got.status();
+  PackedValues book;
+  if (!PackedValues::decode(std::move(got).value(), size, &book))
+    return Status(ErrorCode::kStore, "addresses");
+  const LinkSample* last = st.tuner.last_sample(1, "tcp", size);
+  if (last == nullptr) return Status(ErrorCode::kInternal, "no sample kept from epoch 0");
+  LinkSample now = *last;
+  now.bandwidth = 1;
+  const bool moved = !LinkTuner::keep_bandwidth(*last, now);
+  st.janitor.note_exchange(keys::tune(1));
+  const StoreExchange tune(s, keys::tune(1), size, reduce_link_values);
+  got = exchange(s, tune, rank, encode_link_value(now, moved), deadline, Millis(100));
+  if (!got.ok()) return got.status();
+  LinkSummary links;
+  if (!decode_link_summary(got.value(), &links) || links.moved)
+    return Status(ErrorCode::kStore, "link summary");
+  st.tuner.resume_from(plan.value().collectives_started + 1);
+  st.tuner.adopt(1, links, now, "tcp", size, 1.0);
+  st.janitor.note_exchange(keys::connect(1, "tcp"));
+  const StoreExchange connect(
+      s, keys::connect(1, "tcp"), size, [](const std::vector<Bytes>& values) {
+        const bool all =
+            std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == Bytes{1}; });
+        return Bytes{static_cast<uint8_t>(all ? 1 : 0)};
+      });
+  got = exchange(s, connect, rank, Bytes{1}, deadline, Millis(50), keys::connect_failed(1, "tcp"));
+  if (!got.ok()) return got.status();
+  return got.value() == Bytes{1} ? Status()
+                                 : Status(ErrorCode::kInternal, "not every rank connected");
+}
+
+struct Phase {
+  double seconds = 0;
+  long requests = 0, repeats = 0, most_rounds = 0, bytes_out = 0, bytes_in = 0;
+};
+
+Phase tally(const std::vector<Totals>& totals, Clock::time_point started) {
+  Phase p;
+  Clock::time_point last = started;
+  for (const Totals& c : totals) {
+    p.requests += c.requests;
+    p.repeats += c.repeats;
+    p.most_rounds = std::max(p.most_rounds, c.requests - c.repeats);
+    p.bytes_out += c.bytes_out;
+    p.bytes_in += c.bytes_in;
+    last = std::max(last, c.done);
+  }
+  p.seconds = std::chrono::duration<double>(last - started).count();
+  return p;
+}
+
+struct ThreadArgs {
+  Run* run;
+  int rank;
+};
+
+void* rank_main(void* arg) {
+  auto* a = static_cast<ThreadArgs*>(arg);
+  Run& run = *a->run;
+  const int rank = a->rank;
+  TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = run.port;
+  so.connect_timeout = 120s;
+  auto client = connect_tcp_store(so);
+  RankState st;
+  if (!client.ok()) {
+    run.fail(rank, client.status().to_string());
+  } else {
+    st.store = make_prefix_store(
+        std::make_shared<CountingStore>(client.value(), &run.counts[static_cast<size_t>(rank)]),
+        "harness/0");
+  }
+  RankCount& mine = run.counts[static_cast<size_t>(rank)];
+  for (int phase = 0; phase < 2; ++phase) {
+    run.start->arrive_and_wait();  // every rank starts the phase at once
+    mine.start_phase();
+    if (st.store && run.failures == 0) {
+      Status s = phase == 0 ? create(run, rank, st) : recover(run, rank, st);
+      if (!s.ok()) run.fail(rank, s.to_string());
+    }
+    mine.now.done = Clock::now();
+    run.totals[phase][static_cast<size_t>(rank)] = mine.now;
+  }
+  run.start->arrive_and_wait();
+  return nullptr;
+}
+
+// The store server, in a child process of its own: the ranks' P connections
+// and the server's P would not fit in one process's descriptor limit.
+struct ServerProcess {
+  pid_t pid = -1;
+  int hold = -1;  // closing it ends the child
+  uint16_t port = 0;
+};
+
+void raise_descriptor_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    lim.rlim_cur = lim.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+ServerProcess start_server() {
+  int port_pipe[2], hold_pipe[2];
+  if (::pipe(port_pipe) != 0 || ::pipe(hold_pipe) != 0) std::exit(2);
+  ServerProcess sp;
+  sp.pid = ::fork();
+  if (sp.pid == 0) {
+    ::close(port_pipe[0]);
+    ::close(hold_pipe[1]);
+    raise_descriptor_limit();
+    TcpStoreOptions o;
+    o.host = "127.0.0.1";
+    auto server = start_tcp_store_server(o);
+    uint16_t port = server.ok() ? server.value()->port() : 0;
+    if (::write(port_pipe[1], &port, sizeof(port)) != sizeof(port)) ::_exit(2);
+    char c;
+    while (::read(hold_pipe[0], &c, 1) > 0) {
+    }
+    ::_exit(0);
+  }
+  ::close(port_pipe[1]);
+  ::close(hold_pipe[0]);
+  sp.hold = hold_pipe[1];
+  if (::read(port_pipe[0], &sp.port, sizeof(sp.port)) != sizeof(sp.port) || sp.port == 0) {
+    std::fprintf(stderr, "the store server did not start\n");
+    std::exit(2);
+  }
+  ::close(port_pipe[0]);
+  return sp;
+}
+
+void stop_server(ServerProcess& sp) {
+  ::close(sp.hold);
+  int status = 0;
+  (void)::waitpid(sp.pid, &status, 0);
+}
+
+int run_at(int size, bool check) {
+  ServerProcess server = start_server();
+  Run run;
+  run.size = size;
+  run.port = server.port;
+  std::vector<std::string> notes;
+  auto chain = TransportChain::make(Options{}, &notes);
+  if (!chain.ok()) {
+    std::fprintf(stderr, "%s\n", chain.status().to_string().c_str());
+    std::exit(2);
+  }
+  run.settings = settings_every_rank_shares(Options{}, chain.value(), 4 << 20);
+  run.counts.resize(static_cast<size_t>(size));
+  run.totals[0].resize(static_cast<size_t>(size));
+  run.totals[1].resize(static_cast<size_t>(size));
+  Clock::time_point starts[2];
+  run.start = std::make_unique<std::barrier<>>(size + 1);
+  std::vector<ThreadArgs> args(static_cast<size_t>(size));
+  std::vector<pthread_t> threads(static_cast<size_t>(size));
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 128 << 10);
+  for (int r = 0; r < size; ++r) {
+    args[static_cast<size_t>(r)] = ThreadArgs{&run, r};
+    if (pthread_create(&threads[static_cast<size_t>(r)], &attr, rank_main,
+                       &args[static_cast<size_t>(r)]) != 0) {
+      std::fprintf(stderr, "could not start rank %d's thread\n", r);
+      std::exit(2);
+    }
+  }
+  for (Clock::time_point& started : starts) {
+    run.start->arrive_and_wait();
+    started = Clock::now();
+  }
+  run.start->arrive_and_wait();
+  const Phase phases[2] = {tally(run.totals[0], starts[0]), tally(run.totals[1], starts[1])};
+  for (pthread_t t : threads) pthread_join(t, nullptr);
+  stop_server(server);
+  if (run.failures > 0) {
+    std::printf("P=%d: %d rank(s) failed; first: %s\n", size, run.failures.load(),
+                run.first_failure.c_str());
+    return 1;
+  }
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  const char* names[2] = {"create", "recovery"};
+  for (int p = 0; p < 2; ++p) {
+    const Phase& ph = phases[p];
+    const long protocol = ph.requests - ph.repeats;
+    std::printf(
+        "P=%d %-8s %7.3f s  requests %ld (%.1f P; %ld more while waiting, %.1f P)  most rounds of "
+        "a rank %ld  "
+        "bytes to the store %.1f MB, from it %.1f MB (%.0f B per rank)\n",
+        size, names[p], ph.seconds, protocol, static_cast<double>(protocol) / size, ph.repeats,
+        static_cast<double>(ph.repeats) / size, ph.most_rounds, ph.bytes_out / 1e6,
+        ph.bytes_in / 1e6, static_cast<double>(ph.bytes_in) / size);
+  }
+  std::printf("P=%d harness peak RSS %.0f MB\n", size, ru.ru_maxrss / 1024.0);
+  int rc = 0;
+  for (int p = 0; p < 2 && check; ++p) {
+    const Phase& ph = phases[p];
+    const long most_rounds = static_cast<long>(2 * std::ceil(std::log2(size))) + 10;
+    const long most_bytes = 16L * size + 8192;
+    if (ph.requests - ph.repeats > 10L * size) {
+      std::printf("FAIL: %s asked the store %ld requests, more than 10 P = %ld\n", names[p],
+                  ph.requests - ph.repeats, 10L * size);
+      rc = 1;
+    }
+    if (ph.most_rounds > most_rounds) {
+      std::printf("FAIL: a rank made %ld requests in a row in %s, more than 2 log2 P + 10 = %ld\n",
+                  ph.most_rounds, names[p], most_rounds);
+      rc = 1;
+    }
+    if (ph.bytes_in / size > most_bytes) {
+      std::printf(
+          "FAIL: a rank read %ld bytes from the store in %s, more than 16 P + 8 KiB = %ld\n",
+          ph.bytes_in / size, names[p], most_bytes);
+      rc = 1;
+    }
+  }
+  std::fflush(stdout);
+  return rc;
+}
+
+}  // namespace
+}  // namespace rcoll
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s P [P...]   (ranks; e.g. 1024 4096 16384)\n", argv[0]);
+    return 2;
+  }
+  rcoll::raise_descriptor_limit();
+  int rc = 0;
+  bool check = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--check") {
+      check = true;
+      continue;
+    }
+    const int p = std::atoi(argv[i]);
+    if (p < 2) {
+      std::fprintf(stderr, "%s: P must be at least 2\n", argv[i]);
+      return 2;
+    }
+    rc |= rcoll::run_at(p, check);
+  }
+  return rc;
+}
