@@ -168,6 +168,8 @@ bool DistinctValues::decode(const Bytes& packed, int size, DistinctValues* out) 
   }
   if (at != packed.size()) return false;
   d.count_ranks();
+  // Every distinct value is some rank's: one no rank wrote is not ours.
+  if (std::find(d.count_.begin(), d.count_.end(), 0) != d.count_.end()) return false;
   *out = std::move(d);
   return true;
 }

@@ -11,6 +11,12 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+Bytes reduce_all_ok(const std::vector<Bytes>& values) {
+  const bool all =
+      std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == Bytes{1}; });
+  return Bytes{static_cast<uint8_t>(all ? 1 : 0)};
+}
+
 Bytes encode_values(const std::vector<Bytes>& values) {
   size_t total = 0;
   for (const Bytes& v : values) total += 4 + v.size();
@@ -167,8 +173,9 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
   Clock::duration read_each_after = std::chrono::seconds(2) + size_ * Millis(20);
   if (!deadline.is_never())
     read_each_after = std::min<Clock::duration>(read_each_after, deadline.remaining_ms() / 2);
-  Clock::time_point all_in{};  // when a look first found every rank in
-  int64_t last_count = -1;     // the count at the last look
+  Clock::time_point all_in{};                        // when a look first found every rank in
+  int64_t last_count = -1;                           // the count at the last look
+  Clock::time_point looked_for_whom = Clock::now();  // the last look at which ranks are missing
   Status store_status;
   for (;;) {
     const Millis slice =
@@ -201,15 +208,18 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
         return reduced_here(read_each(deadline, judge, poll, interrupted));
       bool everyone = in.ok() && in.value() >= size_;
       // Above kLookFreely ranks, which ranks are missing is asked only once
-      // the count stopped moving (or at the deadline): a look names up to P
-      // keys, and while ranks are still arriving every waiting rank asking
-      // would cost the store O(P^2) (16,384 ranks arriving over more than a
-      // second: 268 million keys a second). Below it, a look is cheap and a
-      // judge hears of a dead rank a second sooner.
+      // the count stopped moving, at most every kLookAnyway while it moves,
+      // and at the deadline: a look names up to P keys, and while ranks are
+      // still arriving every waiting rank asking each second would cost the
+      // store O(P^2) (16,384 ranks arriving over more than a second: 268
+      // million keys a second). Below it, a look is cheap.
       constexpr int kLookFreely = 512;
-      const bool stalled = size_ <= kLookFreely || !in.ok() || in.value() == last_count;
+      constexpr Clock::duration kLookAnyway = std::chrono::seconds(5);
+      const bool stalled = size_ <= kLookFreely || !in.ok() || in.value() == last_count ||
+                           Clock::now() - looked_for_whom >= kLookAnyway;
       if (in.ok()) last_count = in.value();
       if (!everyone && ((judge && stalled) || expired)) {
+        looked_for_whom = Clock::now();
         waiting = look_up(waiting, &answered, &store_status);
         known = true;
         everyone = waiting.empty();

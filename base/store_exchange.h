@@ -57,7 +57,9 @@ class StoreExchange {
   Status publish(int rank, const Bytes& mine) const;
 
   // Called between polls with the ranks not heard from yet (never empty; as
-  // of the last look, at most a second old); a non-OK status ends the gather.
+  // of the last look: at most a second old up to 512 ranks; above, looked
+  // up again once the count of ranks in stops moving, or every 5 s while it
+  // moves); a non-OK status ends the gather.
   using Judge = std::function<Status(const std::vector<int>& missing)>;
 
   // How a gather ended: every rank's value (in rank order), or why not.
@@ -124,6 +126,9 @@ class StoreExchange {
   int size_;
   Reduce reduce_;
 };
+
+// A reduction: {1} when every rank published {1} (it connected), else {0}.
+Bytes reduce_all_ok(const std::vector<Bytes>& values);
 
 // "1, 3, 7": ranks for a message.
 std::string rank_list(const std::vector<int>& ranks);

@@ -146,12 +146,7 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
                                        Deadline deadline, const Abandon& abandon) {
   const std::string failed_key = keys::connect_failed(epoch, name);
   // Reduced to one byte: 1 when every rank connected.
-  const StoreExchange exchange(
-      *store_, keys::connect(epoch, name), size_, [](const std::vector<Bytes>& values) {
-        const bool all =
-            std::all_of(values.begin(), values.end(), [](const Bytes& v) { return v == Bytes{1}; });
-        return Bytes{static_cast<uint8_t>(all ? 1 : 0)};
-      });
+  const StoreExchange exchange(*store_, keys::connect(epoch, name), size_, reduce_all_ok);
   if (!mine.ok()) {
     // The failure key first, so that a rank seeing every rank key also sees it.
     // The first diagnosis wins (a rank that only saw the connect cancelled does not restate it).

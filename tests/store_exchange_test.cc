@@ -387,6 +387,8 @@ TEST(DistinctValues, EachDistinctValueOnceAndWhichRankWroteWhich) {
   EXPECT_FALSE(DistinctValues::decode(cut, 4096, &d));
   EXPECT_FALSE(DistinctValues::decode(Bytes{1, 1, 1, 'a', 1}, 1, &d));
   EXPECT_FALSE(DistinctValues::decode(Bytes{1, 2, 1, 'a', 1, 'b', 0}, 1, &d));
+  EXPECT_FALSE(DistinctValues::decode(Bytes{2, 2, 1, 'a', 1, 'b', 0, 0}, 2, &d))
+      << "'b' is no rank's";
 }
 
 // A judge that says "go on" sees who is missing, looked up at most once a second.

@@ -245,10 +245,7 @@ Status MeshBuilder::dial_lower_ranks() {
   if (!p_.addresses.empty()) {
     addresses_ = p_.addresses;
   } else {
-    // Slices of 20 ms serve the accepts while waiting; with many ranks
-    // waiting, every slice is a request each: up to 200 ms at 10 us a rank.
-    const Millis slice = std::clamp<Millis>(Millis(p_.size / 100), kCancelPoll, Millis(200));
-    got = exchange_.gather(p_.deadline, {}, slice, serve);
+    got = exchange_.gather(p_.deadline, {}, address_wait_slice(p_.size), serve);
   }
   if (got.ended == StoreExchange::Gathered::Ended::kJudged) return got.status;  // cancelled
   if (!got.ok()) {

@@ -116,6 +116,15 @@ struct PartialMesh {
   std::string interface_name;
 };
 
+// The slices in which a build waits for the ranks' addresses, serving the
+// accepts between them: 20 ms, and with many ranks waiting (every slice is a
+// request each) 10 us a rank, up to 200 ms.
+inline std::chrono::milliseconds address_wait_slice(int size) {
+  return std::clamp<std::chrono::milliseconds>(std::chrono::milliseconds(size / 100),
+                                               std::chrono::milliseconds(20),
+                                               std::chrono::milliseconds(200));
+}
+
 // Connects the peers of p.connect_now (and takes any other peer that dials
 // in meanwhile), then hands over the listener for the connections to come.
 Result<PartialMesh> build_partial_tcp_mesh(boost::asio::io_context& io, const MeshParams& p,
