@@ -217,6 +217,30 @@ struct RankState {
   LinkSample sample;
 };
 
+// The data plane's addresses of `epoch`, as the TCP mesh exchanges them
+// (packed, its slices, no judge); the partners' decoded and checked.
+Status exchange_addresses(RankState& st, int rank, int size, int epoch,
+                          const std::vector<bool>& partners, Deadline deadline) {
+  Store& s = *st.store;
+  const std::string prefix = keys::transport_addresses("tcp", static_cast<uint32_t>(epoch));
+  st.janitor.note_exchange(prefix);
+  const StoreExchange addresses(s, prefix, size, pack_values);
+  const std::string mine = address_of(rank, epoch, "tcp");
+  auto got = exchange(s, addresses, rank, Bytes(mine.begin(), mine.end()), deadline,
+                      address_wait_slice(size),
+                      /*failed_key=*/"", /*judged=*/false);
+  if (!got.ok()) return got.status();
+  PackedValues book;
+  if (!PackedValues::decode(std::move(got).value(), size, &book))
+    return Status(ErrorCode::kStore, "addresses");
+  for (int q = 0; q < size; ++q) {
+    if (partners[static_cast<size_t>(q)] && book.at(q) != address_of(q, epoch, "tcp"))
+      return Status(ErrorCode::kInternal,
+                    "rank " + std::to_string(q) + "'s address came back wrong");
+  }
+  return Status();
+}
+
 Status create(Run& run, int rank, RankState& st) {
   Store& s = *st.store;
   const int size = run.size;
@@ -237,22 +261,7 @@ Status create(Run& run, int rank, RankState& st) {
                     "rank " + std::to_string(q) + "'s liveness address came back wrong");
   }
   // The data plane: addresses, the link timing, the connect outcome.
-  const std::string prefix = keys::transport_addresses("tcp", 0);
-  st.janitor.note_exchange(prefix);
-  const StoreExchange addresses(s, prefix, size, pack_values);
-  const std::string mine = address_of(rank, 0, "tcp");
-  got = exchange(s, addresses, rank, Bytes(mine.begin(), mine.end()), deadline,
-                 address_wait_slice(size),
-                 /*failed_key=*/"", /*judged=*/false);
-  if (!got.ok()) return got.status();
-  PackedValues book;
-  if (!PackedValues::decode(std::move(got).value(), size, &book))
-    return Status(ErrorCode::kStore, "addresses");
-  for (int q = 0; q < size; ++q) {
-    if (partners[static_cast<size_t>(q)] && book.at(q) != address_of(q, 0, "tcp"))
-      return Status(ErrorCode::kInternal,
-                    "rank " + std::to_string(q) + "'s address came back wrong");
-  }
+  if (Status a = exchange_addresses(st, rank, size, 0, partners, deadline); !a.ok()) return a;
   st.sample.valid = true;
   st.sample.latency_s = 20e-6 + 1e-9 * rank;
   st.sample.bandwidth = 3e9 - 1e3 * rank;
@@ -320,17 +329,9 @@ Status recover(Run& run, int rank, RankState& st) {
   if (plan.value().entries.size() != 1 || plan.value().entries[0].resume != 2)
     return Status(ErrorCode::kInternal, "the agreed resume slice is not the slowest rank's (2)");
   // Epoch 1: addresses, a latency-only timing keeping the bandwidth, the connect.
-  const std::string prefix = keys::transport_addresses("tcp", 1);
-  st.janitor.note_exchange(prefix);
-  const StoreExchange addresses(s, prefix, size, pack_values);
-  const std::string mine = address_of(rank, 1, "tcp");
-  got = exchange(s, addresses, rank, Bytes(mine.begin(), mine.end()), deadline,
-                 address_wait_slice(size),
-                 /*failed_key=*/"", /*judged=*/false);
-  if (!got.ok()) return got.status();
-  PackedValues book;
-  if (!PackedValues::decode(std::move(got).value(), size, &book))
-    return Status(ErrorCode::kStore, "addresses");
+  if (Status a = exchange_addresses(st, rank, size, 1, eager_partners(rank, size), deadline);
+      !a.ok())
+    return a;
   const LinkSample* last = st.tuner.last_sample(1, "tcp", size);
   if (last == nullptr) return Status(ErrorCode::kInternal, "no sample kept from epoch 0");
   LinkSample now = *last;
