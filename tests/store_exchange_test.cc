@@ -391,6 +391,37 @@ TEST(DistinctValues, EachDistinctValueOnceAndWhichRankWroteWhich) {
       << "'b' is no rank's";
 }
 
+// Above 512 ranks, while ranks are still arriving (the count moves), a
+// waiting rank does not ask which of the P keys are absent: every waiting
+// rank asking once a second was O(P^2) at the store. Once the count stops
+// moving, it asks, and the judge hears who is missing. (Before: a look of
+// every key a second after the gather began, with the count still moving.)
+TEST(StoreExchange, AtThousandsOfRanksWhoIsMissingIsAskedOnlyOnceTheCountStalls) {
+  constexpr int kRanks = 1000;
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", kRanks);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  std::atomic<int> checks_while_arriving{-1};
+  std::thread others([&] {
+    // Ranks 1..799 arrive over about 1.6 s; 800..999 never do.
+    for (int q = 1; q < 800; ++q) {
+      (void)x.publish(q, Bytes{1});
+      std::this_thread::sleep_for(2ms);
+    }
+    checks_while_arriving = store.checks;
+  });
+  std::vector<int> missing;
+  auto all = x.gather(Deadline::after(6s), [&](const std::vector<int>& m) {
+    missing = m;
+    return Status(ErrorCode::kAborted, "judged");
+  });
+  others.join();
+  ASSERT_EQ(all.ended, StoreExchange::Gathered::Ended::kJudged) << all.status.to_string();
+  EXPECT_EQ(checks_while_arriving, 0) << "no key looked up while the count still moved";
+  ASSERT_EQ(missing.size(), 200u);
+  EXPECT_EQ(missing.front(), 800);
+}
+
 // A judge that says "go on" sees who is missing, looked up at most once a second.
 TEST(StoreExchange, WhoIsMissingIsLookedUpAtMostOnceASecond) {
   MemoryStore store;
