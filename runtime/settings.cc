@@ -20,6 +20,8 @@ namespace {
 // (settings are text lines: no NUL).
 const std::string kLivenessMark("\0liveness ", 10);
 
+}  // namespace
+
 // What every rank must set alike, as "name=value" lines. Each of these decides
 // which frames a rank sends or expects (chunk size, window, algorithms, the
 // transports and their order), how long a sent frame is kept for a replay
@@ -27,8 +29,6 @@ const std::string kLivenessMark("\0liveness ", 10);
 // shrink. Options a rank may set for itself (timeouts, backup memory, the
 // interface, congestion control) are not here.
 // `socket_buffer_bytes`: as used (the default where the option is 0).
-}  // namespace
-
 std::string settings_every_rank_shares(const Options& o, const TransportChain& chain,
                                        size_t socket_buffer_bytes) {
   std::string order;
