@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rcoll/store.h"
@@ -72,12 +73,12 @@ class DistinctValues {
   // The lowest rank that published distinct value d, and how many did.
   int first_rank(int d) const { return first_.at(static_cast<size_t>(d)); }
   int ranks_with(int d) const { return count_.at(static_cast<size_t>(d)); }
-  // The same ranks' values, each distinct one made into `f` of it.
+  // The same ranks' values, each distinct one made into `f` of it (in
+  // place: the index is P entries).
   template <typename F>
-  DistinctValues transformed(F f) const {
-    DistinctValues out = *this;
-    for (std::string& v : out.values_) v = f(v);
-    return out;
+  DistinctValues transformed(F f) && {
+    for (std::string& v : values_) v = f(v);
+    return std::move(*this);
   }
 
  private:

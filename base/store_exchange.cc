@@ -78,14 +78,8 @@ void StoreExchange::combine() const {
   // An empty value decodes as no rank's: every gather reads key by key at
   // once instead of waiting for a combined value that will not come.
   if (values.ok()) {
-    Bytes combined;
-    if (reduce_) {
-      combined.push_back(kReducedMark);
-      const Bytes reduced = reduce_(values.value());
-      combined.insert(combined.end(), reduced.begin(), reduced.end());
-    } else {
-      combined = encode_values(values.value());
-    }
+    Bytes combined = reduce_ ? reduce_(values.value()) : encode_values(values.value());
+    if (reduce_) combined.insert(combined.begin(), kReducedMark);
     if (store_.set(combined_key(), combined).ok()) return;
   }
   (void)store_.set(combined_key(), Bytes{});

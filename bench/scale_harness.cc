@@ -323,7 +323,7 @@ Status recover(Run& run, int rank, RankState& st) {
   DistinctValues values;
   if (!DistinctValues::decode(got.value(), size, &values))
     return Status(ErrorCode::kStore, "ledgers");
-  const DistinctValues texts = values.transformed([](const std::string& v) {
+  const DistinctValues texts = std::move(values).transformed([](const std::string& v) {
     std::vector<Bytes> parts;
     if (!decode_values(Bytes(v.begin(), v.end()), 2, &parts)) return std::string();
     return std::string(parts[1].begin(), parts[1].end());

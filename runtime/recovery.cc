@@ -285,7 +285,7 @@ Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& rou
   }
   // Each distinct ballot and ledger. A value that does not split in two goes
   // whole to the ledger check, which names it malformed.
-  return values.transformed([ballots](const std::string& v) {
+  return std::move(values).transformed([ballots](const std::string& v) {
     std::vector<Bytes> parts;
     const Bytes b(v.begin(), v.end());
     if (!decode_values(b, 2, &parts)) parts = {Bytes{}, b};

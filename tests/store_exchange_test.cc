@@ -374,7 +374,7 @@ TEST(DistinctValues, EachDistinctValueOnceAndWhichRankWroteWhich) {
   EXPECT_EQ(d.ranks_with(d.index_of(0)), 4094);
   EXPECT_EQ(d.first_rank(d.index_of(100)), 0);
   const DistinctValues lengths =
-      d.transformed([](const std::string& v) { return std::to_string(v.size()); });
+      DistinctValues(d).transformed([](const std::string& v) { return std::to_string(v.size()); });
   EXPECT_EQ(lengths.of_rank(9), "0");
   EXPECT_EQ(lengths.of_rank(8), "21");
   const DistinctValues same(std::vector<std::string>{"a", "b", "a"});
