@@ -113,21 +113,23 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
     bench)
       # rcoll against raw NCCL, same ranks, same run (RCOLL_GPU_BENCH: rank
       # counts, "b" after one for blocking NCCL calls, "n" for non-blocking
-      # (neither: the default, non-blocking), "c" for every
+      # (neither: the default, blocking), "c" for every
       # op confirmed on its own (RCOLL_NCCL_CONFIRM_EVERY=1, as before stop
       # 49), "r" for recovery off, which drops every confirmation, "k" for the
-      # kept input copied before the op's group (RCOLL_NCCL_KEEP_IN_GROUP=0);
-      # default 1 2 2n).
+      # kept input copied before the op's group (RCOLL_NCCL_KEEP_IN_GROUP=0),
+      # "e" and a number for every that-many-th collective confirmed
+      # (RCOLL_NCCL_CONFIRM_EVERY; 2e64, say); default 1 2 2n).
       run="$bundle/tools/rcoll-run"
       sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
       for cell in ${RCOLL_GPU_BENCH:-1 2 2n}; do
-        np=${cell%%[bncrk]*}
+        np=${cell%%[bncrke]*}
         mode=() recovery=1 every=16 in_group=1
         [[ $cell == *b* ]] && mode=(RCOLL_NCCL_BLOCKING=1)
         [[ $cell == *n* ]] && mode=(RCOLL_NCCL_BLOCKING=0)
         [[ $cell == *c* ]] && every=1
         [[ $cell == *r* ]] && recovery=0
         [[ $cell == *k* ]] && in_group=0
+        [[ $cell =~ e([0-9]+) ]] && every=${BASH_REMATCH[1]}
         # RCOLL_GPU_PHASES=1: each rank logs where its device ops' host time
         # went (RCOLL_NCCL_PHASES, about eight clock reads an op).
         phases=${RCOLL_GPU_PHASES:-0}
