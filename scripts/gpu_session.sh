@@ -121,7 +121,12 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
       # (RCOLL_NCCL_CONFIRM_EVERY; 2e64, say); default 1 2 2n).
       run="$bundle/tools/rcoll-run"
       sizes=${RCOLL_GPU_BENCH_SIZES:-8,4K,1M,64M,256M}
+      declare -A seen=()
       for cell in ${RCOLL_GPU_BENCH:-1 2 2n}; do
+        # A cell named again keeps its own logs (bench_np2_2, ...).
+        seen[$cell]=$((${seen[$cell]:-0} + 1))
+        tag=np$cell
+        ((seen[$cell] > 1)) && tag+=_${seen[$cell]}
         np=${cell%%[bncrke]*}
         mode=() recovery=1 every=16 in_group=1
         [[ $cell == *b* ]] && mode=(RCOLL_NCCL_BLOCKING=1)
@@ -133,12 +138,12 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
         # RCOLL_GPU_PHASES=1: each rank logs where its device ops' host time
         # went (RCOLL_NCCL_PHASES, about eight clock reads an op).
         phases=${RCOLL_GPU_PHASES:-0}
-        step "bench_np${cell}$([[ $phases == 1 ]] && echo _phases)" ${RCOLL_GPU_LIMIT_BENCH:-120} env "${mode[@]}" RCOLL_TRANSPORTS=nccl,tcp RCOLL_RECOVERY=$recovery \
+        step "bench_${tag}$([[ $phases == 1 ]] && echo _phases)" ${RCOLL_GPU_LIMIT_BENCH:-120} env "${mode[@]}" RCOLL_TRANSPORTS=nccl,tcp RCOLL_RECOVERY=$recovery \
           RCOLL_NCCL_CONFIRM_EVERY=$every RCOLL_NCCL_KEEP_IN_GROUP=$in_group \
           RCOLL_NCCL_PHASES=$phases RCOLL_DEBUG=$([[ $phases == 1 ]] && echo INFO || echo WARN) \
           $run -n $np -- $bundle/bench/rcoll-bench --memory cuda --op allreduce --sizes $sizes \
-          --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_np${cell}.json \
-          --compare-dir $logs/bench_np${cell}
+          --iters ${RCOLL_GPU_BENCH_ITERS:-30} --warmup 5 --compare nccl --json $logs/bench_${tag}.json \
+          --compare-dir $logs/bench_${tag}
       done
       ;;
     recovery)

@@ -2,6 +2,7 @@
 
     python ddp_cuda.py [--ranks 2] [--steps 50] [--warmup 5] [--skip-faults] [--timeout 240]
                        [--inject auto|SPEC] [--sigstop-at 20] [--sigstop-s 5]
+                       [--close-link-runs 1] [--skip-nccl] [--variant NAME:VAR=VALUE,...]
 
 Runs ddp_cuda_train.py (a 25M-parameter MLP, ranks sharing one GPU as separate
 NCCL hosts) under torchrun: with nccl, with rcoll, with rcoll under RCOLL_INJECT
@@ -178,6 +179,10 @@ def main():
     ap.add_argument("--inject", default="auto", help='RCOLL_INJECT for the fault run, or "auto"')
     ap.add_argument("--sigstop-at", type=int, default=20)
     ap.add_argument("--sigstop-s", type=float, default=5)
+    ap.add_argument("--close-link-runs", type=int, default=1,
+                    help="close-link runs, one after another, stopping at the first that fails (a hang's stacks: "
+                         "RCOLL_HANG_STACKS_DIR)")
+    ap.add_argument("--skip-nccl", action="store_true", help="no nccl run (no step-time ratio, no check against it)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:VAR=VALUE[,VAR=VALUE]: one more fault-free rcoll run with that environment, timed only")
     a = ap.parse_args()
@@ -205,9 +210,9 @@ def main():
 
     summary = {"ranks": a.ranks, "steps": a.steps, "target_ratio": TARGET_RATIO, "recoveries": {}}
     with tempfile.TemporaryDirectory(prefix="rcoll-ddp-cuda-") as d:
-        nccl = train(a, d, "nccl", "nccl")
+        nccl = None if a.skip_nccl else train(a, d, "nccl", "nccl")
         rcoll = train(a, d, "rcoll", "rcoll")
-        nccl_ok, rcoll_ok = finished(nccl), finished(rcoll)
+        nccl_ok, rcoll_ok = nccl is not None and finished(nccl), finished(rcoll)
         if nccl_ok and rcoll_ok:
             diff = max_diff(rcoll["params"], nccl["params"])
             same = identical(rcoll["params"], nccl["params"])
@@ -227,7 +232,11 @@ def main():
         if not a.skip_faults and rcoll_ok:
             spec = inject_spec(a, rcoll)
             summary["inject"] = spec
-            faulty.append(("close_link", train(a, d, "rcoll+close-link", "rcoll", env={"RCOLL_INJECT": spec})))
+            for i in range(a.close_link_runs):
+                name = "rcoll+close-link" + (f"#{i + 1}" if a.close_link_runs > 1 else "")
+                faulty.append(("close_link", train(a, d, name, "rcoll", env={"RCOLL_INJECT": spec})))
+                if faulty[-1][1]["rc"] != 0:
+                    break
             if a.sigstop_at < a.steps:
                 faulty.append(("sigstop", train(a, d, f"rcoll+sigstop-{a.sigstop_s:g}s", "rcoll",
                                                 ["--sigstop-at", str(a.sigstop_at),
@@ -238,7 +247,10 @@ def main():
             if not finished(run):
                 continue
             rec = recoveries(run)
-            summary["recoveries"][key] = rec
+            if key == "close_link" and a.close_link_runs > 1:
+                summary["recoveries"].setdefault(key, []).append(rec)
+            else:
+                summary["recoveries"][key] = rec
             diff = max_diff(run["params"], rcoll["params"])
             print(f"{run['name']}: recoveries per rank {rec}, params equal the fault-free run bit for bit: "
                   f"{identical(run['params'], rcoll['params'])} (max |diff| {diff:.3g}); counters rank 0: "
@@ -255,7 +267,7 @@ def main():
             else:
                 check(min(rec) >= 1, f"{run['name']}: expected a recovery on every rank, counted {rec}")
 
-    t_nccl, t_rcoll = median_ms(nccl), median_ms(rcoll)
+    t_nccl, t_rcoll = (median_ms(nccl) if nccl else None), median_ms(rcoll)
     ratio = t_rcoll / t_nccl if t_nccl and t_rcoll else None
     print(f"median step: nccl {t_nccl} ms, rcoll {t_rcoll} ms, ratio "
           f"{'n/a' if ratio is None else f'{ratio:.3f}'} (target <= {TARGET_RATIO}, reported only)", flush=True)
