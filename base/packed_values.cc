@@ -135,8 +135,31 @@ Bytes pack_distinct(const std::vector<Bytes>& values) {
     put_varint(out, v->size());
     out.insert(out.end(), v->begin(), v->end());
   }
-  for (uint32_t i : index) put_varint(out, i);
+  // Runs: (value, how many ranks in a row), up to P ranks in all.
+  for (size_t q = 0; q < index.size();) {
+    size_t end = q + 1;
+    while (end < index.size() && index[end] == index[q]) ++end;
+    put_varint(out, index[q]);
+    put_varint(out, end - q);
+    q = end;
+  }
   return out;
+}
+
+void DistinctValues::append(uint32_t value, uint32_t ranks) {
+  if (!run_value_.empty() && run_value_.back() == value) {
+    size_ += static_cast<int>(ranks);  // the same value goes on
+    return;
+  }
+  run_start_.push_back(static_cast<uint32_t>(size_));
+  run_value_.push_back(value);
+  size_ += static_cast<int>(ranks);
+}
+
+int DistinctValues::index_of(int q) const {
+  if (q < 0 || q >= size_) return -1;
+  const auto it = std::upper_bound(run_start_.begin(), run_start_.end(), static_cast<uint32_t>(q));
+  return static_cast<int>(run_value_[static_cast<size_t>(it - run_start_.begin()) - 1]);
 }
 
 DistinctValues::DistinctValues(const std::vector<std::string>& by_rank) {
@@ -144,7 +167,7 @@ DistinctValues::DistinctValues(const std::vector<std::string>& by_rank) {
   for (const std::string& v : by_rank) {
     auto [it, fresh] = seen.emplace(v, static_cast<uint32_t>(values_.size()));
     if (fresh) values_.push_back(v);
-    index_.push_back(it->second);
+    append(it->second, 1);
   }
   count_ranks();
 }
@@ -162,9 +185,13 @@ bool DistinctValues::decode(const Bytes& packed, int size, DistinctValues* out) 
                            packed.begin() + static_cast<std::ptrdiff_t>(at + n));
     at += n;
   }
-  d.index_.resize(count);
-  for (uint32_t& i : d.index_) {
-    if (!get_varint(packed, at, &i) || i >= distinct) return false;
+  while (static_cast<uint32_t>(d.size_) < count) {
+    uint32_t value = 0, ranks = 0;
+    if (!get_varint(packed, at, &value) || value >= distinct) return false;
+    if (!get_varint(packed, at, &ranks) || ranks == 0 ||
+        ranks > count - static_cast<uint32_t>(d.size_))
+      return false;
+    d.append(value, ranks);
   }
   if (at != packed.size()) return false;
   d.count_ranks();
@@ -177,9 +204,12 @@ bool DistinctValues::decode(const Bytes& packed, int size, DistinctValues* out) 
 void DistinctValues::count_ranks() {
   first_.assign(values_.size(), -1);
   count_.assign(values_.size(), 0);
-  for (size_t q = 0; q < index_.size(); ++q) {
-    if (first_[index_[q]] < 0) first_[index_[q]] = static_cast<int>(q);
-    ++count_[index_[q]];
+  for (size_t k = 0; k < run_start_.size(); ++k) {
+    const uint32_t end =
+        k + 1 < run_start_.size() ? run_start_[k + 1] : static_cast<uint32_t>(size_);
+    const uint32_t v = run_value_[k];
+    if (first_[v] < 0) first_[v] = static_cast<int>(run_start_[k]);
+    count_[v] += static_cast<int>(end - run_start_[k]);
   }
 }
 

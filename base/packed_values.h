@@ -50,10 +50,13 @@ class PackedValues {
   Entry first_;
 };
 
-// Every rank's value, each distinct one once and a small index per rank: the
+// Every rank's value, each distinct one once, and which ranks wrote which as
+// runs of ranks (a value's index and how many ranks in a row wrote it): the
 // ledgers of a recovery, which most ranks write alike (a job of collectives:
-// a handful of distinct ledgers among thousands of ranks). A consumer works
-// through the distinct values, not through P copies of them.
+// a handful of distinct ledgers among thousands of ranks, a few runs). A
+// consumer works through the distinct values, not through P copies of them,
+// and every rank reads a few hundred bytes, not one index entry per rank
+// (16 KB at 16,384 ranks, every rank at once: 268 MB out of the store).
 Bytes pack_distinct(const std::vector<Bytes>& values);
 
 class DistinctValues {
@@ -64,11 +67,11 @@ class DistinctValues {
   // Refuses (false) anything pack_distinct did not write for exactly `size` values.
   static bool decode(const Bytes& packed, int size, DistinctValues* out);
 
-  int size() const { return static_cast<int>(index_.size()); }  // ranks
+  int size() const { return size_; }  // ranks
   int distinct() const { return static_cast<int>(values_.size()); }
   const std::string& value(int d) const { return values_.at(static_cast<size_t>(d)); }
   // Which distinct value rank q published, and that value.
-  int index_of(int q) const { return static_cast<int>(index_.at(static_cast<size_t>(q))); }
+  int index_of(int q) const;
   const std::string& of_rank(int q) const { return value(index_of(q)); }
   // The lowest rank that published distinct value d, and how many did.
   int first_rank(int d) const { return first_.at(static_cast<size_t>(d)); }
@@ -83,9 +86,13 @@ class DistinctValues {
 
  private:
   void count_ranks();
+  void append(uint32_t value, uint32_t ranks);  // the next `ranks` ranks wrote `value`
+  int size_ = 0;
   std::vector<std::string> values_;
-  std::vector<uint32_t> index_;  // by rank
-  std::vector<int> first_;       // by distinct value
+  // Runs of ranks that wrote one value: run k starts at rank run_start_[k].
+  std::vector<uint32_t> run_start_;
+  std::vector<uint32_t> run_value_;
+  std::vector<int> first_;  // by distinct value
   std::vector<int> count_;
 };
 

@@ -43,13 +43,23 @@ class StoreExchange {
   // count) and `prefix` + "all" (the combined values).
   // `reduce`, if given, makes the combined value from every rank's, in rank
   // order; the gather returns it (Gathered::reduced), not the values.
+  // `more`, if given, is a second reduction the combiner writes beside the
+  // combined value ("<prefix>more"), which a rank reads only when it needs
+  // it (read_more): every rank's address, say, where a rank dials its few
+  // partners at once (their values picked with the combined value: gather's
+  // `pick`) and any other rank only on first use, if ever.
   using Reduce = std::function<Bytes(const std::vector<Bytes>& values)>;
-  StoreExchange(Store& store, std::string prefix, int size, Reduce reduce = {})
-      : store_(store), prefix_(std::move(prefix)), size_(size), reduce_(std::move(reduce)) {}
+  StoreExchange(Store& store, std::string prefix, int size, Reduce reduce = {}, Reduce more = {})
+      : store_(store),
+        prefix_(std::move(prefix)),
+        size_(size),
+        reduce_(std::move(reduce)),
+        more_(std::move(more)) {}
 
   std::string key(int rank) const { return prefix_ + std::to_string(rank); }
   std::string count_key() const { return prefix_ + "n"; }
   std::string combined_key() const { return prefix_ + "all"; }
+  std::string more_key() const { return prefix_ + "more"; }
 
   // Publishes this rank's value once per exchange (a second publish costs the
   // combined read). The last rank in combines (P reads, best effort: a
@@ -68,6 +78,7 @@ class StoreExchange {
     Ended ended = Ended::kAll;
     std::vector<Bytes> values;  // without a reduction
     Bytes reduced;              // with one: what it made of the values
+    std::vector<Bytes> picked;  // the values of the ranks in `pick`, in its order
     // kJudged: the judge's verdict, as it gave it. kTimedOut: kTimeout,
     // context.peer the first missing rank, the message naming them all.
     // kStoreFailed: the store's own error (it did not answer, or a read failed).
@@ -92,11 +103,21 @@ class StoreExchange {
   // `interrupted`, unlike the judge, is asked after every slice, with no look
   // (a connect the runtime gave up on); a non-OK status ends the gather as
   // the judge's would (kJudged, `missing` as far as known).
+  //
+  // `pick`: ranks whose own values the gather returns as well
+  // (Gathered::picked), read with the combined value in the same request
+  // (Store::multi_get): a rank's partners' addresses. Ranks in [0, size).
   using Interrupt = std::function<Status()>;
   Gathered gather(Deadline deadline, const Judge& judge = {}, Millis poll = Millis(100),
-                  const Interrupt& interrupted = {}) const;
+                  const Interrupt& interrupted = {}, const std::vector<int>& pick = {}) const;
 
-  // Every key of the exchange (every rank's, the count, the combined value):
+  // The second reduction (`more`) of an exchange every rank is known to have
+  // published in (after a gather): one read. Where the combiner could not
+  // write it, every rank's value is read (one multi_get) and reduced here.
+  // Empty without `more`.
+  Result<Bytes> read_more(Deadline deadline) const;
+
+  // Every key of the exchange (every rank's, the count, the combined values):
   // what is erased once every rank has read it (keys of finished epochs).
   std::vector<std::string> all_keys() const;
 
@@ -118,13 +139,15 @@ class StoreExchange {
   std::vector<int> look_up(const std::vector<int>& waiting, bool* answered,
                            Status* store_status) const;
 
-  // The values read key by key, reduced here when the exchange has a reduction.
-  Gathered reduced_here(Gathered read) const;
+  // The values read key by key, reduced here when the exchange has a
+  // reduction, the picked ones taken from them.
+  Gathered reduced_here(Gathered read, const std::vector<int>& pick) const;
 
   Store& store_;
   std::string prefix_;
   int size_;
   Reduce reduce_;
+  Reduce more_;
 };
 
 // A reduction: {1} when every rank published {1} (it connected), else {0}.

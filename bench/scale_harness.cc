@@ -5,9 +5,10 @@
 // code in the order creation and recovery run it:
 //
 //   creation: the instance ticket; the settings exchange (reduce_settings:
-//   the agreement and the packed liveness addresses, read back with
-//   read_settings, the overlay partners' decoded); the data plane's
-//   addresses (pack_values, its 20 ms slices); the link timings
+//   the agreement, read back with read_settings, and the liveness overlay
+//   partners' values picked with it, their addresses checked); the data
+//   plane's addresses (address_exchange, the partners' picked, its 20 ms
+//   slices); the link timings
 //   (reduce_link_values, adopted by a LinkTuner); whether every rank
 //   connected (one byte);
 //
@@ -76,6 +77,8 @@ struct Totals {
   long bytes_out = 0;
   long bytes_in = 0;
   Clock::time_point done{};  // when the rank finished the phase
+  // When the rank finished each step of the phase, in order.
+  std::vector<std::pair<const char*, Clock::time_point>> steps;
 };
 
 // One rank's count of the phase at hand.
@@ -193,7 +196,8 @@ std::string address_of(int rank, int epoch, const char* what) {
 // addresses).
 Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& mine,
                        Deadline deadline, Millis poll, const std::string& failed_key = "",
-                       bool judged = true) {
+                       bool judged = true, const std::vector<int>& pick = {},
+                       std::vector<Bytes>* picked = nullptr) {
   if (Status st = x.publish(rank, mine); !st.ok()) return st;
   StoreExchange::Judge judge;
   if (judged) judge = [](const std::vector<int>&) { return Status(); };
@@ -205,12 +209,23 @@ Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& 
       return Status();
     };
   }
-  auto got = x.gather(deadline, judge, poll);
+  auto got = x.gather(deadline, judge, poll, {}, pick);
   if (!got.ok()) return got.status;
+  if (picked != nullptr) *picked = std::move(got.picked);
   return std::move(got.reduced);
 }
 
+// The ranks set in `partners`, in rank order.
+std::vector<int> ranks_of(const std::vector<bool>& partners) {
+  std::vector<int> out;
+  for (size_t q = 0; q < partners.size(); ++q)
+    if (partners[q]) out.push_back(static_cast<int>(q));
+  return out;
+}
+
 struct RankState {
+  RankCount* count = nullptr;
+  void step(const char* name) { count->now.steps.emplace_back(name, Clock::now()); }
   std::shared_ptr<Store> store;
   LinkTuner tuner{Options{}};
   KeyJanitor janitor;
@@ -218,23 +233,25 @@ struct RankState {
 };
 
 // The data plane's addresses of `epoch`, as the TCP mesh exchanges them
-// (packed, its slices, no judge); the partners' decoded and checked.
+// (address_exchange, its slices, no judge): the partners' read with the
+// combined value, and checked. (A real rank reads everyone's only on a first
+// dial to a rank that is not a partner: no op here does.)
 Status exchange_addresses(RankState& st, int rank, int size, int epoch,
-                          const std::vector<bool>& partners, Deadline deadline) {
+                          const std::vector<int>& partners, Deadline deadline) {
   Store& s = *st.store;
   const std::string prefix = keys::transport_addresses("tcp", static_cast<uint32_t>(epoch));
   st.janitor.note_exchange(prefix);
-  const StoreExchange addresses(s, prefix, size, pack_values);
+  const StoreExchange addresses = address_exchange(s, prefix, size);
   const std::string mine = address_of(rank, epoch, "tcp");
+  std::vector<Bytes> theirs;
   auto got = exchange(s, addresses, rank, Bytes(mine.begin(), mine.end()), deadline,
                       address_wait_slice(size),
-                      /*failed_key=*/"", /*judged=*/false);
+                      /*failed_key=*/"", /*judged=*/false, partners, &theirs);
   if (!got.ok()) return got.status();
-  PackedValues book;
-  if (!PackedValues::decode(std::move(got).value(), size, &book))
-    return Status(ErrorCode::kStore, "addresses");
-  for (int q = 0; q < size; ++q) {
-    if (partners[static_cast<size_t>(q)] && book.at(q) != address_of(q, epoch, "tcp"))
+  if (theirs.size() != partners.size()) return Status(ErrorCode::kStore, "addresses");
+  for (size_t i = 0; i < partners.size(); ++i) {
+    const int q = partners[i];
+    if (std::string(theirs[i].begin(), theirs[i].end()) != address_of(q, epoch, "tcp"))
       return Status(ErrorCode::kInternal,
                     "rank " + std::to_string(q) + "'s address came back wrong");
   }
@@ -246,27 +263,31 @@ Status create(Run& run, int rank, RankState& st) {
   const int size = run.size;
   const Deadline deadline = Deadline::after(120s);
   if (auto ticket = s.add("instances", 1); !ticket.ok()) return ticket.status();
-  // The settings, and the liveness channel's partners' addresses.
-  const StoreExchange settings(s, keys::settings(), size, reduce_settings);
+  st.step("ticket");
+  // The settings, and the liveness channel's partners' addresses with them.
+  const StoreExchange settings(s, keys::settings(), size, reduce_settings, pack_liveness_addresses);
+  const std::vector<int> partners = ranks_of(eager_partners(rank, size));
+  std::vector<Bytes> theirs;
   auto got =
       exchange(s, settings, rank, settings_value(run.settings, address_of(rank, 0, "liveness")),
-               deadline, Millis(100));
+               deadline, Millis(100), "", true, partners, &theirs);
   if (!got.ok()) return got.status();
-  const std::vector<bool> partners = eager_partners(rank, size);
+  if (Status agreed = read_settings(got.value(), rank, size); !agreed.ok()) return agreed;
   {
-    // A real rank keeps its liveness addresses; here every rank holding
-    // them through the rest of creation is O(P^2) bytes in one process.
-    auto live = read_settings(got.value(), rank, size);
-    got = Bytes{};
-    if (!live.ok()) return live.status();
-    for (int q = 0; q < size; ++q) {
-      if (partners[static_cast<size_t>(q)] && live.value().at(q) != address_of(q, 0, "liveness"))
+    AddressBook live = liveness_book(rank, size, address_of(rank, 0, "liveness"), partners, theirs,
+                                     fetch_liveness_addresses(st.store, size));
+    for (int q : partners) {
+      auto a = live.at(q);
+      if (!a.ok()) return a.status();
+      if (a.value() != address_of(q, 0, "liveness"))
         return Status(ErrorCode::kInternal,
                       "rank " + std::to_string(q) + "'s liveness address came back wrong");
     }
   }
+  st.step("settings");
   // The data plane: addresses, the link timing, the connect outcome.
   if (Status a = exchange_addresses(st, rank, size, 0, partners, deadline); !a.ok()) return a;
+  st.step("addresses");
   st.sample.valid = true;
   st.sample.latency_s = 20e-6 + 1e-9 * rank;
   st.sample.bandwidth = 3e9 - 1e3 * rank;
@@ -279,11 +300,13 @@ Status create(Run& run, int rank, RankState& st) {
   if (links.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12)
     return Status(ErrorCode::kInternal, "the worst link is not the slowest rank's");
   st.tuner.adopt(0, links, st.sample, "tcp", size, 1.0);
+  st.step("link timing");
   st.janitor.note_exchange(keys::connect(0, "tcp"));
   const StoreExchange connect(s, keys::connect(0, "tcp"), size, reduce_all_ok);
   got = exchange(s, connect, rank, Bytes{1}, deadline, Millis(50), keys::connect_failed(0, "tcp"));
   if (!got.ok()) return got.status();
   if (got.value() != Bytes{1}) return Status(ErrorCode::kInternal, "not every rank connected");
+  st.step("connect");
   return Status();
 }
 
@@ -297,6 +320,7 @@ Status recover(Run& run, int rank, RankState& st) {
   st.janitor.retire();
   const std::string why = "rank " + std::to_string(rank) + ": link closed";
   if (Status e = s.set(keys::epoch_failed(0), Bytes(why.begin(), why.end())); !e.ok()) return e;
+  st.step("failed key");
   // The ledger: collectives up to 4 done, op 5 in flight, two ranks a slice behind.
   // Without reset(size): its per-peer counters (about 64 bytes a peer, for
   // point-to-point ops this job has none of) are O(P) for a real rank in its
@@ -323,20 +347,24 @@ Status recover(Run& run, int rank, RankState& st) {
   DistinctValues values;
   if (!DistinctValues::decode(got.value(), size, &values))
     return Status(ErrorCode::kStore, "ledgers");
+  st.step("ledgers");
   const DistinctValues texts = std::move(values).transformed([](const std::string& v) {
     std::vector<Bytes> parts;
     if (!decode_values(Bytes(v.begin(), v.end()), 2, &parts)) return std::string();
     return std::string(parts[1].begin(), parts[1].end());
   });
   st.janitor.erase_retired(s, rank, size);
+  st.step("janitor");
   auto plan = agree_resume(rank, size, log, std::span<const OpRecord>(&current, 1), texts);
   if (!plan.ok()) return plan.status();
   if (plan.value().entries.size() != 1 || plan.value().entries[0].resume != 2)
     return Status(ErrorCode::kInternal, "the agreed resume slice is not the slowest rank's (2)");
   // Epoch 1: addresses, a latency-only timing keeping the bandwidth, the connect.
-  if (Status a = exchange_addresses(st, rank, size, 1, eager_partners(rank, size), deadline);
+  if (Status a =
+          exchange_addresses(st, rank, size, 1, ranks_of(eager_partners(rank, size)), deadline);
       !a.ok())
     return a;
+  st.step("addresses");
   const LinkSample* last = st.tuner.last_sample(1, "tcp", size);
   if (last == nullptr) return Status(ErrorCode::kInternal, "no sample kept from epoch 0");
   LinkSample now = *last;
@@ -354,16 +382,22 @@ Status recover(Run& run, int rank, RankState& st) {
                   "the latency-only timing did not keep the slowest rank's bandwidth");
   st.tuner.resume_from(plan.value().collectives_started + 1);
   st.tuner.adopt(1, links, now, "tcp", size, 1.0);
+  st.step("link timing");
   st.janitor.note_exchange(keys::connect(1, "tcp"));
   const StoreExchange connect(s, keys::connect(1, "tcp"), size, reduce_all_ok);
   got = exchange(s, connect, rank, Bytes{1}, deadline, Millis(50), keys::connect_failed(1, "tcp"));
   if (!got.ok()) return got.status();
-  return got.value() == Bytes{1} ? Status()
-                                 : Status(ErrorCode::kInternal, "not every rank connected");
+  if (got.value() != Bytes{1}) return Status(ErrorCode::kInternal, "not every rank connected");
+  st.step("connect");
+  return Status();
 }
 
 struct Phase {
   double seconds = 0;
+  // Each step's end, at the slowest rank and at the median one (s from the
+  // phase's start): where the time goes.
+  std::vector<std::string> step_names;
+  std::vector<double> step_last, step_median;
   // most_asked: the most distinct questions one rank asked (its sequential
   // requests at the store, repeats aside); most_in: the most bytes one rank
   // read (the combiner's read of every rank's value among them).
@@ -383,6 +417,19 @@ Phase tally(const std::vector<Totals>& totals, Clock::time_point started) {
     last = std::max(last, c.done);
   }
   p.seconds = std::chrono::duration<double>(last - started).count();
+  const size_t steps = totals.empty() ? 0 : totals.front().steps.size();
+  for (size_t i = 0; i < steps; ++i) {
+    std::vector<double> at;
+    for (const Totals& c : totals) {
+      if (c.steps.size() != steps) continue;
+      at.push_back(std::chrono::duration<double>(c.steps[i].second - started).count());
+    }
+    if (at.empty()) continue;
+    std::sort(at.begin(), at.end());
+    p.step_names.push_back(totals.front().steps[i].first);
+    p.step_last.push_back(at.back());
+    p.step_median.push_back(at[at.size() / 2]);
+  }
   return p;
 }
 
@@ -401,6 +448,7 @@ void* rank_main(void* arg) {
   so.connect_timeout = 120s;
   auto client = connect_tcp_store(so);
   RankState st;
+  st.count = &run.counts[static_cast<size_t>(rank)];
   if (!client.ok()) {
     run.fail(rank, client.status().to_string());
   } else {
@@ -532,6 +580,13 @@ int run_at(int size, bool check) {
         size, names[p], ph.seconds, protocol, static_cast<double>(protocol) / size, ph.repeats,
         static_cast<double>(ph.repeats) / size, ph.most_asked, ph.bytes_out / 1e6,
         ph.bytes_in / 1e6, static_cast<double>(ph.bytes_in) / size, ph.most_in / 1e3);
+  }
+  for (int p = 0; p < 2; ++p) {
+    std::printf("P=%d %-8s steps done by (s, median rank / last rank):", size, names[p]);
+    for (size_t i = 0; i < phases[p].step_names.size(); ++i)
+      std::printf("%s %s %.2f/%.2f", i ? "," : "", phases[p].step_names[i].c_str(),
+                  phases[p].step_median[i], phases[p].step_last[i]);
+    std::printf("\n");
   }
   std::printf("P=%d harness peak RSS %.0f MB\n", size, ru.ru_maxrss / 1024.0);
   int rc = 0;

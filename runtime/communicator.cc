@@ -93,7 +93,7 @@ Status CommunicatorImpl::start_liveness(Deadline deadline) {
     if (liveness_listener_.valid()) {
       lp.listen_fd = liveness_listener_.release();
       lp.addresses = std::move(liveness_addresses_);
-      liveness_addresses_ = PackedValues();
+      liveness_addresses_ = AddressBook();
     }
     auto live = Liveness::start(lp);
     if (!live.ok()) return live.status();

@@ -118,7 +118,9 @@ class CommunicatorImpl : public ProgressGuard {
   // both values and both ranks; before, a rank with another chunk size (say)
   // connected, and its first op failed as lost frames after 8 recoveries.
   Status agree_settings(Deadline deadline);
-  Result<Bytes> gather_settings(const StoreExchange& exchange, Deadline deadline);
+  // The settings' verdict, and the values of the ranks in `pick` (their liveness addresses).
+  Result<Bytes> gather_settings(const StoreExchange& exchange, Deadline deadline,
+                                const std::vector<int>& pick, std::vector<Bytes>* picked);
   Status start_liveness(Deadline deadline);
   // What detection (runtime/stall_judge.h) knows when `op`, waiting on
   // `awaited`, stalls: this rank's liveness view of its peers.
@@ -370,7 +372,7 @@ class CommunicatorImpl : public ProgressGuard {
   // The liveness channel's listener and every rank's address, from the
   // settings exchange; taken by the first start_liveness.
   MeshListener liveness_listener_;
-  PackedValues liveness_addresses_;
+  AddressBook liveness_addresses_;
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
   // Device collectives on NCCL (runtime/nccl_plane.h); owned by the thread

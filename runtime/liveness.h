@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "base/address_book.h"
 #include "base/deadline.h"
 #include "base/packed_values.h"
 #include "rcoll/status.h"
@@ -109,10 +110,11 @@ struct LivenessParams {
   bool to_all = false;
   Deadline connect_deadline = Deadline::never();
   // Both set (at creation): the listener opened before the settings exchange
-  // and every rank's address, as the settings carried them; no store exchange
-  // of its own. Unset (after a shrink): the mesh publishes and reads them.
+  // and the ranks' addresses, as the settings carried them (the overlay
+  // partners' read, the rest on first use); no store exchange of its own.
+  // Unset (after a shrink): the mesh publishes and reads them.
   int listen_fd = -1;
-  PackedValues addresses;
+  AddressBook addresses;
 };
 
 class Liveness {

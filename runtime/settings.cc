@@ -11,6 +11,7 @@
 #include "runtime/store/call_deadline.h"
 #include "runtime/store/keys.h"
 #include "transports/tcp/mesh.h"
+#include "transports/tcp/on_demand_links.h"
 
 namespace rcoll {
 
@@ -103,26 +104,36 @@ Bytes settings_value(const std::string& settings, const std::string& liveness_ad
   return Bytes(value.begin(), value.end());
 }
 
+std::string liveness_address(const Bytes& value) {
+  const std::string text(value.begin(), value.end());
+  const size_t mark = text.rfind(kLivenessMark);
+  return mark == std::string::npos ? "" : text.substr(mark + kLivenessMark.size());
+}
+
+Bytes pack_liveness_addresses(const std::vector<Bytes>& values) {
+  std::vector<Bytes> addresses;
+  addresses.reserve(values.size());
+  for (const Bytes& v : values) {
+    const std::string a = liveness_address(v);
+    addresses.emplace_back(a.begin(), a.end());
+  }
+  return pack_values(addresses);
+}
+
 Bytes reduce_settings(const std::vector<Bytes>& values) {
   const int size = static_cast<int>(values.size());
   std::vector<std::string> settings;
-  std::vector<Bytes> addresses;
   settings.reserve(values.size());
-  addresses.reserve(values.size());
   for (int q = 0; q < size; ++q) {
     const std::string text(values[static_cast<size_t>(q)].begin(),
                            values[static_cast<size_t>(q)].end());
     const size_t mark = text.rfind(kLivenessMark);
     if (mark == std::string::npos) {
-      return encode_values(
-          {verdict(Verdict::kNoAddress, q,
-                   "rank " + std::to_string(q) +
-                       "'s settings carry no liveness address: it runs another rcoll build; "
-                       "every rank must run the same one"),
-           Bytes{}});
+      return verdict(Verdict::kNoAddress, q,
+                     "rank " + std::to_string(q) +
+                         "'s settings carry no liveness address: it runs another rcoll build; "
+                         "every rank must run the same one");
     }
-    addresses.emplace_back(text.begin() + static_cast<std::ptrdiff_t>(mark + kLivenessMark.size()),
-                           text.end());
     settings.push_back(text.substr(0, mark));
   }
   // The combiner reads every rank's, so all find the same first difference.
@@ -133,38 +144,63 @@ Bytes reduce_settings(const std::vector<Bytes>& values) {
     if (first < 0) first = q;
   }
   if (first >= 0) {
-    return encode_values(
-        {verdict(Verdict::kDiffer, first,
-                 "the ranks' settings differ: " +
-                     describe_difference(settings[0], settings[static_cast<size_t>(first)], first) +
-                     " (" + std::to_string(differing) + " of " + std::to_string(size) +
-                     " ranks differ from rank 0); every rank must set these alike (they decide "
-                     "which frames a rank sends and expects), so no rank creates the communicator"),
-         Bytes{}});
+    return verdict(
+        Verdict::kDiffer, first,
+        "the ranks' settings differ: " +
+            describe_difference(settings[0], settings[static_cast<size_t>(first)], first) + " (" +
+            std::to_string(differing) + " of " + std::to_string(size) +
+            " ranks differ from rank 0); every rank must set these alike (they decide "
+            "which frames a rank sends and expects), so no rank creates the "
+            "communicator");
   }
-  return encode_values({verdict(Verdict::kAgree, -1, ""), pack_values(addresses)});
+  return verdict(Verdict::kAgree, -1, "");
 }
 
-Result<PackedValues> read_settings(const Bytes& reduced, int rank, int size) {
-  std::vector<Bytes> parts;
-  PackedValues addresses;
-  const auto malformed = [&] {
+Status read_settings(const Bytes& reduced, int rank, int size) {
+  if (reduced.empty()) {
     return Status(ErrorCode::kStore, ErrorContext{rank, -1, 0, 0, ""},
-                  "the ranks' settings as combined in the store do not decode (" +
-                      std::to_string(reduced.size()) + " bytes for " + std::to_string(size) +
-                      " ranks): is another program using the store's keys?");
-  };
-  if (!decode_values(reduced, 2, &parts) || parts[0].empty()) return malformed();
-  const auto v = static_cast<Verdict>(parts[0][0]);
-  const std::string text(parts[0].begin() + 1, parts[0].end());
+                  "the ranks' settings as combined in the store are empty (" +
+                      std::to_string(size) + " ranks): is another program using the store's keys?");
+  }
+  const auto v = static_cast<Verdict>(reduced[0]);
+  const std::string text(reduced.begin() + 1, reduced.end());
   const size_t space = text.find(' ');
   const int peer = space == std::string::npos ? -1 : std::atoi(text.c_str());
   const std::string message = space == std::string::npos ? text : text.substr(space + 1);
   if (v == Verdict::kDiffer || v == Verdict::kNoAddress)
     return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, peer, 0, 0, ""}, message);
-  if (v != Verdict::kAgree || !PackedValues::decode(std::move(parts[1]), size, &addresses))
-    return malformed();
-  return addresses;
+  if (v != Verdict::kAgree) {
+    return Status(ErrorCode::kStore, ErrorContext{rank, -1, 0, 0, ""},
+                  "the ranks' settings as combined in the store do not decode (verdict " +
+                      std::to_string(static_cast<int>(v)) + ", " + std::to_string(size) +
+                      " ranks): is another program using the store's keys?");
+  }
+  return Status();
+}
+
+AddressBook::FetchAll fetch_liveness_addresses(std::shared_ptr<Store> store, int size) {
+  return [store = std::move(store), size]() -> Result<PackedValues> {
+    constexpr Millis kFor{5000};
+    const StoreExchange x(*store, keys::settings(), size, {}, pack_liveness_addresses);
+    auto packed = x.read_more(Deadline::after(kFor));
+    if (!packed.ok()) return packed.status();
+    PackedValues all;
+    if (!PackedValues::decode(std::move(packed).value(), size, &all)) {
+      return Status(ErrorCode::kStore,
+                    "every rank's liveness address, as packed in the store, does not decode: is "
+                    "another program using the store's keys?");
+    }
+    return all;
+  };
+}
+
+AddressBook liveness_book(int rank, int size, const std::string& mine,
+                          const std::vector<int>& partners, const std::vector<Bytes>& values,
+                          AddressBook::FetchAll fetch_all) {
+  std::vector<std::pair<int, std::string>> known{{rank, mine}};
+  for (size_t i = 0; i < partners.size() && i < values.size(); ++i)
+    known.emplace_back(partners[i], liveness_address(values[i]));
+  return AddressBook(size, std::move(known), std::move(fetch_all));
 }
 
 Status CommunicatorImpl::agree_settings(Deadline deadline) {
@@ -192,25 +228,37 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
     c.epoch = -1;
     return Status(listener.status().code(), c, "liveness channel: " + listener.status().message());
   }
-  const StoreExchange exchange(*store_, keys::settings(), size_, reduce_settings);
+  const StoreExchange exchange(*store_, keys::settings(), size_, reduce_settings,
+                               pack_liveness_addresses);
   if (Status s = exchange.publish(rank_, settings_value(mine, listener.value().address()));
       !s.ok()) {
     return Status(s.code(), ctx,
                   "could not publish this rank's settings in the store: " + s.message());
   }
-  Result<Bytes> gathered = gather_settings(exchange, deadline);
+  // The liveness overlay's partners' addresses come with the verdict; any
+  // other rank's only if the liveness channel ever dials it (all at once).
+  std::vector<int> partners;
+  if (!options_.heartbeats_to_all) {
+    const std::vector<bool> overlay = eager_partners(rank_, size_);
+    for (int q = 0; q < size_; ++q)
+      if (overlay[static_cast<size_t>(q)]) partners.push_back(q);
+  }
+  std::vector<Bytes> picked;
+  Result<Bytes> gathered = gather_settings(exchange, deadline, partners, &picked);
   if (!gathered.ok()) return gathered.status();
-  auto addresses = read_settings(gathered.value(), rank_, size_);
-  if (!addresses.ok()) return addresses.status();
+  if (Status agreed = read_settings(gathered.value(), rank_, size_); !agreed.ok()) return agreed;
+  liveness_addresses_ = liveness_book(rank_, size_, listener.value().address(), partners, picked,
+                                      fetch_liveness_addresses(store_, size_));
   liveness_listener_ = std::move(listener).value();
-  liveness_addresses_ = std::move(addresses).value();
   return Status();
 }
 
 // Every rank's settings, by rank. This is where a rank that starts late is
 // first missed: it is waited for up to the join timeout, and said so, as a
 // straggler is.
-Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, Deadline deadline) {
+Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, Deadline deadline,
+                                                const std::vector<int>& pick,
+                                                std::vector<Bytes>* picked) {
   const Clock::time_point arrived = Clock::now();
   Clock::time_point next_note = arrived + std::chrono::seconds(5);
   std::vector<int> late;
@@ -230,7 +278,7 @@ Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, D
     }
     return Status();
   };
-  const StoreExchange::Gathered gathered = exchange.gather(deadline, waiting, Millis(100));
+  StoreExchange::Gathered gathered = exchange.gather(deadline, waiting, Millis(100), {}, pick);
   if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
     const int q = gathered.missing.front();
     return Status(
@@ -255,7 +303,8 @@ Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, D
         gathered.status.code(), ErrorContext{rank_, -1, 0, 0, ""},
         "could not read the ranks' settings from the store: " + gathered.status.message());
   }
-  return gathered.reduced;
+  *picked = std::move(gathered.picked);
+  return std::move(gathered.reduced);
 }
 
 }  // namespace rcoll

@@ -34,7 +34,10 @@ class MemoryStore : public Store {
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
     ++calls;
-    if (key.size() < 4 || key.compare(key.size() - 4, 4, "/all") != 0) ++key_reads;
+    if (key.size() < 4 || key.compare(key.size() - 4, 4, "/all") != 0)
+      ++key_reads;
+    else
+      ++combined_reads;
     if (!cv_.wait_for(lock, timeout, [&] { return kv_.count(key) > 0; })) return Status(ErrorCode::kTimeout, "no " + key);
     return kv_[key];
   }
@@ -57,6 +60,22 @@ class MemoryStore : public Store {
     };
     if (!cv_.wait_for(lock, timeout, all)) return Status(ErrorCode::kTimeout, "waiting for keys");
     return Status();
+  }
+  // One request, as the TCP store's: waits for every key, then their values.
+  Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++calls;
+    ++multi_gets;
+    auto all = [&] {
+      for (const auto& k : keys)
+        if (!kv_.count(k)) return false;
+      return true;
+    };
+    if (!cv_.wait_for(lock, timeout, all)) return Status(ErrorCode::kTimeout, "waiting for keys");
+    std::vector<Bytes> values;
+    for (const auto& k : keys) values.push_back(kv_[k]);
+    return values;
   }
   Result<bool> check(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -82,6 +101,8 @@ class MemoryStore : public Store {
   // Requests of every kind; reads of a rank's own key (not the combined value).
   std::atomic<int> calls{0};
   std::atomic<int> key_reads{0};
+  std::atomic<int> multi_gets{0};
+  std::atomic<int> combined_reads{0};  // gets of an exchange's combined value
   int waits = 0;
   int checks = 0;
   bool stalled = false;  // checks and adds time out, as a stalled store host's do
@@ -158,13 +179,14 @@ TEST(StoreExchange, NoJudgeNoPerKeyReadsWhileWaiting) {
   ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
   std::thread late([&] {
     std::this_thread::sleep_for(100ms);
-    (void)x.publish(1, Bytes{2});  // the last in: combines (2 reads)
+    (void)x.publish(1, Bytes{2});  // the last in: combines (one read of both keys)
   });
   auto all = x.gather(Deadline::after(5s), {}, 10ms);
   late.join();
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all.values[1], Bytes{2});
-  EXPECT_EQ(store.key_reads, 2) << "the gather read no rank's key itself, only the combined value";
+  EXPECT_EQ(store.key_reads, 0) << "the gather read no rank's key itself, only the combined value";
+  EXPECT_EQ(store.multi_gets, 1);
 }
 
 // What the combined value saves: P ranks cost the store O(P) requests, not P^2.
@@ -189,7 +211,8 @@ TEST(StoreExchange, EveryRankReadsOneCombinedValue) {
   }
   for (auto& t : ranks) t.join();
   EXPECT_EQ(right, kRanks);
-  EXPECT_EQ(store.key_reads, kRanks) << "only the combiner reads the ranks' keys";
+  EXPECT_EQ(store.key_reads, 0) << "no rank reads a key alone";
+  EXPECT_EQ(store.multi_gets, 1) << "the combiner reads the ranks' keys, in one request";
   // P sets, P adds, P reads, one write, P reads of the combined value (more
   // while a rank waits for the last, in slices), and a count now and then.
   EXPECT_LE(store.calls, 10 * kRanks) << "flat, it was " << kRanks * kRanks;
@@ -322,6 +345,75 @@ TEST(StoreExchange, AReducedExchangeThatFallsBackReducesTheKeysItself) {
   EXPECT_EQ(all.reduced, Bytes{15});
 }
 
+// A rank's partners' values come with the combined value, in the same
+// request; the second reduction is written beside it, and read only when asked.
+TEST(StoreExchange, PickedRanksComeWithTheCombinedValueAndTheSecondReductionWaitsToBeAsked) {
+  constexpr int kRanks = 16;
+  MemoryStore store;
+  const StoreExchange x(store, "tcp/0/", kRanks, summing(),
+                        [](const std::vector<Bytes>& v) { return encode_values(v); });
+  std::vector<std::thread> ranks;
+  std::atomic<int> right{0};
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      if (!x.publish(r, Bytes{static_cast<uint8_t>(r)}).ok()) return;
+      const std::vector<int> pick{(r + 1) % kRanks, (r + kRanks - 1) % kRanks};
+      auto all = x.gather(Deadline::after(10s), {}, Millis(100), {}, pick);
+      if (all.ok() && all.reduced == Bytes{120} &&
+          all.picked ==
+              std::vector<Bytes>{{static_cast<uint8_t>(pick[0])}, {static_cast<uint8_t>(pick[1])}})
+        ++right;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(right, kRanks);
+  EXPECT_EQ(store.multi_gets, kRanks + 1) << "one read a rank (the combiner's of every key aside)";
+  EXPECT_EQ(store.key_reads, 0) << "no rank's key read alone";
+  auto more = x.read_more(Deadline::after(1s));
+  ASSERT_TRUE(more.ok()) << more.status().to_string();
+  std::vector<Bytes> values;
+  ASSERT_TRUE(decode_values(more.value(), kRanks, &values));
+  EXPECT_EQ(values[5], Bytes{5});
+  EXPECT_EQ(x.all_keys().back(), x.more_key()) << "erased with the rest";
+}
+
+// Where the combiner wrote neither (or the keys are all there is), the gather
+// takes the picked values from the keys it reads, and read_more reduces them.
+TEST(StoreExchange, PickedValuesAndTheSecondReductionComeFromTheKeysWithoutACombiner) {
+  MemoryStore store;
+  const StoreExchange x(store, "settings/", 3, summing(), summing());
+  ASSERT_TRUE(store.set(x.key(0), Bytes{4}).ok());
+  ASSERT_TRUE(store.set(x.key(1), Bytes{5}).ok());
+  ASSERT_TRUE(store.set(x.key(2), Bytes{6}).ok());
+  ASSERT_TRUE(store.set(x.combined_key(), Bytes{}).ok());  // the combiner could not read them
+  auto all = x.gather(Deadline::after(5s), {}, 20ms, {}, {2, 0});
+  ASSERT_TRUE(all.ok()) << all.status.to_string();
+  EXPECT_EQ(all.reduced, Bytes{15});
+  EXPECT_EQ(all.picked, (std::vector<Bytes>{{6}, {4}}));
+  auto more = x.read_more(Deadline::after(2s));
+  ASSERT_TRUE(more.ok()) << more.status().to_string();
+  EXPECT_EQ(more.value(), Bytes{15});
+  // Written by a combiner: taken as it is, the mark stripped.
+  ASSERT_TRUE(store.set(x.more_key(), Bytes{StoreExchange::kReducedMark, 99}).ok());
+  more = x.read_more(Deadline::after(1s));
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more.value(), Bytes{99});
+}
+
+// Thousands of waiting ranks each asking again every 20 ms would be a
+// request each per slice: above 2,000 ranks a slice is 50 us a rank.
+TEST(StoreExchange, AtThousandsOfRanksAWaitingRankAsksAgainInLongerSlices) {
+  MemoryStore store;
+  const StoreExchange x(store, "tune/0/", 8192);
+  ASSERT_TRUE(x.publish(0, Bytes{1}).ok());
+  auto all = x.gather(Deadline::after(1s), {}, 20ms);
+  EXPECT_EQ(all.ended, StoreExchange::Gathered::Ended::kTimedOut);
+  // Slices of 409 ms in a second (the last one cut at the deadline): with
+  // 20 ms slices it would be 50 reads.
+  EXPECT_LE(store.combined_reads, 4);
+  EXPECT_GE(store.combined_reads, 3);
+}
+
 TEST(PackedValues, EveryValueComesBackAndAddressesTakeAFewBytesEach) {
   std::vector<Bytes> values;
   std::vector<std::string> texts;
@@ -362,7 +454,7 @@ TEST(DistinctValues, EachDistinctValueOnceAndWhichRankWroteWhich) {
     values.emplace_back(v.begin(), v.end());
   }
   const Bytes packed = pack_distinct(values);
-  EXPECT_LT(packed.size(), 4096u + 100) << "a byte per rank and each ledger once";
+  EXPECT_LT(packed.size(), 80u) << "each ledger once, and five runs of ranks";
   DistinctValues d;
   ASSERT_TRUE(DistinctValues::decode(packed, 4096, &d));
   EXPECT_EQ(d.size(), 4096);
@@ -380,15 +472,29 @@ TEST(DistinctValues, EachDistinctValueOnceAndWhichRankWroteWhich) {
   const DistinctValues same(std::vector<std::string>{"a", "b", "a"});
   EXPECT_EQ(same.distinct(), 2);
   EXPECT_EQ(same.index_of(2), 0);
-  // Refused: another count, a cut, an index past the table, more distinct values than ranks.
+  // Alternating values: a run each, two bytes a rank at most.
+  std::vector<Bytes> alternating;
+  for (int q = 0; q < 1000; ++q) alternating.push_back(Bytes{static_cast<uint8_t>(q % 2)});
+  const Bytes every_other = pack_distinct(alternating);
+  EXPECT_LE(every_other.size(), 2u * 1000 + 16);
+  ASSERT_TRUE(DistinctValues::decode(every_other, 1000, &d));
+  EXPECT_EQ(d.of_rank(999), std::string(1, '\1'));
+  EXPECT_EQ(d.ranks_with(0), 500);
+  // Refused: another count, a cut, an index past the table, more distinct
+  // values than ranks, a value no rank wrote, runs of no rank or past P.
   EXPECT_FALSE(DistinctValues::decode(packed, 4095, &d));
   Bytes cut = packed;
   cut.pop_back();
   EXPECT_FALSE(DistinctValues::decode(cut, 4096, &d));
-  EXPECT_FALSE(DistinctValues::decode(Bytes{1, 1, 1, 'a', 1}, 1, &d));
-  EXPECT_FALSE(DistinctValues::decode(Bytes{1, 2, 1, 'a', 1, 'b', 0}, 1, &d));
-  EXPECT_FALSE(DistinctValues::decode(Bytes{2, 2, 1, 'a', 1, 'b', 0, 0}, 2, &d))
+  EXPECT_FALSE(DistinctValues::decode(Bytes{1, 1, 1, 'a', 1, 1}, 1, &d));
+  EXPECT_FALSE(DistinctValues::decode(Bytes{1, 2, 1, 'a', 1, 'b', 0, 1}, 1, &d));
+  EXPECT_FALSE(DistinctValues::decode(Bytes{2, 2, 1, 'a', 1, 'b', 0, 2}, 2, &d))
       << "'b' is no rank's";
+  EXPECT_FALSE(DistinctValues::decode(Bytes{2, 1, 1, 'a', 0, 0, 0, 2}, 2, &d));
+  EXPECT_FALSE(DistinctValues::decode(Bytes{2, 1, 1, 'a', 0, 3}, 2, &d));
+  EXPECT_TRUE(DistinctValues::decode(Bytes{2, 1, 1, 'a', 0, 1, 0, 1}, 2, &d))
+      << "two runs of one value: the same as one";
+  EXPECT_EQ(d.ranks_with(0), 2);
 }
 
 // Above 512 ranks, while ranks are still arriving (the count moves), a

@@ -662,6 +662,41 @@ TEST(TcpStore, ClientThatLeavesWhileParkedIsCleanedUp) {
   EXPECT_EQ(c->get("parked", 1000ms).value(), to_bytes("v"));
 }
 
+// Many waiters parked on one key, some running out (each leaves the key's
+// list in O(1), the last one moved into its place) while the others stay:
+// every one still parked is answered once the key is set, none twice.
+TEST(TcpStore, WaitersThatRunOutLeaveTheOthersParkedOnTheSameKey) {
+  auto server = start_server();
+  constexpr int kWaiters = 12;
+  std::vector<std::thread> waiters;
+  std::atomic<int> timed_out{0}, answered{0}, wrong{0};
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      auto c = connect_to(server->port());
+      if (!c.ok()) return (void)++wrong;
+      // Every third one runs out first, from the middle of the list as well.
+      auto got = c.value()->get("shared", i % 3 == 1 ? 100ms : 5000ms);
+      if (got.ok()) {
+        if (got.value() == to_bytes("v"))
+          ++answered;
+        else
+          ++wrong;
+      } else if (got.status().code() == ErrorCode::kTimeout) {
+        ++timed_out;
+      } else {
+        ++wrong;
+      }
+    });
+  }
+  std::this_thread::sleep_for(400ms);  // the short ones ran out
+  auto c = connect_to(server->port()).value();
+  ASSERT_TRUE(c->set("shared", to_bytes("v")).ok());
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(timed_out, kWaiters / 3);
+  EXPECT_EQ(answered, kWaiters - kWaiters / 3);
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(TcpStore, LargestValueRoundTripsAndOneMoreByteIsRejected) {
   auto server = start_server();
   auto c = connect_to(server->port()).value();

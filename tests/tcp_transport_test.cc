@@ -554,7 +554,8 @@ TEST(TcpTransportOnDemand, CrossedDialsKeepTheLowerRanksConnection) {
     std::vector<std::string> addresses(2);
     addresses[static_cast<size_t>(me)] = my_address;
     addresses[static_cast<size_t>(other)] = fake.address();
-    OnDemandLinks links(mine, PackedValues(addresses), listener.value().release(), {false, false});
+    OnDemandLinks links(mine, AddressBook(PackedValues(addresses)), listener.value().release(),
+                        {false, false});
 
     links.want(other);
     std::vector<OnDemandLinks::Event> events;

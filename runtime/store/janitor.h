@@ -53,6 +53,7 @@ class KeyJanitor {
         if (rank == 0) {
           keys.push_back(x.count_key());
           keys.push_back(x.combined_key());
+          keys.push_back(x.more_key());  // absent where the exchange has no second reduction
         }
       }
     }

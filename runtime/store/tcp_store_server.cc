@@ -71,6 +71,7 @@ struct Waiter {
   Op op = Op::kGet;
   std::vector<std::string> keys;
   std::string parked_on;  // the missing key it is registered under
+  size_t slot = 0;        // its place in that key's list (unregistered in O(1))
   asio::steady_timer timer;
   bool done = false;
 };
@@ -508,16 +509,24 @@ void ServerImpl::handle(const std::shared_ptr<Session>& session, Request&& q, Wa
 
 void ServerImpl::park_on(const std::shared_ptr<Waiter>& w, const std::string& key) {
   w->parked_on = key;
-  waiters_[key].push_back(w);
+  auto& list = waiters_[key];
+  w->slot = list.size();
+  list.push_back(w);
 }
 
+// O(1): thousands of ranks park on one key (an exchange's combined value),
+// and each of them leaves the list once a slice, so a scan of the list each
+// time was O(P^2) a slice (the scale harness at 8,192 ranks).
 void ServerImpl::unregister(Waiter* w) {
   auto it = waiters_.find(w->parked_on);
   if (it == waiters_.end()) return;
   auto& list = it->second;
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [w](const std::shared_ptr<Waiter>& p) { return p.get() == w; }),
-             list.end());
+  if (w->slot >= list.size() || list[w->slot].get() != w) return;  // not parked there
+  if (w->slot + 1 != list.size()) {
+    list[w->slot] = std::move(list.back());
+    list[w->slot]->slot = w->slot;
+  }
+  list.pop_back();
   if (list.empty()) waiters_.erase(it);
 }
 

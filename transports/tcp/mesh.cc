@@ -62,6 +62,26 @@ AppliedOptions set_socket_options(int fd, const MeshParams& p) {
 // all as handlers on `io`, which run() drives until those are connected or
 // the deadline passes. The handlers point at the builder, so it tears down
 // whatever is still in flight before it returns.
+Bytes all_published(const std::vector<Bytes>&) { return Bytes{}; }
+
+// Every rank's address, read from the store on a first dial to a rank whose
+// address did not come with the combined value (once per mesh at most).
+constexpr Millis kFetchAddressesFor{5000};
+AddressBook::FetchAll fetch_addresses(const MeshParams& p) {
+  return [store = p.store, prefix = p.key_prefix, size = p.size]() -> Result<PackedValues> {
+    const StoreExchange x = address_exchange(*store, prefix, size);
+    auto packed = x.read_more(Deadline::after(kFetchAddressesFor));
+    if (!packed.ok()) return packed.status();
+    PackedValues all;
+    if (!PackedValues::decode(std::move(packed).value(), size, &all)) {
+      return Status(ErrorCode::kStore, "every rank's address under " + prefix +
+                                           " does not decode: is another program using the "
+                                           "store's keys?");
+    }
+    return all;
+  };
+}
+
 class MeshBuilder {
  public:
   MeshBuilder(asio::io_context& io, const MeshParams& p, const NetInterface& iface)
@@ -74,7 +94,7 @@ class MeshBuilder {
         expected_token_(job_token_hash(p.job_token)),
         last_error_(static_cast<size_t>(p.size)),
         partial_(!p.connect_now.empty()),
-        exchange_(*p.store, p.key_prefix, p.size, pack_values) {
+        exchange_(address_exchange(*p.store, p.key_prefix, p.size)) {
     for (int q = 0; q < p.size; ++q) {
       if (q == p.rank || !now(q)) continue;
       ++pending_;
@@ -153,7 +173,8 @@ class MeshBuilder {
   int to_accept_ = 0;  // peers above this rank to connect now, not accepted yet
   int early_ = 0;      // peers not to connect now that dialled in anyway
   bool cancelled_ = false;
-  PackedValues addresses_;        // every rank's, once read
+  AddressBook addresses_;         // connect_now's, and the rest once dialled
+  std::string my_address_;        // as published
   const StoreExchange exchange_;  // the ranks' addresses
 };
 
@@ -170,7 +191,7 @@ Result<PartialMesh> MeshBuilder::build_partial() {
   int listen_fd = partial_ ? acceptor_.release(ec) : -1;
   if (ec) listen_fd = -1;
   tear_down();
-  MeshListener listener(listen_fd, addresses_.empty() ? "" : addresses_.at(p_.rank));
+  MeshListener listener(listen_fd, my_address_);
   if (pending_ > 0) {
     if (cancelled_) return cancelled_status();
     return report_missing();
@@ -205,6 +226,7 @@ Status MeshBuilder::listen_and_publish() {
   }
   port_ = acceptor_.local_endpoint().port();
   const std::string my_addr = iface_.address + " " + std::to_string(port_) + " " + iface_.name;
+  my_address_ = my_addr;
   if (!p_.addresses.empty()) {
     if (p_.addresses.size() != p_.size) {
       return Status(ErrorCode::kInternal, context(-1),
@@ -242,10 +264,14 @@ Status MeshBuilder::dial_lower_ranks() {
     return is_cancelled() ? cancelled_status() : Status();
   };
   StoreExchange::Gathered got;
+  // The peers to connect now, whose addresses come with the combined value.
+  std::vector<int> pick;
+  for (int q = 0; q < p_.size; ++q)
+    if (q != p_.rank && now(q)) pick.push_back(q);
   if (!p_.addresses.empty()) {
     addresses_ = p_.addresses;
   } else {
-    got = exchange_.gather(p_.deadline, {}, address_wait_slice(p_.size), serve);
+    got = exchange_.gather(p_.deadline, {}, address_wait_slice(p_.size), serve, pick);
   }
   if (got.ended == StoreExchange::Gathered::Ended::kJudged) return got.status;  // cancelled
   if (!got.ok()) {
@@ -262,16 +288,25 @@ Status MeshBuilder::dial_lower_ranks() {
             (one ? " never published its address for " : " never published their addresses for ") +
             p_.purpose);
   }
-  if (p_.addresses.empty() && !PackedValues::decode(std::move(got.reduced), p_.size, &addresses_)) {
-    return Status(
-        ErrorCode::kStore, context(-1),
-        "the addresses for " + p_.purpose +
-            " as combined in the store do not decode: is another program using the store's keys?");
+  if (p_.addresses.empty()) {
+    if (got.picked.size() != pick.size()) {
+      return Status(ErrorCode::kStore, context(-1),
+                    "the addresses for " + p_.purpose + " came back " +
+                        std::to_string(got.picked.size()) + " for " + std::to_string(pick.size()) +
+                        " peers: is another program using the store's keys?");
+    }
+    std::vector<std::pair<int, std::string>> known{{p_.rank, my_address_}};
+    for (size_t i = 0; i < pick.size(); ++i)
+      known.emplace_back(pick[i], std::string(got.picked[i].begin(), got.picked[i].end()));
+    addresses_ = AddressBook(p_.size, std::move(known), fetch_addresses(p_));
   }
   for (int peer = 0; peer < p_.rank; ++peer) {
     // Taken already: a peer not to connect now that dialled in first.
     if (!now(peer) || socks_[peer]) continue;
-    if (Status s = add_dial(peer, addresses_.at(peer)); !s.ok()) return s;
+    auto address = addresses_.at(peer);
+    if (!address.ok())
+      return Status(address.status().code(), context(peer), address.status().message());
+    if (Status s = add_dial(peer, address.value()); !s.ok()) return s;
     attempt(dials_.back().get());
   }
   return Status();
@@ -596,6 +631,10 @@ Result<MeshListener> listen_for_mesh(const MeshParams& p) {
   const uint16_t port = acceptor.local_endpoint().port();
   return MeshListener(acceptor.release(), iface.value().address + " " + std::to_string(port) + " " +
                                               iface.value().name);
+}
+
+StoreExchange address_exchange(Store& store, const std::string& prefix, int size) {
+  return StoreExchange(store, prefix, size, all_published, pack_values);
 }
 
 Result<PartialMesh> build_partial_tcp_mesh(asio::io_context& io, const MeshParams& p) {

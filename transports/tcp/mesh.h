@@ -22,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "base/address_book.h"
 #include "base/deadline.h"
 #include "base/packed_values.h"
+#include "base/store_exchange.h"
 #include "rcoll/status.h"
 #include "rcoll/store.h"
 #include "transports/frame.h"
@@ -81,10 +83,11 @@ struct MeshParams {
   // died or gave up during a recovery). May be empty.
   std::function<bool()> cancelled;
   // Set both to skip the store: a listener opened by listen_for_mesh (the
-  // build takes it over), and every rank's address as it published it, by
-  // rank. How the liveness channel's addresses ride on the settings exchange.
+  // build takes it over), and the ranks' addresses as they published them
+  // (those of connect_now known, the others on first use). How the liveness
+  // channel's addresses ride on the settings exchange.
   int listen_fd = -1;
-  PackedValues addresses;
+  AddressBook addresses;
   // The peers to connect now, by rank; empty = every peer. Must be symmetric
   // (q is in p's set exactly when p is in q's): a rank dials the lower ranks
   // of its set and waits for the higher ones. Any other peer of the job that
@@ -112,9 +115,15 @@ using MeshSockets = std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>>;
 struct PartialMesh {
   MeshSockets sockets;  // null for this rank and for peers not connected yet
   MeshListener listener;
-  PackedValues addresses;  // "IP PORT IFNAME", by rank
+  AddressBook addresses;  // "IP PORT IFNAME", by rank: connect_now's known, the rest on first use
   std::string interface_name;
 };
+
+// The exchange of a mesh's addresses under `prefix`: its combined value says
+// only that every rank published (a rank's partners' addresses are read with
+// it: StoreExchange's pick), and every rank's address, packed, is its second
+// reduction, read on a first dial to a rank that is not a partner.
+StoreExchange address_exchange(Store& store, const std::string& prefix, int size);
 
 // The slices in which a build waits for the ranks' addresses, serving the
 // accepts between them: 20 ms, and with many ranks waiting (every slice is a

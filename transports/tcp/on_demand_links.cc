@@ -147,14 +147,15 @@ std::vector<bool> eager_partners(int rank, int size) {
   return partners;
 }
 
-OnDemandLinks::OnDemandLinks(const MeshParams& mesh, PackedValues addresses, int listen_fd,
+OnDemandLinks::OnDemandLinks(const MeshParams& mesh, AddressBook addresses, int listen_fd,
                              const std::vector<bool>& connected)
     : mesh_(mesh),
       addresses_(std::move(addresses)),
       listen_fd_(listen_fd),
       token_hash_(job_token_hash(mesh.job_token)),
       state_(static_cast<size_t>(mesh.size), PeerState::kIdle) {
-  mesh_.store.reset();  // not needed past the build
+  mesh_.store.reset();  // not needed past the build (the book holds its own)
+  mesh_.addresses = AddressBook();
   mesh_.cancelled = nullptr;
   for (size_t q = 0; q < state_.size() && q < connected.size(); ++q)
     if (connected[q]) state_[q] = PeerState::kDone;
@@ -171,7 +172,8 @@ OnDemandLinks::~OnDemandLinks() { close(); }
 // A link of a built epoch that cannot be made fails as one that broke
 // (kTransport): the runtime recovers, as from a closed connection.
 Status OnDemandLinks::unreachable(int peer, const std::string& why) const {
-  const std::string at = peer >= 0 && peer < addresses_.size() ? dialled(addresses_.at(peer)) : "?";
+  const std::string known = addresses_.peek(peer);
+  const std::string at = known.empty() ? "?" : dialled(known);
   return Status(ErrorCode::kTransport,
                 ErrorContext{mesh_.rank, peer, 0, mesh_.epoch, mesh_.transport},
                 "connecting on first use to rank " + std::to_string(peer) + " (" + at + ") for " +
@@ -192,7 +194,7 @@ void OnDemandLinks::want(int peer) {
   if (d.fd >= 0 || d.retry_at != Clock::time_point{}) {
     dials_.push_back(d);
     RCOLL_LOG(kDebug, "%s: dialling rank %d (%s) on first use", mesh_.purpose.c_str(), peer,
-              dialled(addresses_.at(peer)).c_str());
+              dialled(addresses_.peek(peer)).c_str());
   }
 }
 
@@ -205,12 +207,19 @@ void OnDemandLinks::start_dial(Dial* d) {
   d->sent = d->got = 0;
   d->retry_at = {};
   Address to;
-  if (peer >= addresses_.size() || !parse_address(addresses_.at(peer), &to)) {
+  // Read from the store here on the first dial to a rank that is not a partner.
+  auto address = addresses_.at(peer);
+  if (!address.ok()) {
     state_[peer] = PeerState::kDone;
-    ready_.push_back(
-        Event{peer, -1,
-              unreachable(peer, "it published no usable address ('" +
-                                    (peer < addresses_.size() ? addresses_.at(peer) : "") + "')")});
+    ready_.push_back(Event{peer, -1,
+                           unreachable(peer, "its address could not be read from the store: " +
+                                                 address.status().message())});
+    return;
+  }
+  if (!parse_address(address.value(), &to)) {
+    state_[peer] = PeerState::kDone;
+    ready_.push_back(Event{
+        peer, -1, unreachable(peer, "it published no usable address ('" + address.value() + "')")});
     return;
   }
   d->fd = ::socket(to.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -67,7 +67,7 @@ class OnDemandLinks {
   // `mesh` names this rank, the epoch, the job token and the socket options;
   // `addresses` are every rank's as published; `listen_fd` (owned from now)
   // is the epoch's listener. `connected` marks the peers already connected.
-  OnDemandLinks(const MeshParams& mesh, PackedValues addresses, int listen_fd,
+  OnDemandLinks(const MeshParams& mesh, AddressBook addresses, int listen_fd,
                 const std::vector<bool>& connected);
   ~OnDemandLinks();
   OnDemandLinks(const OnDemandLinks&) = delete;
@@ -136,7 +136,7 @@ class OnDemandLinks {
   Status unreachable(int peer, const std::string& why) const;
 
   MeshParams mesh_;
-  PackedValues addresses_;
+  AddressBook addresses_;  // read further on the first dial to a rank not known yet
   int listen_fd_;
   uint64_t token_hash_;
   std::vector<PeerState> state_;
