@@ -102,12 +102,67 @@ StoreExchange::Gathered StoreExchange::reduced_here(Gathered read,
   return read;
 }
 
+std::vector<std::string> StoreExchange::read_keys(const std::vector<int>& pick) const {
+  std::vector<std::string> keys{combined_key()};
+  for (int q : pick) keys.push_back(key(q));
+  return keys;
+}
+
+// A wait parked at the store costs it nothing until it runs out, and each
+// time it runs out every waiting rank asks again: with thousands of ranks
+// waiting, the slices grow to 50 us a rank (0.4 s at 8,192, 0.8 s at 16,384,
+// at most 1 s; the caller's poll where that is longer). Looks and the judge
+// keep their own pace (at most once a second). A gather that must be
+// interrupted (a cancelled connect, accepts to serve) keeps the caller's poll.
+Millis StoreExchange::wait_slice(Deadline deadline, Millis poll, bool interruptible) const {
+  const Millis wait =
+      interruptible ? poll
+                    : std::max<Millis>(poll, std::min<Millis>(Millis(size_ / 20), Millis(1000)));
+  return deadline.is_never() ? wait : std::clamp<Millis>(deadline.remaining_ms(), Millis(1), wait);
+}
+
+bool StoreExchange::take_combined(Bytes& c, Gathered& out) const {
+  if (reduce_ && !c.empty() && c.front() == kReducedMark) {
+    c.erase(c.begin());  // in place: at 16,384 ranks a copy each is gigabytes
+    out.reduced = std::move(c);
+    return true;
+  }
+  return !reduce_ && decode_values(c, size_, &out.values);
+}
+
+StoreExchange::Gathered StoreExchange::publish_and_gather(int rank, const Bytes& mine,
+                                                          Deadline deadline, const Judge& judge,
+                                                          Millis poll, const Interrupt& interrupted,
+                                                          const std::vector<int>& pick) const {
+  auto p = store_.publish_and_wait(key(rank), mine, count_key(), size_, read_keys(pick),
+                                   wait_slice(deadline, poll, static_cast<bool>(interrupted)));
+  if (!p.ok()) {
+    // A store without add: the key is set, and the gather reads the keys.
+    if (p.status().code() == ErrorCode::kUnsupported)
+      return gather(deadline, judge, poll, interrupted, pick);
+    Gathered out;
+    out.ended = Gathered::Ended::kStoreFailed;  // who is missing is not known
+    out.status = p.status();
+    return out;
+  }
+  Store::Published& got = p.value();
+  if (got.completed) {
+    if (got.count == size_) combine();  // past P: a rank published twice (the gather sees to it)
+  } else if (!got.timed_out && got.values.size() == pick.size() + 1) {
+    Gathered out;
+    out.picked.assign(std::make_move_iterator(got.values.begin() + 1),
+                      std::make_move_iterator(got.values.end()));
+    if (take_combined(got.values.front(), out)) return out;
+    return reduced_here(read_each(deadline, judge, poll, interrupted), pick);
+  }
+  return gather(deadline, judge, poll, interrupted, pick);
+}
+
 Result<Bytes> StoreExchange::read_more(Deadline deadline) const {
   if (!more_) return Bytes{};
   // The combiner wrote it before the combined value: there already, unless
-  // it could not (then not coming).
-  auto more =
-      store_.get(more_key(), std::clamp<Millis>(deadline.remaining_ms(), Millis(1), Millis(1000)));
+  // it could not (then not coming: no wait).
+  auto more = store_.get(more_key(), Millis(0));
   if (more.ok() && !more.value().empty() && more.value().front() == kReducedMark) {
     Bytes& m = more.value();
     m.erase(m.begin());
@@ -202,37 +257,22 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
   Status store_status;
   // The combined value, and the picked ranks' keys with it (they are there
   // once it is): one request a slice either way.
-  std::vector<std::string> read_keys{combined_key()};
-  for (int q : pick) read_keys.push_back(key(q));
+  const std::vector<std::string> keys = read_keys(pick);
   auto read = [&](Millis slice) -> Result<Bytes> {
     if (pick.empty()) return store_.get(combined_key(), slice);
-    auto got = store_.multi_get(read_keys, slice);
+    auto got = store_.multi_get(keys, slice);
     if (!got.ok()) return got.status();
     std::vector<Bytes>& v = got.value();
-    if (v.size() != read_keys.size())
-      return Status(ErrorCode::kStore, "multi_get of " + std::to_string(read_keys.size()) +
-                                           " keys answered " + std::to_string(v.size()));
+    if (v.size() != keys.size())
+      return Status(ErrorCode::kStore, "multi_get of " + std::to_string(keys.size()) + " keys of " +
+                                           prefix_ + " answered " + std::to_string(v.size()));
     out.picked.assign(std::make_move_iterator(v.begin() + 1), std::make_move_iterator(v.end()));
     return std::move(v.front());
   };
-  // A wait parked at the store costs it nothing until it runs out, and each
-  // time it runs out every waiting rank asks again: with thousands of ranks
-  // waiting, the slices grow (50 us a rank: 0.4 s at 8,192, 0.8 s at 16,384;
-  // up to 2,000 ranks the caller's poll as given). Looks and the judge keep
-  // their own pace (at most once a second).
-  const Millis wait = std::max<Millis>(poll, std::min<Millis>(Millis(size_ / 20), Millis(1000)));
   for (;;) {
-    const Millis slice =
-        deadline.is_never() ? wait : std::clamp<Millis>(deadline.remaining_ms(), Millis(1), wait);
-    auto combined = read(slice);
+    auto combined = read(wait_slice(deadline, poll, static_cast<bool>(interrupted)));
     if (combined.ok()) {
-      Bytes& c = combined.value();
-      if (reduce_ && !c.empty() && c.front() == kReducedMark) {
-        c.erase(c.begin());  // in place: at 16,384 ranks a copy each is gigabytes
-        out.reduced = std::move(c);
-        return out;
-      }
-      if (!reduce_ && decode_values(c, size_, &out.values)) return out;
+      if (take_combined(combined.value(), out)) return out;
       // Not ours to trust: the keys themselves.
       return reduced_here(read_each(deadline, judge, poll, interrupted), pick);
     }

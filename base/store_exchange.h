@@ -111,6 +111,14 @@ class StoreExchange {
   Gathered gather(Deadline deadline, const Judge& judge = {}, Millis poll = Millis(100),
                   const Interrupt& interrupted = {}, const std::vector<int>& pick = {}) const;
 
+  // publish() and gather() in one: with a store that does both in one
+  // request (Store::publish_and_wait: the TCP store), a rank whose combined
+  // value comes within the first slice asks the store once, not twice.
+  Gathered publish_and_gather(int rank, const Bytes& mine, Deadline deadline,
+                              const Judge& judge = {}, Millis poll = Millis(100),
+                              const Interrupt& interrupted = {},
+                              const std::vector<int>& pick = {}) const;
+
   // The second reduction (`more`) of an exchange every rank is known to have
   // published in (after a gather): one read. Where the combiner could not
   // write it, every rank's value is read (one multi_get) and reduced here.
@@ -128,6 +136,14 @@ class StoreExchange {
  private:
   std::vector<std::string> rank_keys() const;  // every rank's key, in rank order
   void combine() const;
+  // A gather's read: the combined key, then the picked ranks' keys.
+  std::vector<std::string> read_keys(const std::vector<int>& pick) const;
+  // How long a gather waits at the store at a time (the caller's poll, or
+  // 50 us a rank at scale unless `interruptible`), within the deadline.
+  Millis wait_slice(Deadline deadline, Millis poll, bool interruptible) const;
+  // A combined value read: true and `out` complete when it is one (the
+  // reduction, or every value), false when the keys must be read instead.
+  bool take_combined(Bytes& combined, Gathered& out) const;
   Gathered ended_at_deadline(const std::vector<int>& waiting, bool answered,
                              const Status& store_status, const Status& last) const;
   Gathered read_each(Deadline deadline, const Judge& judge, Millis poll,

@@ -135,6 +135,17 @@ class CountingStore final : public Store {
     note("multi_get " + first(keys), total(keys), in);
     return v;
   }
+  Result<Published> publish_and_wait(const std::string& key, const Bytes& value,
+                                     const std::string& counter, int64_t until,
+                                     const std::vector<std::string>& wait_keys,
+                                     std::chrono::milliseconds timeout) override {
+    auto p = inner_->publish_and_wait(key, value, counter, until, wait_keys, timeout);
+    size_t in = 8;
+    if (p.ok())
+      for (const Bytes& b : p.value().values) in += b.size();
+    note("publish " + key, key.size() + value.size() + counter.size() + total(wait_keys), in);
+    return p;
+  }
   Status erase_many(const std::vector<std::string>& keys) override {
     note("erase_many " + first(keys), total(keys), 0);
     return inner_->erase_many(keys);
@@ -188,17 +199,15 @@ std::string address_of(int rank, int epoch, const char* what) {
          std::to_string(20000 + (rank * 7 + epoch * 13 + (what[0] == 'l' ? 5 : 0)) % 40000) + " lo";
 }
 
-// An exchange as the runtime's: publish, then gather within `deadline` in
-// slices of `poll`. The judges the runtime gives look at its own state, not
-// the store, except the connect's (a failure key, asked as it asks it); a
-// judge makes the gather look up who is missing once the count stalls.
-// `judged`: the runtime gives one (every gather but the data plane's
-// addresses).
+// An exchange as the runtime's: publish and gather (one request where the
+// store can) within `deadline`, in slices of `poll`. The judges the runtime gives look at its own
+// state, not the store, except the connect's (a failure key, asked as it asks it); a judge makes
+// the gather look up who is missing once the count stalls. `judged`: the runtime gives one (every
+// gather but the data plane's addresses).
 Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& mine,
                        Deadline deadline, Millis poll, const std::string& failed_key = "",
                        bool judged = true, const std::vector<int>& pick = {},
-                       std::vector<Bytes>* picked = nullptr) {
-  if (Status st = x.publish(rank, mine); !st.ok()) return st;
+                       std::vector<Bytes>* picked = nullptr, bool one_request = true) {
   StoreExchange::Judge judge;
   if (judged) judge = [](const std::vector<int>&) { return Status(); };
   if (!failed_key.empty()) {
@@ -209,7 +218,13 @@ Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& 
       return Status();
     };
   }
-  auto got = x.gather(deadline, judge, poll, {}, pick);
+  // The recovery's ledgers are published before a fault-injection point and
+  // gathered after it: two requests, as the runtime makes them.
+  if (!one_request) {
+    if (Status st = x.publish(rank, mine); !st.ok()) return st;
+  }
+  auto got = one_request ? x.publish_and_gather(rank, mine, deadline, judge, poll, {}, pick)
+                         : x.gather(deadline, judge, poll, {}, pick);
   if (!got.ok()) return got.status;
   if (picked != nullptr) *picked = std::move(got.picked);
   return std::move(got.reduced);
@@ -275,7 +290,7 @@ Status create(Run& run, int rank, RankState& st) {
   if (Status agreed = read_settings(got.value(), rank, size); !agreed.ok()) return agreed;
   {
     AddressBook live = liveness_book(rank, size, address_of(rank, 0, "liveness"), partners, theirs,
-                                     fetch_liveness_addresses(st.store, size));
+                                     fetch_liveness_addresses(st.store, size, Millis(1000)));
     for (int q : partners) {
       auto a = live.at(q);
       if (!a.ok()) return a.status();
@@ -342,7 +357,7 @@ Status recover(Run& run, int rank, RankState& st) {
   const StoreExchange ledgers(s, keys::recovery_ledgers(0), size, pack_distinct);
   auto got =
       exchange(s, ledgers, rank, encode_values({Bytes{}, Bytes(ledger.begin(), ledger.end())}),
-               deadline, Millis(200));
+               deadline, Millis(200), "", true, {}, nullptr, /*one_request=*/false);
   if (!got.ok()) return got.status();
   DistinctValues values;
   if (!DistinctValues::decode(got.value(), size, &values))

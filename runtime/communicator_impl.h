@@ -118,8 +118,9 @@ class CommunicatorImpl : public ProgressGuard {
   // both values and both ranks; before, a rank with another chunk size (say)
   // connected, and its first op failed as lost frames after 8 recoveries.
   Status agree_settings(Deadline deadline);
-  // The settings' verdict, and the values of the ranks in `pick` (their liveness addresses).
-  Result<Bytes> gather_settings(const StoreExchange& exchange, Deadline deadline,
+  // Publishes `mine`, then the settings' verdict, and the values of the
+  // ranks in `pick` (their liveness addresses).
+  Result<Bytes> gather_settings(const StoreExchange& exchange, const Bytes& mine, Deadline deadline,
                                 const std::vector<int>& pick, std::vector<Bytes>* picked);
   Status start_liveness(Deadline deadline);
   // What detection (runtime/stall_judge.h) knows when `op`, waiting on

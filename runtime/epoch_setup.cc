@@ -157,7 +157,6 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
     }
   }
   janitor_.note_exchange(keys::connect(epoch, name));
-  if (Status s = exchange.publish(rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}); !s.ok()) return s;
   // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
   auto failure = [&](const std::vector<int>&) -> Status {
     if (abandon && abandon()) {
@@ -171,7 +170,9 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
     std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
     return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
   };
-  const StoreExchange::Gathered gathered = exchange.gather(deadline, failure, Millis(50));
+  // Published and waited for in one request where the store can.
+  const StoreExchange::Gathered gathered = exchange.publish_and_gather(
+      rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}, deadline, failure, Millis(50));
   switch (gathered.ended) {
     case StoreExchange::Gathered::Ended::kAll:
       break;
@@ -183,8 +184,9 @@ Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, 
                         gathered.status.message());
     case StoreExchange::Gathered::Ended::kStoreFailed:
       return Status(gathered.status.code(), ErrorContext{rank_, -1, 0, epoch, name},
-                    "reading the ranks' " + name + " connect outcomes of epoch " + std::to_string(epoch) +
-                        " from the store: " + gathered.status.message());
+                    "publishing this rank's " + name + " connect outcome of epoch " +
+                        std::to_string(epoch) +
+                        " and reading every rank's from the store: " + gathered.status.message());
   }
   // Every rank reported: a rank that did not connect set the key before its
   // own "0", so only then is there a reason to read it.
@@ -261,11 +263,6 @@ Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Dead
   *mine_out = mine;
   janitor_.note_exchange(prefix);
   const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
-  if (Status s = exchange.publish(rank_, encode_link_value(mine, moved)); !s.ok()) {
-    return Status(s.code(), ErrorContext{rank_, -1, 0, epoch, tname},
-                  "could not publish this rank's link timing of epoch " + std::to_string(epoch) + " in the store: " +
-                      s.message() + "; the epoch cannot be used");
-  }
   // The others' probes end by their own deadlines, which started when their
   // connects did: a probe that ran out of time here would leave none for
   // reading theirs. A rank that died (or left) after connecting will never
@@ -280,7 +277,9 @@ Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Dead
     }
     return Status();
   };
-  const StoreExchange::Gathered gathered = exchange.gather(own_budget(deadline), died);
+  // Published and waited for in one request where the store can.
+  const StoreExchange::Gathered gathered = exchange.publish_and_gather(
+      rank_, encode_link_value(mine, moved), own_budget(deadline), died);
   if (gathered.ended == StoreExchange::Gathered::Ended::kJudged) return gathered.status;
   if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
     const int q = gathered.missing.front();
@@ -290,8 +289,9 @@ Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Dead
   }
   if (!gathered.ok()) {
     return Status(gathered.status.code(), ErrorContext{rank_, -1, 0, epoch, tname},
-                  "reading the link timings of epoch " + std::to_string(epoch) + " from the store: " +
-                      gathered.status.message() + "; the epoch cannot be used");
+                  "publishing this rank's link timing of epoch " + std::to_string(epoch) +
+                      " and reading every rank's from the store: " + gathered.status.message() +
+                      "; the epoch cannot be used");
   }
   LinkSummary links;
   if (!decode_link_summary(gathered.reduced, &links)) {

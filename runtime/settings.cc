@@ -87,12 +87,18 @@ std::string describe_difference(const std::string& zero, const std::string& othe
   return what;
 }
 
-// The reduction's verdict, first of its two values: one byte, then text.
+// The reduction: a mark (this build's form: before stop 52 the verdict was
+// the first of two values, the addresses the second), the verdict's byte,
+// then "<peer> <text>".
+constexpr uint8_t kVerdictMark = 0x56;  // 'V'
 enum class Verdict : uint8_t { kAgree = 0, kDiffer = 1, kNoAddress = 2 };
 
 Bytes verdict(Verdict v, int peer, const std::string& text) {
   const std::string out = std::to_string(peer) + " " + text;
-  Bytes b{static_cast<uint8_t>(v)};
+  Bytes b;
+  b.reserve(2 + out.size());
+  b.push_back(kVerdictMark);
+  b.push_back(static_cast<uint8_t>(v));
   b.insert(b.end(), out.begin(), out.end());
   return b;
 }
@@ -157,13 +163,20 @@ Bytes reduce_settings(const std::vector<Bytes>& values) {
 }
 
 Status read_settings(const Bytes& reduced, int rank, int size) {
-  if (reduced.empty()) {
+  if (reduced.size() < 2) {
     return Status(ErrorCode::kStore, ErrorContext{rank, -1, 0, 0, ""},
-                  "the ranks' settings as combined in the store are empty (" +
-                      std::to_string(size) + " ranks): is another program using the store's keys?");
+                  "the ranks' settings as combined in the store are " +
+                      std::to_string(reduced.size()) + " bytes (" + std::to_string(size) +
+                      " ranks): is another program using the store's keys?");
   }
-  const auto v = static_cast<Verdict>(reduced[0]);
-  const std::string text(reduced.begin() + 1, reduced.end());
+  if (reduced[0] != kVerdictMark) {
+    return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, -1, 0, 0, ""},
+                  "the ranks' settings were combined by another rcoll build (its verdict's form "
+                  "is not this build's): every rank must run the same one, so no rank creates "
+                  "the communicator");
+  }
+  const auto v = static_cast<Verdict>(reduced[1]);
+  const std::string text(reduced.begin() + 2, reduced.end());
   const size_t space = text.find(' ');
   const int peer = space == std::string::npos ? -1 : std::atoi(text.c_str());
   const std::string message = space == std::string::npos ? text : text.substr(space + 1);
@@ -178,11 +191,11 @@ Status read_settings(const Bytes& reduced, int rank, int size) {
   return Status();
 }
 
-AddressBook::FetchAll fetch_liveness_addresses(std::shared_ptr<Store> store, int size) {
-  return [store = std::move(store), size]() -> Result<PackedValues> {
-    constexpr Millis kFor{5000};
+AddressBook::FetchAll fetch_liveness_addresses(std::shared_ptr<Store> store, int size,
+                                               Millis within) {
+  return [store = std::move(store), size, within]() -> Result<PackedValues> {
     const StoreExchange x(*store, keys::settings(), size, {}, pack_liveness_addresses);
-    auto packed = x.read_more(Deadline::after(kFor));
+    auto packed = x.read_more(Deadline::after(within));
     if (!packed.ok()) return packed.status();
     PackedValues all;
     if (!PackedValues::decode(std::move(packed).value(), size, &all)) {
@@ -194,20 +207,34 @@ AddressBook::FetchAll fetch_liveness_addresses(std::shared_ptr<Store> store, int
   };
 }
 
+AddressBook::FetchOne fetch_liveness_address(std::shared_ptr<Store> store, int size,
+                                             Millis within) {
+  return [store = std::move(store), size, within](int q) -> Result<std::string> {
+    const StoreExchange x(*store, keys::settings(), size);
+    auto v = store->get(x.key(q), within);
+    if (!v.ok()) return v.status();
+    const std::string a = liveness_address(v.value());
+    if (a.empty()) {
+      return Status(ErrorCode::kStore, "rank " + std::to_string(q) +
+                                           "'s settings in the store carry no liveness address");
+    }
+    return a;
+  };
+}
+
 AddressBook liveness_book(int rank, int size, const std::string& mine,
                           const std::vector<int>& partners, const std::vector<Bytes>& values,
-                          AddressBook::FetchAll fetch_all) {
+                          AddressBook::FetchAll fetch_all, AddressBook::FetchOne fetch_one) {
   std::vector<std::pair<int, std::string>> known{{rank, mine}};
   for (size_t i = 0; i < partners.size() && i < values.size(); ++i)
     known.emplace_back(partners[i], liveness_address(values[i]));
-  return AddressBook(size, std::move(known), std::move(fetch_all));
+  return AddressBook(size, std::move(known), std::move(fetch_all), std::move(fetch_one));
 }
 
 Status CommunicatorImpl::agree_settings(Deadline deadline) {
   const std::string mine = settings_every_rank_shares(
       options_, chain_,
       options_.socket_buffer_bytes > 0 ? options_.socket_buffer_bytes : kSocketBufferBytes);
-  const ErrorContext ctx{rank_, -1, 0, 0, ""};
   // The set takes no deadline of its own (the TCP store client's is 30 s).
   // A second past the deadline, so that once it passed the store can still
   // be asked who is missing.
@@ -230,11 +257,6 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
   }
   const StoreExchange exchange(*store_, keys::settings(), size_, reduce_settings,
                                pack_liveness_addresses);
-  if (Status s = exchange.publish(rank_, settings_value(mine, listener.value().address()));
-      !s.ok()) {
-    return Status(s.code(), ctx,
-                  "could not publish this rank's settings in the store: " + s.message());
-  }
   // The liveness overlay's partners' addresses come with the verdict; any
   // other rank's only if the liveness channel ever dials it (all at once).
   std::vector<int> partners;
@@ -244,11 +266,17 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
       if (overlay[static_cast<size_t>(q)]) partners.push_back(q);
   }
   std::vector<Bytes> picked;
-  Result<Bytes> gathered = gather_settings(exchange, deadline, partners, &picked);
+  Result<Bytes> gathered = gather_settings(
+      exchange, settings_value(mine, listener.value().address()), deadline, partners, &picked);
   if (!gathered.ok()) return gathered.status();
   if (Status agreed = read_settings(gathered.value(), rank_, size_); !agreed.ok()) return agreed;
+  // Read on the liveness channel's thread, on a first dial to a rank that is
+  // not an overlay partner: within a heartbeat interval (a store slower than
+  // that fails the dial, tried again at a later tick), so heartbeats go on.
+  const Millis within = std::max<Millis>(Millis(10), options_.liveness_budget / 15);
   liveness_addresses_ = liveness_book(rank_, size_, listener.value().address(), partners, picked,
-                                      fetch_liveness_addresses(store_, size_));
+                                      fetch_liveness_addresses(store_, size_, within),
+                                      fetch_liveness_address(store_, size_, within));
   liveness_listener_ = std::move(listener).value();
   return Status();
 }
@@ -256,8 +284,8 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
 // Every rank's settings, by rank. This is where a rank that starts late is
 // first missed: it is waited for up to the join timeout, and said so, as a
 // straggler is.
-Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, Deadline deadline,
-                                                const std::vector<int>& pick,
+Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, const Bytes& mine,
+                                                Deadline deadline, const std::vector<int>& pick,
                                                 std::vector<Bytes>* picked) {
   const Clock::time_point arrived = Clock::now();
   Clock::time_point next_note = arrived + std::chrono::seconds(5);
@@ -278,7 +306,9 @@ Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, D
     }
     return Status();
   };
-  StoreExchange::Gathered gathered = exchange.gather(deadline, waiting, Millis(100), {}, pick);
+  // Published and waited for in one request where the store can.
+  StoreExchange::Gathered gathered =
+      exchange.publish_and_gather(rank_, mine, deadline, waiting, Millis(100), {}, pick);
   if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
     const int q = gathered.missing.front();
     return Status(
@@ -299,9 +329,9 @@ Result<Bytes> CommunicatorImpl::gather_settings(const StoreExchange& exchange, D
               options_.name.c_str(), rank_list(late).c_str(), waited);
   }
   if (!gathered.ok()) {
-    return Status(
-        gathered.status.code(), ErrorContext{rank_, -1, 0, 0, ""},
-        "could not read the ranks' settings from the store: " + gathered.status.message());
+    return Status(gathered.status.code(), ErrorContext{rank_, -1, 0, 0, ""},
+                  "could not publish this rank's settings and read every rank's from the store: " +
+                      gathered.status.message());
   }
   *picked = std::move(gathered.picked);
   return std::move(gathered.reduced);

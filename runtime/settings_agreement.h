@@ -6,6 +6,7 @@
 // scale harness runs the same code (bench/scale_harness.cc).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,14 +47,19 @@ std::string liveness_address(const Bytes& value);
 // liveness channel dials a rank that is not one of its overlay partners.
 Bytes pack_liveness_addresses(const std::vector<Bytes>& values);
 
-// That read: every rank's liveness address from the store (one request).
-AddressBook::FetchAll fetch_liveness_addresses(std::shared_ptr<Store> store, int size);
+// Those reads, each within `within`: every rank's liveness address from the
+// store (one request), or one rank's (its settings value).
+AddressBook::FetchAll fetch_liveness_addresses(std::shared_ptr<Store> store, int size,
+                                               std::chrono::milliseconds within);
+AddressBook::FetchOne fetch_liveness_address(std::shared_ptr<Store> store, int size,
+                                             std::chrono::milliseconds within);
 
 // The ranks' liveness addresses as a rank knows them after the exchange: its
 // own, its overlay `partners`' (their `values`, picked with the verdict, in
-// the same order), the rest through `fetch_all` on first use.
+// the same order), the rest through the fetches on first use.
 AddressBook liveness_book(int rank, int size, const std::string& mine,
                           const std::vector<int>& partners, const std::vector<Bytes>& values,
-                          AddressBook::FetchAll fetch_all);
+                          AddressBook::FetchAll fetch_all,
+                          AddressBook::FetchOne fetch_one = nullptr);
 
 }  // namespace rcoll

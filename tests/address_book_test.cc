@@ -26,6 +26,38 @@ TEST(AddressBook, PartnersAreKnownAndEveryOtherRankIsFetchedOnceAllTogether) {
   EXPECT_EQ(book.peek(2), "a2");
 }
 
+// A rank that dials a few others reads each alone (a few dozen bytes); one
+// that dials many (an all-to-all) reads everyone's at once after kOneByOne.
+TEST(AddressBook, TheFirstFewAreReadOneByOneThenEveryoneAtOnce) {
+  constexpr int kRanks = 100;
+  std::vector<std::string> all;
+  for (int q = 0; q < kRanks; ++q) all.push_back("a" + std::to_string(q));
+  int ones = 0, alls = 0;
+  AddressBook book(
+      kRanks, {{0, "a0"}},
+      [&] {
+        ++alls;
+        return Result<PackedValues>(PackedValues(all));
+      },
+      [&](int q) {
+        ++ones;
+        return Result<std::string>("a" + std::to_string(q));
+      });
+  for (int q = 1; q <= AddressBook::kOneByOne; ++q) EXPECT_EQ(book.at(q).value(), all[q]);
+  EXPECT_EQ(book.at(3).value(), "a3") << "read once, then known";
+  EXPECT_EQ(ones, AddressBook::kOneByOne);
+  EXPECT_EQ(alls, 0);
+  EXPECT_EQ(book.at(99).value(), "a99");
+  EXPECT_EQ(book.at(50).value(), "a50");
+  EXPECT_EQ(ones, AddressBook::kOneByOne);
+  EXPECT_EQ(alls, 1);
+  EXPECT_EQ(book.fetched_all(), 1);
+  // Without everyone's to fall back on, every one is read alone.
+  AddressBook singles(kRanks, {}, nullptr, [&](int q) { return Result<std::string>(all[q]); });
+  for (int q = 0; q < kRanks; ++q) EXPECT_EQ(singles.at(q).value(), all[q]);
+  EXPECT_EQ(singles.fetched_one(), kRanks);
+}
+
 TEST(AddressBook, AFailedFetchIsTheCallersErrorAndIsTriedAgain) {
   int fetches = 0;
   AddressBook book(3, {{0, "x"}}, [&]() -> Result<PackedValues> {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/store_exchange.h"
+
 namespace rcoll {
 namespace {
 
@@ -60,7 +62,11 @@ TEST(SettingsAgreement, AValueWithoutAnAddressAndAVerdictThatDoesNotDecodeAreRef
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(s.context().peer, 1);
   EXPECT_EQ(read_settings(Bytes{}, 0, 2).code(), ErrorCode::kStore);
-  EXPECT_EQ(read_settings(Bytes{9, '1'}, 0, 2).code(), ErrorCode::kStore);
+  EXPECT_EQ(read_settings(Bytes{'V', 9, '1'}, 0, 2).code(), ErrorCode::kStore);
+  // An older build's combiner wrote the verdict as the first of two values.
+  const Status old = read_settings(encode_values({Bytes{0, '-', '1', ' '}, Bytes{}}), 0, 2);
+  EXPECT_EQ(old.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(old.message().find("another rcoll build"), std::string::npos) << old.message();
 }
 
 }  // namespace

@@ -358,7 +358,9 @@ TEST(StoreExchange, PickedRanksComeWithTheCombinedValueAndTheSecondReductionWait
     ranks.emplace_back([&, r] {
       if (!x.publish(r, Bytes{static_cast<uint8_t>(r)}).ok()) return;
       const std::vector<int> pick{(r + 1) % kRanks, (r + kRanks - 1) % kRanks};
-      auto all = x.gather(Deadline::after(10s), {}, Millis(100), {}, pick);
+      // One slice as long as the deadline: every rank's read waits for the
+      // combined value, however late its thread started.
+      auto all = x.gather(Deadline::after(10s), {}, Millis(10000), {}, pick);
       if (all.ok() && all.reduced == Bytes{120} &&
           all.picked ==
               std::vector<Bytes>{{static_cast<uint8_t>(pick[0])}, {static_cast<uint8_t>(pick[1])}})

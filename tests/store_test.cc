@@ -330,6 +330,39 @@ TEST_P(StoreTest, MultiGetWaitsForEveryKeyAndAnswersInKeyOrder) {
       << missing.status().to_string();
 }
 
+// An exchange's publish and its wait in one call: the count comes back in
+// every answer; the rank that completes the count waits for nothing; the
+// others wait for the keys (a timeout an answer, not an error).
+TEST_P(StoreTest, PublishAndWaitCountsThenWaitsUnlessItCompletedTheCount) {
+  auto first = store_->publish_and_wait("p/0", to_bytes("zero"), "p/n", 3, {"p/all", "p/1"}, 50ms);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first.value().count, 1);
+  EXPECT_TRUE(first.value().timed_out);
+  EXPECT_FALSE(first.value().completed);
+  Result<Store::Published> second = Status();
+  std::thread waiting([&] {
+    second = other_->publish_and_wait("p/1", to_bytes("one"), "p/n", 3, {"p/all", "p/0"}, 5000ms);
+  });
+  std::this_thread::sleep_for(100ms);
+  auto last = store_->publish_and_wait("p/2", to_bytes("two"), "p/n", 3, {"p/all"}, 5000ms);
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_EQ(last.value().count, 3);
+  EXPECT_TRUE(last.value().completed) << "it completed the count: nothing to wait for";
+  EXPECT_TRUE(last.value().values.empty());
+  ASSERT_TRUE(store_->set("p/all", to_bytes("everyone")).ok());  // as its combine would
+  waiting.join();
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second.value().count, 2);
+  EXPECT_FALSE(second.value().timed_out);
+  ASSERT_EQ(second.value().values.size(), 2u);
+  EXPECT_EQ(second.value().values[0], to_bytes("everyone"));
+  EXPECT_EQ(second.value().values[1], to_bytes("zero"));
+  EXPECT_EQ(store_->get("p/2", 1000ms).value(), to_bytes("two"));
+  // A counter that is not one: refused, as set_and_add's.
+  ASSERT_TRUE(store_->set("p/text", to_bytes("abc")).ok());
+  EXPECT_FALSE(store_->publish_and_wait("p/3", to_bytes("x"), "p/text", 3, {"p/all"}, 50ms).ok());
+}
+
 TEST_P(StoreTest, EraseManyErasesEveryKeyAndIgnoresAbsentOnes) {
   ASSERT_TRUE(store_->set("e/1", to_bytes("1")).ok());
   ASSERT_TRUE(store_->set("e/2", to_bytes("2")).ok());

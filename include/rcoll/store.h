@@ -42,6 +42,21 @@ class Store {
   // Blocks until every key exists (as wait does), then returns their values in key order.
   virtual Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
                                                std::chrono::milliseconds timeout);
+  // An exchange's publish and its wait in one call: sets key, adds 1 to
+  // counter (as set_and_add), and unless that brought the count to `until`
+  // (or past it), waits up to `timeout` for every key of `wait_keys` and
+  // returns their values (as multi_get). A timeout is an answer here, not an
+  // error. One request with the TCP store; the default makes the two calls.
+  struct Published {
+    int64_t count = 0;          // the counter's value after this publish
+    bool completed = false;     // this publish brought it to `until`: nothing waited for
+    bool timed_out = false;     // some of wait_keys were not there within the timeout
+    std::vector<Bytes> values;  // else wait_keys' values, in their order
+  };
+  virtual Result<Published> publish_and_wait(const std::string& key, const Bytes& value,
+                                             const std::string& counter, int64_t until,
+                                             const std::vector<std::string>& wait_keys,
+                                             std::chrono::milliseconds timeout);
   // Erases every key (absent ones are no error).
   virtual Status erase_many(const std::vector<std::string>& keys);
   // Waits for key to exist: true once it does; false when the timeout passes

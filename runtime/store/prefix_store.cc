@@ -35,6 +35,13 @@ class PrefixStore final : public Store {
                               const std::string& counter, int64_t delta) override {
     return inner_->set_and_add(full(key), value, full(counter), delta);
   }
+  Result<Published> publish_and_wait(const std::string& key, const Bytes& value,
+                                     const std::string& counter, int64_t until,
+                                     const std::vector<std::string>& wait_keys,
+                                     std::chrono::milliseconds timeout) override {
+    return inner_->publish_and_wait(full(key), value, full(counter), until, full(wait_keys),
+                                    timeout);
+  }
   Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
                                        std::chrono::milliseconds timeout) override {
     return inner_->multi_get(full(keys), timeout);

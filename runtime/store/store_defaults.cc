@@ -27,6 +27,29 @@ Result<std::vector<Bytes>> Store::multi_get(const std::vector<std::string>& keys
   return values;
 }
 
+Result<Store::Published> Store::publish_and_wait(const std::string& key, const Bytes& value,
+                                                 const std::string& counter, int64_t until,
+                                                 const std::vector<std::string>& wait_keys,
+                                                 std::chrono::milliseconds timeout) {
+  Published p;
+  auto count = set_and_add(key, value, counter, 1);
+  if (!count.ok()) return count.status();
+  p.count = count.value();
+  if (p.count >= until) {
+    p.completed = true;
+    return p;
+  }
+  auto values = multi_get(wait_keys, timeout);
+  if (values.ok()) {
+    p.values = std::move(values).value();
+  } else if (values.status().code() == ErrorCode::kTimeout) {
+    p.timed_out = true;
+  } else {
+    return values.status();
+  }
+  return p;
+}
+
 Status Store::erase_many(const std::vector<std::string>& keys) {
   Status first;
   for (const std::string& key : keys) {

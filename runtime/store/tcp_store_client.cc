@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -402,6 +403,40 @@ class TcpStoreClient final : public Store {
       for (Bytes& v : got) values.push_back(std::move(v));
     }
     return values;
+  }
+
+  // One request (kPublish); more wait keys than a request names go as the
+  // two calls.
+  Result<Published> publish_and_wait(const std::string& key, const Bytes& value,
+                                     const std::string& counter, int64_t until,
+                                     const std::vector<std::string>& wait_keys,
+                                     std::chrono::milliseconds timeout) override {
+    if (wait_keys.empty() || wait_keys.size() + 2 > store_wire::kMaxKeys || until < 1 ||
+        until > INT32_MAX)
+      return Store::publish_and_wait(key, value, counter, until, wait_keys, timeout);
+    const int64_t ms = std::min<int64_t>(clamp_timeout(timeout), UINT32_MAX);
+    std::vector<std::string> keys{key, counter};
+    keys.insert(keys.end(), wait_keys.begin(), wait_keys.end());
+    Request q{Op::kPublish, std::move(keys), value, store_wire::publish_integer(until, ms)};
+    // Not idempotent (the add): never re-sent once it may have reached the server.
+    auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), false,
+                  "publish(" + key_text(key) + ", " + key_text(counter) + ")");
+    if (!r.ok()) return r.status();
+    Published p;
+    p.count = r.value().integer;
+    if (r.value().reply == Reply::kTimeout) {
+      p.timed_out = true;
+      return p;
+    }
+    if (p.count >= until) {
+      p.completed = true;
+      return p;
+    }
+    if (!decode_values(r.value().value, static_cast<int>(wait_keys.size()), &p.values)) {
+      return Status(ErrorCode::kStore, "the store at " + address_ + " answered publish(" +
+                                           key_text(key) + ") with a malformed value list");
+    }
+    return p;
   }
 
   Status erase_many(const std::vector<std::string>& keys) override {

@@ -179,6 +179,8 @@ const char* to_string(Op op) {
       return "multi_get";
     case Op::kEraseMany:
       return "erase_many";
+    case Op::kPublish:
+      return "publish";
   }
   return "unknown op";
 }
@@ -261,6 +263,9 @@ Status validate(const Request& q) {
     case Op::kEraseMany:
       s = need_keys(1, kMaxKeys);
       break;
+    case Op::kPublish:
+      s = need_keys(3, kMaxKeys);
+      break;
     default:
       return Status(ErrorCode::kInvalidArgument,
                     "unknown store op " + std::to_string(static_cast<int>(q.op)));
@@ -275,7 +280,8 @@ Status validate(const Request& q) {
     }
   }
   size_t value_limit = 0;
-  if (q.op == Op::kSet || q.op == Op::kSetAdd) value_limit = kMaxValueLength;
+  if (q.op == Op::kSet || q.op == Op::kSetAdd || q.op == Op::kPublish)
+    value_limit = kMaxValueLength;
   if (q.op == Op::kHello) value_limit = kMaxKeyLength;  // the token
   if (q.value.size() > value_limit) {
     return Status(ErrorCode::kInvalidArgument, std::string("store ") + to_string(q.op) +
@@ -288,11 +294,16 @@ Status validate(const Request& q) {
                                                    " with a negative timeout (" +
                                                    std::to_string(q.integer) + " ms)");
   }
+  if (q.op == Op::kPublish && publish_until(q.integer) < 1) {
+    return Status(ErrorCode::kInvalidArgument, "store publish completing a count of " +
+                                                   std::to_string(publish_until(q.integer)) +
+                                                   " (at least 1)");
+  }
   return Status();
 }
 
 Result<Request> decode_request_body(uint8_t kind, std::span<const uint8_t> body) {
-  if (kind < static_cast<uint8_t>(Op::kHello) || kind > static_cast<uint8_t>(Op::kEraseMany)) {
+  if (kind < static_cast<uint8_t>(Op::kHello) || kind > static_cast<uint8_t>(Op::kPublish)) {
     return bad("unknown request op " + std::to_string(kind));
   }
   auto parsed = decode_body(body);

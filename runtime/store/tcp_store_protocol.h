@@ -24,6 +24,17 @@
 //                                                     length and its bytes, in key order; or
 //                                                     kTimeout + keys = the missing ones
 //   kEraseMany keys = {k1..kn}                      -> kOk + integer = how many existed
+//   kPublish keys = {key, counter, k1..kn}, value,
+//           integer = until << 32 | timeout ms      -> sets key and adds 1 to counter (as
+//                                                     kSetAdd); if the count is now below
+//                                                     `until`, waits as kMultiGet does for
+//                                                     k1..kn: kOk + their values, or kTimeout +
+//                                                     the missing keys; at `until` or above
+//                                                     (this request completed the count) kOk
+//                                                     and no value at once. integer = the
+//                                                     counter's new value in every answer.
+//                                                     An exchange's publish and its wait for
+//                                                     the combined value in one request.
 //
 // Decoding is a pure function of the bytes (fuzzable): it checks every length
 // against what remains and against the limits below before it allocates, and
@@ -44,9 +55,10 @@ namespace rcoll::store_wire {
 
 inline constexpr uint32_t kRequestMagic = 0x51534352;   // "RCSQ"
 inline constexpr uint32_t kResponseMagic = 0x52534352;  // "RCSR"
-// 2: set_and_add, multi_get, erase_many. A server of version 1 refuses this
-// client's hello by its version, not by closing on its first new op.
-inline constexpr uint8_t kVersion = 2;
+// 2: set_and_add, multi_get, erase_many. 3: publish. A server of another
+// version refuses this client's hello by its version, not by closing on its
+// first new op.
+inline constexpr uint8_t kVersion = 3;
 inline constexpr size_t kHeaderBytes = 12;
 
 inline constexpr size_t kMaxKeyLength = 4096;
@@ -68,8 +80,16 @@ enum class Op : uint8_t {
   kErase,
   kSetAdd,
   kMultiGet,
-  kEraseMany
+  kEraseMany,
+  kPublish
 };
+
+// kPublish's integer: the count it completes, and its wait's timeout.
+inline int64_t publish_integer(int64_t until, int64_t timeout_ms) {
+  return (until << 32) | (timeout_ms & 0xffffffffLL);
+}
+inline int64_t publish_until(int64_t integer) { return integer >> 32; }
+inline int64_t publish_timeout_ms(int64_t integer) { return integer & 0xffffffffLL; }
 enum class Reply : uint8_t { kOk = 0, kTimeout = 1, kRefused = 2, kBadRequest = 3, kError = 4 };
 
 const char* to_string(Op op);

@@ -72,6 +72,7 @@ struct Waiter {
   std::vector<std::string> keys;
   std::string parked_on;  // the missing key it is registered under
   size_t slot = 0;        // its place in that key's list (unregistered in O(1))
+  int64_t integer = 0;    // carried into its answer (a publish's count)
   asio::steady_timer timer;
   bool done = false;
 };
@@ -239,6 +240,9 @@ class ServerImpl final : public TcpStoreServer {
   void expire(const std::shared_ptr<Waiter>& w);
   void notify(const std::string& key);
   void park_on(const std::shared_ptr<Waiter>& w, const std::string& key);
+  bool add(const std::string& key, int64_t delta, Response& r);
+  Waiter* wait_or_answer(const std::shared_ptr<Session>& session, Op op,
+                         std::vector<std::string> keys, int64_t timeout_ms, Response& r);
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   void unregister(Waiter* w);
 
@@ -433,35 +437,31 @@ void ServerImpl::handle(const std::shared_ptr<Session>& session, Request&& q, Wa
       notify(key);
       return;
     }
+    case Op::kPublish: {
+      // kSetAdd's set and add, then (below the count it completes) kMultiGet's wait.
+      data_[q.keys[0]] = std::move(q.value);
+      notify(q.keys[0]);
+      if (!add(q.keys[1], 1, r)) {
+        session->send(r);
+        return;
+      }
+      if (r.integer >= store_wire::publish_until(q.integer)) {
+        session->send(r);  // this request completed the count: nothing to wait for
+        return;
+      }
+      const int64_t timeout = store_wire::publish_timeout_ms(q.integer);
+      q.keys.erase(q.keys.begin(), q.keys.begin() + 2);
+      parked = wait_or_answer(session, Op::kMultiGet, std::move(q.keys), timeout, r);
+      return;
+    }
     case Op::kAdd:
     case Op::kSetAdd: {
       if (q.op == Op::kSetAdd) {
         data_[q.keys[0]] = std::move(q.value);
         notify(q.keys[0]);
       }
-      const std::string& key = q.keys.back();
-      int64_t current = 0;
-      auto it = data_.find(key);
-      if (it != data_.end() && !store_wire::parse_counter(it->second, current)) {
-        r.reply = Reply::kError;
-        std::string why = "the value of \"" + key + "\" is not an integer";
-        r.value.assign(why.begin(), why.end());
-        session->send(r);
-        return;
-      }
-      int64_t next = 0;
-      if (__builtin_add_overflow(current, q.integer, &next)) {
-        r.reply = Reply::kError;
-        std::string why = "adding " + std::to_string(q.integer) + " to \"" + key + "\" (" +
-                          std::to_string(current) + ") overflows int64";
-        r.value.assign(why.begin(), why.end());
-        session->send(r);
-        return;
-      }
-      data_[key] = store_wire::format_counter(next);
-      r.integer = next;
+      (void)add(q.keys.back(), q.integer, r);
       session->send(r);
-      notify(key);
       return;
     }
     case Op::kCheck:
@@ -475,36 +475,70 @@ void ServerImpl::handle(const std::shared_ptr<Session>& session, Request&& q, Wa
       return;
     case Op::kGet:
     case Op::kWait:
-    case Op::kMultiGet: {
-      auto absent = missing(q.keys);
-      if (absent.empty()) {
-        answer(q.op, q.keys, r);
-        session->send(r);
-        return;
-      }
-      if (q.integer <= 0) {
-        r.reply = Reply::kTimeout;
-        r.keys = std::move(absent);
-        session->send(r);
-        return;
-      }
-      auto w = std::make_shared<Waiter>(io_);
-      w->session = session;
-      w->op = q.op;
-      w->keys = std::move(q.keys);
-      w->timer.expires_after(
-          std::chrono::milliseconds(std::min(q.integer, store_wire::kMaxTimeoutMs)));
-      w->timer.async_wait([this, w](const boost::system::error_code& ec) {
-        if (!ec) expire(w);
-      });
-      parked = w.get();
-      park_on(w, absent[0]);
+    case Op::kMultiGet:
+      parked = wait_or_answer(session, q.op, std::move(q.keys), q.integer, r);
       return;
-    }
     case Op::kHello:
       break;
   }
   session->close("unexpected op");
+}
+
+// Adds `delta` to the counter `key`: true and r.integer = its new value, or
+// false and `r` a kError saying why (not an integer, an overflow).
+bool ServerImpl::add(const std::string& key, int64_t delta, Response& r) {
+  int64_t current = 0;
+  auto it = data_.find(key);
+  if (it != data_.end() && !store_wire::parse_counter(it->second, current)) {
+    r.reply = Reply::kError;
+    const std::string why = "the value of \"" + key + "\" is not an integer";
+    r.value.assign(why.begin(), why.end());
+    return false;
+  }
+  int64_t next = 0;
+  if (__builtin_add_overflow(current, delta, &next)) {
+    r.reply = Reply::kError;
+    const std::string why = "adding " + std::to_string(delta) + " to \"" + key + "\" (" +
+                            std::to_string(current) + ") overflows int64";
+    r.value.assign(why.begin(), why.end());
+    return false;
+  }
+  data_[key] = store_wire::format_counter(next);
+  r.integer = next;
+  notify(key);
+  return true;
+}
+
+// Answers a get, wait or multi_get of `keys` now if they are all there (or
+// the timeout is 0: kTimeout naming the missing ones), else parks it until
+// they are or the timeout passes; the waiter parked, if one. `r` may carry
+// an integer into the answer (a publish's count).
+Waiter* ServerImpl::wait_or_answer(const std::shared_ptr<Session>& session, Op op,
+                                   std::vector<std::string> keys, int64_t timeout_ms, Response& r) {
+  auto absent = missing(keys);
+  if (absent.empty()) {
+    answer(op, keys, r);
+    session->send(r);
+    return nullptr;
+  }
+  if (timeout_ms <= 0) {
+    r.reply = Reply::kTimeout;
+    r.keys = std::move(absent);
+    session->send(r);
+    return nullptr;
+  }
+  auto w = std::make_shared<Waiter>(io_);
+  w->session = session;
+  w->op = op;
+  w->keys = std::move(keys);
+  w->integer = r.integer;
+  w->timer.expires_after(
+      std::chrono::milliseconds(std::min(timeout_ms, store_wire::kMaxTimeoutMs)));
+  w->timer.async_wait([this, w](const boost::system::error_code& ec) {
+    if (!ec) expire(w);
+  });
+  park_on(w, absent[0]);
+  return w.get();
 }
 
 void ServerImpl::park_on(const std::shared_ptr<Waiter>& w, const std::string& key) {
@@ -550,6 +584,7 @@ void ServerImpl::complete(Waiter* w) {
   w->done = true;
   w->timer.cancel();
   Response r;
+  r.integer = w->integer;
   answer(w->op, w->keys, r);
   auto session = std::move(w->session);
   session->unpark();
@@ -580,6 +615,7 @@ void ServerImpl::expire(const std::shared_ptr<Waiter>& w) {
   unregister(w.get());
   Response r;
   r.reply = Reply::kTimeout;
+  r.integer = w->integer;
   r.keys = missing(w->keys);
   auto session = std::move(w->session);
   session->unpark();

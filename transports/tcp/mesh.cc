@@ -57,15 +57,23 @@ AppliedOptions set_socket_options(int fd, const MeshParams& p) {
   return applied;
 }
 
-// Builds one mesh: listens and publishes this rank's address, dials every
-// rank below and accepts every rank above (of p.connect_now, where given),
-// all as handlers on `io`, which run() drives until those are connected or
-// the deadline passes. The handlers point at the builder, so it tears down
-// whatever is still in flight before it returns.
+// The address exchange's combined value: only that every rank published.
 Bytes all_published(const std::vector<Bytes>&) { return Bytes{}; }
 
-// Every rank's address, read from the store on a first dial to a rank whose
-// address did not come with the combined value (once per mesh at most).
+// One rank's address, read from the store on a first dial to a rank whose
+// address did not come with the combined value (the first few such ranks).
+constexpr Millis kFetchAddressFor{1000};
+AddressBook::FetchOne fetch_address(const MeshParams& p) {
+  return [store = p.store, prefix = p.key_prefix, size = p.size](int q) -> Result<std::string> {
+    const StoreExchange x = address_exchange(*store, prefix, size);
+    auto v = store->get(x.key(q), kFetchAddressFor);
+    if (!v.ok()) return v.status();
+    return std::string(v.value().begin(), v.value().end());
+  };
+}
+
+// Every rank's address, read from the store once a rank has dialled more
+// ranks than it read one by one (once per mesh at most).
 constexpr Millis kFetchAddressesFor{5000};
 AddressBook::FetchAll fetch_addresses(const MeshParams& p) {
   return [store = p.store, prefix = p.key_prefix, size = p.size]() -> Result<PackedValues> {
@@ -82,6 +90,11 @@ AddressBook::FetchAll fetch_addresses(const MeshParams& p) {
   };
 }
 
+// Builds one mesh: listens and publishes this rank's address, dials every
+// rank below and accepts every rank above (of p.connect_now, where given),
+// all as handlers on `io`, which run() drives until those are connected or
+// the deadline passes. The handlers point at the builder, so it tears down
+// whatever is still in flight before it returns.
 class MeshBuilder {
  public:
   MeshBuilder(asio::io_context& io, const MeshParams& p, const NetInterface& iface)
@@ -127,7 +140,8 @@ class MeshBuilder {
 
   static constexpr Millis kCancelPoll{20};
 
-  Status listen_and_publish();
+  Status
+  listen_here();  // the address is published with the wait for the others' (dial_lower_ranks)
   bool is_cancelled();
   Status cancelled_status() const;
   Status dial_lower_ranks();
@@ -179,7 +193,7 @@ class MeshBuilder {
 };
 
 Result<PartialMesh> MeshBuilder::build_partial() {
-  if (Status s = listen_and_publish(); !s.ok()) return s;
+  if (Status s = listen_here(); !s.ok()) return s;
   accept_next();  // served while the addresses are awaited, too
   if (Status s = dial_lower_ranks(); !s.ok()) {
     tear_down();  // the accepts and the dials already started
@@ -207,7 +221,7 @@ Result<PartialMesh> MeshBuilder::build_partial() {
                      iface_.name};
 }
 
-Status MeshBuilder::listen_and_publish() {
+Status MeshBuilder::listen_here() {
   error_code ec;
   tcp::endpoint listen_ep(asio::ip::make_address(iface_.address, ec), 0);
   if (p_.listen_fd >= 0) {
@@ -233,10 +247,7 @@ Status MeshBuilder::listen_and_publish() {
                     p_.purpose + ": given " + std::to_string(p_.addresses.size()) +
                         " addresses for " + std::to_string(p_.size) + " ranks");
     }
-  } else if (Status s = exchange_.publish(p_.rank, Bytes(my_addr.begin(), my_addr.end()));
-             !s.ok()) {
-    return s;
-  }
+  }  // else published with the wait for every rank's (dial_lower_ranks)
   RCOLL_LOG(kInfo, "%s: listening on %s:%u (interface %s), connecting to %d peers%s", purpose_,
             iface_.address.c_str(), port_, iface_.name.c_str(), pending_,
             pending_ < p_.size - 1 ? " now (the others on first use)" : "");
@@ -264,14 +275,20 @@ Status MeshBuilder::dial_lower_ranks() {
     return is_cancelled() ? cancelled_status() : Status();
   };
   StoreExchange::Gathered got;
-  // The peers to connect now, whose addresses come with the combined value.
+  // The peers to connect now, whose addresses come with the combined value;
+  // where that is most ranks (a full mesh), everyone's in one read after it.
+  constexpr size_t kMostPicked = 64;
   std::vector<int> pick;
   for (int q = 0; q < p_.size; ++q)
     if (q != p_.rank && now(q)) pick.push_back(q);
+  const bool read_all = pick.size() > kMostPicked;
+  if (read_all) pick.clear();
   if (!p_.addresses.empty()) {
     addresses_ = p_.addresses;
   } else {
-    got = exchange_.gather(p_.deadline, {}, address_wait_slice(p_.size), serve, pick);
+    // Published and waited for in one request where the store can.
+    got = exchange_.publish_and_gather(p_.rank, Bytes(my_address_.begin(), my_address_.end()),
+                                       p_.deadline, {}, address_wait_slice(p_.size), serve, pick);
   }
   if (got.ended == StoreExchange::Gathered::Ended::kJudged) return got.status;  // cancelled
   if (!got.ok()) {
@@ -288,7 +305,15 @@ Status MeshBuilder::dial_lower_ranks() {
             (one ? " never published its address for " : " never published their addresses for ") +
             p_.purpose);
   }
-  if (p_.addresses.empty()) {
+  if (p_.addresses.empty() && read_all) {
+    auto all = fetch_addresses(p_)();
+    if (!all.ok()) {
+      return Status(all.status().code(), context(-1),
+                    "reading every rank's address for " + p_.purpose +
+                        " from the store: " + all.status().message());
+    }
+    addresses_ = AddressBook(std::move(all).value());
+  } else if (p_.addresses.empty()) {
     if (got.picked.size() != pick.size()) {
       return Status(ErrorCode::kStore, context(-1),
                     "the addresses for " + p_.purpose + " came back " +
@@ -298,14 +323,17 @@ Status MeshBuilder::dial_lower_ranks() {
     std::vector<std::pair<int, std::string>> known{{p_.rank, my_address_}};
     for (size_t i = 0; i < pick.size(); ++i)
       known.emplace_back(pick[i], std::string(got.picked[i].begin(), got.picked[i].end()));
-    addresses_ = AddressBook(p_.size, std::move(known), fetch_addresses(p_));
+    addresses_ = AddressBook(p_.size, std::move(known), fetch_addresses(p_), fetch_address(p_));
   }
   for (int peer = 0; peer < p_.rank; ++peer) {
     // Taken already: a peer not to connect now that dialled in first.
     if (!now(peer) || socks_[peer]) continue;
     auto address = addresses_.at(peer);
-    if (!address.ok())
-      return Status(address.status().code(), context(peer), address.status().message());
+    if (!address.ok()) {
+      return Status(address.status().code(), context(peer),
+                    "reading rank " + std::to_string(peer) + "'s address for " + p_.purpose + ": " +
+                        address.status().message());
+    }
     if (Status s = add_dial(peer, address.value()); !s.ok()) return s;
     attempt(dials_.back().get());
   }
