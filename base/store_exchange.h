@@ -9,7 +9,9 @@
 // the rank that brings the count to P reads the P values (`multi_get`, one
 // request) and writes them as one ("<prefix>all"); every rank reads that one
 // key. Per exchange: 2P + 2 requests, in two rounds per rank (four for the
-// combiner). A store without those calls (Store's defaults) serves 4P + 1. Where the combined value
+// combiner); P + 3 with publish_and_gather on a store that publishes and
+// waits in one request (the TCP store). A store without those calls
+// (Store's defaults) serves 4P + 1. Where the combined value
 // never comes (a rank published twice, the combiner died), a gather that
 // has found every key there for 2 s + 20 ms x P (at most half its deadline)
 // reads them one by one, as before; a combiner that cannot read or write
