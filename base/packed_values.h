@@ -77,7 +77,7 @@ class DistinctValues {
   int first_rank(int d) const { return first_.at(static_cast<size_t>(d)); }
   int ranks_with(int d) const { return count_.at(static_cast<size_t>(d)); }
   // The same ranks' values, each distinct one made into `f` of it (in
-  // place: the index is P entries).
+  // place).
   template <typename F>
   DistinctValues transformed(F f) && {
     for (std::string& v : values_) v = f(v);

@@ -258,7 +258,8 @@ Status CommunicatorImpl::agree_settings(Deadline deadline) {
   const StoreExchange exchange(*store_, keys::settings(), size_, reduce_settings,
                                pack_liveness_addresses);
   // The liveness overlay's partners' addresses come with the verdict; any
-  // other rank's only if the liveness channel ever dials it (all at once).
+  // other rank's only if the liveness channel ever dials it (one by one for
+  // the first few, then everyone's at once).
   std::vector<int> partners;
   if (!options_.heartbeats_to_all) {
     const std::vector<bool> overlay = eager_partners(rank_, size_);

@@ -140,8 +140,9 @@ class MeshBuilder {
 
   static constexpr Millis kCancelPoll{20};
 
-  Status
-  listen_here();  // the address is published with the wait for the others' (dial_lower_ranks)
+  // Listens; the address is published with the wait for the others'
+  // (dial_lower_ranks).
+  Status listen_here();
   bool is_cancelled();
   Status cancelled_status() const;
   Status dial_lower_ranks();
