@@ -538,6 +538,36 @@ bool same_connection(int fd, int other) {
   return ::recv(other, got, sizeof(got), MSG_DONTWAIT) == 4 && std::memcmp(got, ping, 4) == 0;
 }
 
+// A rank whose address did not come with the epoch's exchange is read from
+// the store on the first dial to it (AddressBook). A store that cannot give
+// it fails that dial as a broken link would (kTransport, the runtime
+// recovers), naming why; the next dial asks the store again.
+TEST(TcpTransportOnDemand, AnAddressTheStoreCannotGiveFailsTheDialAsABrokenLink) {
+  MeshParams mine = two_rank_mesh(0);
+  auto listener = listen_for_mesh(mine);
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  int asked = 0;
+  AddressBook book(2, {{0, listener.value().address()}}, nullptr, [&](int q) {
+    ++asked;
+    return Result<std::string>(Status(
+        ErrorCode::kTimeout, "rank " + std::to_string(q) + "'s key: the store did not answer"));
+  });
+  OnDemandLinks links(mine, std::move(book), listener.value().release(), {false, false});
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    links.want(1);
+    const auto events = poll_until_event(links);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].peer, 1);
+    EXPECT_EQ(events[0].error.code(), ErrorCode::kTransport) << events[0].error.to_string();
+    EXPECT_NE(events[0].error.message().find("its address could not be read from the store"),
+              std::string::npos)
+        << events[0].error.message();
+    EXPECT_NE(events[0].error.message().find("the store did not answer"), std::string::npos);
+    EXPECT_EQ(asked, attempt);
+    links.reset(1);
+  }
+}
+
 // Both ranks dial each other, and each reads the other's hello before any
 // ack: the lower rank refuses the higher one's hello (an ack with count 0)
 // and keeps its own dial; the higher rank takes the lower one's connection and

@@ -65,7 +65,8 @@ class OnDemandLinks {
   };
 
   // `mesh` names this rank, the epoch, the job token and the socket options;
-  // `addresses` are every rank's as published; `listen_fd` (owned from now)
+  // `addresses` are the ranks' as published (those not read yet are read
+  // from the store on the first dial to them); `listen_fd` (owned from now)
   // is the epoch's listener. `connected` marks the peers already connected.
   OnDemandLinks(const MeshParams& mesh, AddressBook addresses, int listen_fd,
                 const std::vector<bool>& connected);
