@@ -14,12 +14,6 @@ AddressBook::AddressBook(int size, std::vector<std::pair<int, std::string>> know
             [](const auto& a, const auto& b) { return a.first < b.first; });
 }
 
-bool AddressBook::knows(int q) const {
-  if (!all_.empty()) return q >= 0 && q < size_;
-  return std::binary_search(known_.begin(), known_.end(), std::make_pair(q, std::string()),
-                            [](const auto& a, const auto& b) { return a.first < b.first; });
-}
-
 std::string AddressBook::peek(int q) const {
   if (q < 0 || q >= size_) return "";
   if (!all_.empty()) return all_.at(q);
@@ -49,7 +43,6 @@ Result<std::string> AddressBook::at(int q) {
   }
   auto all = fetch_all_();
   if (!all.ok()) return all.status();
-  ++fetched_all_;
   if (all.value().size() != size_) {
     return Status(ErrorCode::kStore, "the store gave " + std::to_string(all.value().size()) +
                                          " addresses for " + std::to_string(size_) + " ranks");

@@ -42,8 +42,6 @@ class AddressBook {
 
   int size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  // Whether rank q's address is at hand without asking the store.
-  bool knows(int q) const;
   // Rank q's address if at hand, else "" (for messages: never asks).
   std::string peek(int q) const;
   // Rank q's address: known, or fetched alone (the first kOneByOne), or
@@ -51,18 +49,14 @@ class AddressBook {
   // kInvalidArgument for a rank outside the mesh, the fetch's error where it
   // failed.
   Result<std::string> at(int q);
-  // Fetches so far: one rank's, everyone's.
-  int fetched_one() const { return fetched_one_; }
-  int fetched_all() const { return fetched_all_; }
 
  private:
   int size_ = 0;
   std::vector<std::pair<int, std::string>> known_;  // sorted by rank
   FetchAll fetch_all_;
   FetchOne fetch_one_;
-  int fetched_one_ = 0;
-  int fetched_all_ = 0;
-  PackedValues all_;  // every rank's, once fetched (or given)
+  int fetched_one_ = 0;  // ranks read alone so far
+  PackedValues all_;     // every rank's, once fetched (or given)
 };
 
 }  // namespace rcoll

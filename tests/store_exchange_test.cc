@@ -53,12 +53,8 @@ class MemoryStore : public Store {
     std::unique_lock<std::mutex> lock(mu_);
     ++calls;
     ++waits;
-    auto all = [&] {
-      for (const auto& k : keys)
-        if (!kv_.count(k)) return false;
-      return true;
-    };
-    if (!cv_.wait_for(lock, timeout, all)) return Status(ErrorCode::kTimeout, "waiting for keys");
+    if (!cv_.wait_for(lock, timeout, [&] { return all_there(keys); }))
+      return Status(ErrorCode::kTimeout, "waiting for keys");
     return Status();
   }
   // One request, as the TCP store's: waits for every key, then their values.
@@ -67,12 +63,8 @@ class MemoryStore : public Store {
     std::unique_lock<std::mutex> lock(mu_);
     ++calls;
     ++multi_gets;
-    auto all = [&] {
-      for (const auto& k : keys)
-        if (!kv_.count(k)) return false;
-      return true;
-    };
-    if (!cv_.wait_for(lock, timeout, all)) return Status(ErrorCode::kTimeout, "waiting for keys");
+    if (!cv_.wait_for(lock, timeout, [&] { return all_there(keys); }))
+      return Status(ErrorCode::kTimeout, "waiting for keys");
     std::vector<Bytes> values;
     for (const auto& k : keys) values.push_back(kv_[k]);
     return values;
@@ -109,6 +101,11 @@ class MemoryStore : public Store {
   bool can_add = true;   // a store without add (kUnsupported)
 
  private:
+  bool all_there(const std::vector<std::string>& keys) const {  // mu_ held
+    for (const auto& k : keys)
+      if (!kv_.count(k)) return false;
+    return true;
+  }
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, Bytes> kv_;
