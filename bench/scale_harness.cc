@@ -12,11 +12,14 @@
 //   (reduce_link_values, adopted by a LinkTuner); whether every rank
 //   connected (one byte);
 //
-//   recovery: the epoch's failed key (every rank: none saw it first); the
+//   recovery: the epoch's failed key (set by the closed link's two ends;
+//   the others hear of it from them, here by a flag in this process); the
 //   ledgers (serialize_ledger of an all-reduce in flight, two ranks behind;
 //   pack_distinct), agreed by agree_resume (checked: every rank resumes at
-//   the slowest rank's slice); the key janitor; epoch 1's addresses, a
-//   latency-only link timing that keeps the bandwidth, the connect outcome.
+//   the slowest rank's slice; and that every rank kept its TCP listener);
+//   epoch 1 on epoch 0's listeners and addresses (no exchange), a
+//   latency-only link timing that keeps the bandwidth, the connect outcome;
+//   the key janitor.
 //
 // Not in it: sockets between ranks, the liveness channel, the epoch watch's
 // parked request (a second connection per rank: P more descriptors at the
@@ -184,6 +187,9 @@ struct Run {
   std::vector<RankCount> counts;  // by rank
   std::vector<Totals> totals[2];  // by phase, by rank: read once every rank is through
   std::atomic<int> failures{0};
+  // The recovery's liveness notice, which this harness has no channel for:
+  // raised once a rank at the closed link's ends set the failed key.
+  std::atomic<bool> announced{false};
   std::mutex mu;
   std::string first_failure;
   void fail(int rank, const std::string& why) {
@@ -207,7 +213,7 @@ std::string address_of(int rank, int epoch, const char* what) {
 Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& mine,
                        Deadline deadline, Millis poll, const std::string& failed_key = "",
                        bool judged = true, const std::vector<int>& pick = {},
-                       std::vector<Bytes>* picked = nullptr, bool one_request = true) {
+                       std::vector<Bytes>* picked = nullptr) {
   StoreExchange::Judge judge;
   if (judged) judge = [](const std::vector<int>&) { return Status(); };
   if (!failed_key.empty()) {
@@ -218,13 +224,7 @@ Result<Bytes> exchange(Store& s, const StoreExchange& x, int rank, const Bytes& 
       return Status();
     };
   }
-  // The recovery's ledgers are published before a fault-injection point and
-  // gathered after it: two requests, as the runtime makes them.
-  if (!one_request) {
-    if (Status st = x.publish(rank, mine); !st.ok()) return st;
-  }
-  auto got = one_request ? x.publish_and_gather(rank, mine, deadline, judge, poll, {}, pick)
-                         : x.gather(deadline, judge, poll, {}, pick);
+  auto got = x.publish_and_gather(rank, mine, deadline, judge, poll, {}, pick);
   if (!got.ok()) return got.status;
   if (picked != nullptr) *picked = std::move(got.picked);
   return std::move(got.reduced);
@@ -254,8 +254,9 @@ struct RankState {
 Status exchange_addresses(RankState& st, int rank, int size, int epoch,
                           const std::vector<int>& partners, Deadline deadline) {
   Store& s = *st.store;
+  // Not noted for the janitor: the ranks keep these listeners and addresses
+  // for the epochs to come.
   const std::string prefix = keys::transport_addresses("tcp", static_cast<uint32_t>(epoch));
-  st.janitor.note_exchange(prefix);
   const StoreExchange addresses = address_exchange(s, prefix, size);
   const std::string mine = address_of(rank, epoch, "tcp");
   std::vector<Bytes> theirs;
@@ -326,6 +327,8 @@ Status create(Run& run, int rank, RankState& st) {
 }
 
 constexpr uint64_t kInFlight = 5;  // the all-reduce that failed
+// The exchange whose TCP listener every rank keeps, as its ledger says.
+const std::string kKept = keys::transport_addresses("tcp", 0);
 constexpr size_t kSlices = 8;
 
 Status recover(Run& run, int rank, RankState& st) {
@@ -333,8 +336,17 @@ Status recover(Run& run, int rank, RankState& st) {
   const int size = run.size;
   const Deadline deadline = Deadline::after(60s);
   st.janitor.retire();
-  const std::string why = "rank " + std::to_string(rank) + ": link closed";
-  if (Status e = s.set(keys::epoch_failed(0), Bytes(why.begin(), why.end())); !e.ok()) return e;
+  // The failed key: the ranks at the closed link's ends (0 and 1) set it,
+  // then announce the failure over the liveness channel; the others hear
+  // that and set nothing (the runtime's announce). Here the notice is a flag.
+  if (rank <= 1) {
+    const std::string why = "rank " + std::to_string(rank) + ": link closed";
+    if (Status e = s.set(keys::epoch_failed(0), Bytes(why.begin(), why.end())); !e.ok()) return e;
+    run.announced = true;
+    run.announced.notify_all();
+  } else {
+    run.announced.wait(false);
+  }
   st.step("failed key");
   // The ledger: collectives up to 4 done, op 5 in flight, two ranks a slice behind.
   // Without reset(size): its per-peer counters (about 64 bytes a peer, for
@@ -355,31 +367,32 @@ Status recover(Run& run, int rank, RankState& st) {
   const std::string ledger = serialize_ledger(log, std::span<const OpRecord>(&current, 1), size);
   st.janitor.note_exchange(keys::recovery_ledgers(0));
   const StoreExchange ledgers(s, keys::recovery_ledgers(0), size, pack_distinct);
-  auto got =
-      exchange(s, ledgers, rank, encode_values({Bytes{}, Bytes(ledger.begin(), ledger.end())}),
-               deadline, Millis(200), "", true, {}, nullptr, /*one_request=*/false);
+  auto got = exchange(s, ledgers, rank,
+                      encode_values({Bytes{}, Bytes(ledger.begin(), ledger.end()),
+                                     Bytes(kKept.begin(), kKept.end())}),
+                      deadline, Millis(200));
   if (!got.ok()) return got.status();
   DistinctValues values;
   if (!DistinctValues::decode(got.value(), size, &values))
     return Status(ErrorCode::kStore, "ledgers");
   st.step("ledgers");
-  const DistinctValues texts = std::move(values).transformed([](const std::string& v) {
+  std::set<std::string> kept;
+  const DistinctValues texts = std::move(values).transformed([&kept](const std::string& v) {
     std::vector<Bytes> parts;
-    if (!decode_values(Bytes(v.begin(), v.end()), 2, &parts)) return std::string();
+    if (!decode_values(Bytes(v.begin(), v.end()), 3, &parts)) return std::string();
+    kept.emplace(parts[2].begin(), parts[2].end());
     return std::string(parts[1].begin(), parts[1].end());
   });
-  st.janitor.erase_retired(s, rank, size);
-  st.step("janitor");
+  if (kept != std::set<std::string>{kKept})
+    return Status(ErrorCode::kInternal,
+                  "the ledgers do not agree that every rank kept its listener");
   auto plan = agree_resume(rank, size, log, std::span<const OpRecord>(&current, 1), texts);
   if (!plan.ok()) return plan.status();
   if (plan.value().entries.size() != 1 || plan.value().entries[0].resume != 2)
     return Status(ErrorCode::kInternal, "the agreed resume slice is not the slowest rank's (2)");
-  // Epoch 1: addresses, a latency-only timing keeping the bandwidth, the connect.
-  if (Status a =
-          exchange_addresses(st, rank, size, 1, ranks_of(eager_partners(rank, size)), deadline);
-      !a.ok())
-    return a;
-  st.step("addresses");
+  // Epoch 1: on epoch 0's listeners and addresses (every rank kept its
+  // own: no address exchange), a latency-only timing keeping the bandwidth,
+  // the connect.
   const LinkSample* last = st.tuner.last_sample(1, "tcp", size);
   if (last == nullptr) return Status(ErrorCode::kInternal, "no sample kept from epoch 0");
   LinkSample now = *last;
@@ -404,6 +417,8 @@ Status recover(Run& run, int rank, RankState& st) {
   if (!got.ok()) return got.status();
   if (got.value() != Bytes{1}) return Status(ErrorCode::kInternal, "not every rank connected");
   st.step("connect");
+  st.janitor.erase_retired(s, rank, size);
+  st.step("janitor");
   return Status();
 }
 

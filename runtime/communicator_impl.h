@@ -306,16 +306,21 @@ class CommunicatorImpl : public ProgressGuard {
   Status run_group_slices(std::span<OpRecord> recs, std::span<const size_t> first);
   Status end_failed_group(std::span<OpRecord> recs, const Op& carrier, Status s);
   // The recovery protocol; on success the data plane is epoch + 1. Its
-  // steps (runtime/recovery.cc): announce the failure and publish this
-  // rank's ballot and ledger; gather every rank's ledger; agree on the resume
-  // plan (agree_resume); adopt the ballots; reconnect.
+  // steps (runtime/recovery.cc): announce the failure; publish this rank's
+  // ballot and ledger and gather every rank's (one request); agree on the
+  // resume plan (agree_resume); adopt the ballots; reconnect.
   Result<ResumePlan> recover(const Status& cause);
   struct RecoveryRound;
-  Status announce_and_publish(const RecoveryRound& round, const Status& cause);
+  Status announce(const RecoveryRound& round, const Status& cause);
+  // This rank's ballot and ledger, as the ledgers' exchange carries them.
+  Bytes ballot_and_ledger(const RecoveryRound& round);
   Status recovery_interrupted(const RecoveryRound& round, const std::vector<int>& awaited);
   // Every rank's ledger (each distinct one once), and the distinct ballots
-  // (empty where a rank had nothing to vote on).
-  Result<DistinctValues> gather_ledgers(const RecoveryRound& round, std::vector<Bytes>* ballots);
+  // (empty where a rank had nothing to vote on). `mine`: this rank's value,
+  // published with the wait in one request; null when published already.
+  Result<DistinctValues> gather_ledgers(const RecoveryRound& round, const Bytes* mine,
+                                        std::vector<Bytes>* ballots,
+                                        std::vector<std::string>* kept);
   Status adopt_ballots(const RecoveryRound& round, const std::vector<Bytes>& ballots);
   // After a failed attempt at the op in flight (`current`): OK when a
   // recovery succeeded and it runs again from `resume`, else its final error
@@ -339,8 +344,9 @@ class CommunicatorImpl : public ProgressGuard {
   uint64_t hang_counted_seq_ = 0;  // the op whose hang fault was counted (once)
   void inject_in_confirmation(const Op& op, AlgoContext& ctx);
   // Kills this rank at `step` ("ledgers", "connect") of a recovery during op `op_seq`, if a fault
-  // says so.
+  // says so; kills_in_recovery says whether one will.
   void inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch, const char* step);
+  bool kills_in_recovery(uint64_t op_seq, const char* step) const;
   static bool recoverable(const Status& s);
   // A failure no recovery can fix (a desync, mismatched sizes): tell the peers,
   // so their recoveries end at once with the same diagnosis.
@@ -374,6 +380,14 @@ class CommunicatorImpl : public ProgressGuard {
   // settings exchange; taken by the first start_liveness.
   MeshListener liveness_listener_;
   AddressBook liveness_addresses_;
+  // The TCP data plane's listener and every rank's address, kept from the
+  // epoch that published them while every rank keeps its own (agreed in
+  // each recovery's ledgers): a recovery onto TCP then connects without an
+  // address exchange (#37: about a second of a 16,384-rank recovery).
+  std::shared_ptr<KeptListener> tcp_kept_ = std::make_shared<KeptListener>();
+  // Drops it: the next TCP epoch listens and publishes anew, and the
+  // exchange it was published in is erased in a later recovery.
+  void drop_kept_listener();
   Scratch scratch_;
   DeviceStaging staging_;  // owned by the thread that holds running_
   // Device collectives on NCCL (runtime/nccl_plane.h); owned by the thread

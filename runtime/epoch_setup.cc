@@ -108,7 +108,11 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
   }
   HostConnectParams p;
   p.key_prefix = keys::transport_addresses(name, epoch);
-  janitor_.note_exchange(p.key_prefix);
+  // TCP publishes only where it keeps no listener, and keeps the keys of the
+  // exchange whose listener it keeps (erased once dropped).
+  const bool tcp = name == "tcp";
+  const bool reusing = tcp && tcp_kept_->listener.valid();
+  if (tcp) p.tcp_kept = tcp_kept_;
   p.rank = rank_;
   p.size = size_;
   p.epoch = epoch;
@@ -139,7 +143,26 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     auto failed = store->check(failed_key);
     return failed.ok() && failed.value();
   };
-  return connect_host_transport(name, p);
+  auto connected = connect_host_transport(name, p);
+  if (!tcp) {
+    janitor_.note_exchange(p.key_prefix);
+  } else if (reusing && !connected.ok()) {
+    // Perhaps the kept listener itself: the next recovery agrees to publish anew.
+    RCOLL_LOG(kInfo,
+              "epoch %u over tcp failed on epoch %u's listener and addresses; this rank drops "
+              "them, and the next epoch over tcp listens and publishes anew",
+              epoch, tcp_kept_->epoch);
+    drop_kept_listener();
+  } else if (!reusing && tcp_kept_->key_prefix != p.key_prefix) {
+    janitor_.note_exchange(p.key_prefix);  // published, but not kept (the build failed)
+  }
+  return connected;
+}
+
+void CommunicatorImpl::drop_kept_listener() {
+  if (!tcp_kept_->listener.valid()) return;
+  janitor_.note_exchange(tcp_kept_->key_prefix);
+  *tcp_kept_ = KeptListener{};
 }
 
 Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine,

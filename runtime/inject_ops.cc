@@ -172,14 +172,20 @@ void CommunicatorImpl::inject_late_start(const Op& op) {
 // dies in the middle of the protocol, once it got to `step` in the first
 // recovery during or after the op the fault names (this rank may be idle,
 // op_seq 0, when a peer's failure starts it).
-void CommunicatorImpl::inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch,
-                                          const char* step) {
+bool CommunicatorImpl::kills_in_recovery(uint64_t op_seq, const char* step) const {
   const uint64_t reached = op_seq != 0 ? op_seq : injected_through_seq_;
   for (const Fault& f : faults_) {
-    if (f.kind != FaultKind::kKill || f.at != step || f.op > reached ||
-        (f.rank != -1 && f.rank != rank_)) {
-      continue;
+    if (f.kind == FaultKind::kKill && f.at == step && f.op <= reached &&
+        (f.rank == -1 || f.rank == rank_)) {
+      return true;
     }
+  }
+  return false;
+}
+
+void CommunicatorImpl::inject_in_recovery(uint64_t op_seq, uint32_t failed_epoch,
+                                          const char* step) {
+  if (kills_in_recovery(op_seq, step)) {
     RCOLL_LOG(kWarn,
               "fault injection: killing this process (SIGKILL) in the recovery of epoch %u "
               "(op seq %llu), %s",

@@ -80,13 +80,30 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   const ScopedStoreDeadline store_bound(Deadline::after(options_.recovery_timeout + Millis(1000)));
 
   janitor_.retire();  // the setup of this epoch and the recovery before it
-  if (Status s = announce_and_publish(round, cause); !s.ok()) return s;
-  inject_in_recovery(round.seq, round.failed, "ledgers");
+  if (Status s = announce(round, cause); !s.ok()) return s;
+  // Published and gathered in one request, unless a fault kills this rank in
+  // between (then published first, as a rank that dies while it waits has).
+  const Bytes mine = ballot_and_ledger(round);
+  const bool dies_after_publishing = kills_in_recovery(round.seq, "ledgers");
+  if (dies_after_publishing) {
+    const StoreExchange exchange(*store_, keys::recovery_ledgers(round.failed), size_);
+    if (Status s = exchange.publish(rank_, mine); !s.ok())
+      return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
+    inject_in_recovery(round.seq, round.failed, "ledgers");
+  }
   std::vector<Bytes> ballots;
-  auto ledgers = gather_ledgers(round, &ballots);
+  std::vector<std::string> kept;
+  auto ledgers = gather_ledgers(round, dies_after_publishing ? nullptr : &mine, &ballots, &kept);
   if (!ledgers.ok()) return ledgers.status();
-  // Every rank published its ledger: none reads what was retired again.
-  janitor_.erase_retired(*store_, rank_, size_);
+  // The TCP listeners stay where they are only if every rank kept its own
+  // from the same exchange; else every rank listens and publishes anew.
+  if (!(kept.size() == 1 && !kept.front().empty()) && tcp_kept_->listener.valid()) {
+    RCOLL_LOG(kInfo,
+              "recovery of epoch %u: not every rank kept its tcp listener of epoch %u; every rank "
+              "listens and publishes its address anew for epoch %u",
+              round.failed, tcp_kept_->epoch, round.failed + 1);
+    drop_kept_listener();
+  }
   auto plan = agree_resume(rank_, size_, log_, in_flight_.current(), ledgers.value());
   if (!plan.ok()) return plan.status();
   if (Status s = adopt_ballots(round, ballots); !s.ok()) return s;
@@ -117,6 +134,11 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
     return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " +
                                              std::to_string(round.failed + 1) + ": " + s.message());
   }
+  // Every rank published its ledger: none reads what was retired again.
+  // Erased once the epoch is connected, off the path of its exchanges (a
+  // rank in 64 asks; at 16,384 ranks those 256 requests came between the
+  // ledgers and the next exchange, which waited for them).
+  janitor_.erase_retired(*store_, rank_, size_);
   epoch_failed_seen_ = false;
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - round.started).count();
   tally_.note_recovery(micros);
@@ -131,23 +153,34 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   return plan;
 }
 
-// Tell everyone (idle ranks watch the failed key), then publish this rank's
-// ledger with its ballot: one exchange.
-Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const Status& cause) {
+// Tell everyone: the failed key in the store (idle ranks watch it), then a
+// notice over the liveness channel.
+Status CommunicatorImpl::announce(const RecoveryRound& round, const Status& cause) {
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
-  // A peer's notice of this epoch went to every rank already (the liveness
-  // channel connects every pair): telling them again is P-1 frames and log
-  // lines per rank for nothing (4,032 at 64 ranks).
-  if (liveness_ && liveness_->highest_aborted_epoch() < static_cast<int64_t>(round.failed))
-    liveness_->announce_abort(round.failed, why.substr(0, 1000));
-  // Where the watch saw a peer's announcement, the key is there already.
-  if (Status s = epoch_watch_.failed(round.failed)
-                     ? Status()
-                     : store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end()));
-      !s.ok()) {
-    return round.gave_up(*this, s, "could not announce the failed epoch in the store");
-  }
+  // A rank announces over the liveness channel only after the key is in the
+  // store, so a rank that heard a peer's notice knows the key is there and
+  // neither sets it nor tells anyone again: a close-link at P ranks has two
+  // ranks set it, not P (each set is a request; 1 s at 16,384 ranks, #37).
+  // A peer's notice went to every rank already (the overlay passes it on):
+  // telling them again is P-1 frames and log lines per rank for nothing.
+  const bool heard =
+      liveness_ && liveness_->highest_aborted_epoch() >= static_cast<int64_t>(round.failed);
+  // Where the watch saw a peer's announcement, the key is there already. A
+  // store that fails the set still leaves the notice to go (the peers stop
+  // waiting on this epoch either way).
+  const Status set =
+      heard || epoch_watch_.failed(round.failed)
+          ? Status()
+          : store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end()));
+  if (liveness_ && !heard) liveness_->announce_abort(round.failed, why.substr(0, 1000));
+  if (!set.ok())
+    return round.gave_up(*this, set, "could not announce the failed epoch in the store");
   if (rank_ == 0) janitor_.note_key(keys::epoch_failed(round.failed));
+  janitor_.note_exchange(keys::recovery_ledgers(round.failed));
+  return Status();
+}
+
+Bytes CommunicatorImpl::ballot_and_ledger(const RecoveryRound& round) {
   // The ballot: the next epoch's transport, and with NCCL in use whether to
   // stop using it for device collectives (and why): a rank that cannot join
   // its communicator, or saw it fail too often. A failure on NCCL does not
@@ -162,14 +195,12 @@ Status CommunicatorImpl::announce_and_publish(const RecoveryRound& round, const 
     ballot = store::encode(store::Ballot{static_cast<uint8_t>(vote), !drop.empty(), drop});
   }
   const std::string ledger = serialize_ledger(log_, in_flight_.current(), size_);
-  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_, pack_distinct);
-  janitor_.note_exchange(keys::recovery_ledgers(round.failed));
-  if (Status s =
-          ledgers.publish(rank_, encode_values({ballot, Bytes(ledger.begin(), ledger.end())}));
-      !s.ok()) {
-    return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
-  }
-  return Status();
+  // Which TCP listener this rank keeps (the exchange its address went out
+  // in), if any: the next epoch dials the kept addresses only if every rank
+  // keeps the same.
+  const std::string kept = tcp_kept_->listener.valid() ? tcp_kept_->key_prefix : std::string();
+  return encode_values(
+      {ballot, Bytes(ledger.begin(), ledger.end()), Bytes(kept.begin(), kept.end())});
 }
 
 Status CommunicatorImpl::replay_completed(const ResumePlan& plan, std::span<OpRecord> current,
@@ -247,7 +278,9 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
 // timeout; the error names whoever never joined. A rank that can never join
 // (dead, gone on purpose) or a failure no recovery fixes ends the wait at once.
 Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& round,
-                                                        std::vector<Bytes>* ballots) {
+                                                        const Bytes* mine,
+                                                        std::vector<Bytes>* ballots,
+                                                        std::vector<std::string>* kept) {
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
     if (Status s = recovery_interrupted(round, not_yet); !s.ok()) return s;
@@ -261,7 +294,9 @@ Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& rou
   // Reduced to the distinct values and which rank wrote which: most ranks
   // write the same ledger and ballot.
   const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_, pack_distinct);
-  const StoreExchange::Gathered gathered = ledgers.gather(round.deadline, judge, Millis(200));
+  const StoreExchange::Gathered gathered =
+      mine != nullptr ? ledgers.publish_and_gather(rank_, *mine, round.deadline, judge, Millis(200))
+                      : ledgers.gather(round.deadline, judge, Millis(200));
   switch (gathered.ended) {
     case StoreExchange::Gathered::Ended::kAll:
       break;
@@ -274,22 +309,27 @@ Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& rou
                         std::to_string(options_.recovery_timeout.count()) + " ms: rank(s) " + rank_list(gathered.missing) +
                         " never joined (dead, frozen or partitioned); the communicator is unusable");
     case StoreExchange::Gathered::Ended::kStoreFailed:
-      return round.gave_up(*this, gathered.status,
-                           "the store did not answer while this rank waited for the other ranks' ledgers "
-                           "(is the store's host stalled?)");
+      return round.gave_up(
+          *this, gathered.status,
+          mine != nullptr
+              ? "the store did not answer while this rank published its ledger and waited for the "
+                "other ranks' (is the store's host stalled?)"
+              : "the store did not answer while this rank waited for the other ranks' ledgers "
+                "(is the store's host stalled?)");
   }
   DistinctValues values;
   if (!DistinctValues::decode(gathered.reduced, size_, &values)) {
     return round.gave_up(*this, Status(ErrorCode::kStore, "they do not decode"),
                          "reading the ranks' ledgers as combined in the store");
   }
-  // Each distinct ballot and ledger. A value that does not split in two goes
-  // whole to the ledger check, which names it malformed.
-  return std::move(values).transformed([ballots](const std::string& v) {
+  // Each distinct ballot, ledger and kept listener. A value that does not
+  // split in three goes whole to the ledger check, which names it malformed.
+  return std::move(values).transformed([ballots, kept](const std::string& v) {
     std::vector<Bytes> parts;
     const Bytes b(v.begin(), v.end());
-    if (!decode_values(b, 2, &parts)) parts = {Bytes{}, b};
+    if (!decode_values(b, 3, &parts)) parts = {Bytes{}, b, Bytes{}};
     ballots->push_back(std::move(parts[0]));
+    kept->emplace_back(parts[2].begin(), parts[2].end());
     return std::string(parts[1].begin(), parts[1].end());
   });
 }

@@ -187,7 +187,8 @@ size_t CommunicatorImpl::leave_old_group(const Status& why, int new_rank, int ne
   epoch_failed_seen_ = false;
   ++shrink_generation_;
   store_ = make_prefix_store(instance_store_, "g" + std::to_string(shrink_generation_));
-  janitor_.forget();  // the old group's keys stay under its namespace
+  janitor_.forget();            // the old group's keys stay under its namespace
+  *tcp_kept_ = KeptListener{};  // the ranks are others: their addresses are published anew
   log::set_identity("rank " + std::to_string(new_rank) + "/" + std::to_string(new_size));
   log::set_thread_rank(new_rank, new_size);
   return stale.size();

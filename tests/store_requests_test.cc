@@ -53,6 +53,7 @@ struct StoreTally {
     calls = 0;
     repeats = 0;
     for (auto& n : by_rank) n = 0;
+    failed_sets = 0;
     std::lock_guard<std::mutex> lock(mu);
     for (auto& a : asked) a.clear();
   }
@@ -60,6 +61,7 @@ struct StoreTally {
   std::set<std::string> keys;
   std::set<std::string> ever;        // every key set or added to
   std::vector<Bytes> ledger_values;  // what the ranks published in recovery ledger exchanges
+  std::atomic<long> failed_sets{0};  // sets of an epoch's failed key
   void wrote(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu);
     keys.insert(key);
@@ -87,6 +89,7 @@ class CountingStore : public Store {
   Status set(const std::string& key, const Bytes& value) override {
     count();
     tally_.wrote(key);
+    if (key.ends_with("/failed")) ++tally_.failed_sets;
     return inner_->set(key, value);
   }
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
@@ -181,6 +184,7 @@ struct Cost {
   long creation_total = 0;
   std::vector<long> recoveries;  // likewise
   std::vector<long> recoveries_total;
+  std::vector<long> failed_sets;  // by recovery: sets of the failed epoch's key
   std::vector<size_t> keys_after;
   long most_rounds = 0;  // the most requests one rank made in a row, in any of these
   std::set<std::string> keys_written;
@@ -244,6 +248,7 @@ Cost run(int size, int faults, const std::string& transport) {
       if (r == 0 && op >= 3 && op % 2 == 1) {
         cost.recoveries.push_back(tally.protocol());
         cost.recoveries_total.push_back(tally.calls);
+        cost.failed_sets.push_back(tally.failed_sets);
         cost.most_rounds = std::max(cost.most_rounds, tally.most_rounds());
         cost.keys_after.push_back(tally.held());
         tally.reset();
@@ -266,6 +271,8 @@ void report(const Cost& cost, int ranks) {
               ranks, cost.creation, cost.creation_total);
   for (size_t i = 0; i < cost.recoveries.size(); ++i)
     std::printf(" %ld (%ld)", cost.recoveries[i], cost.recoveries_total[i]);
+  std::printf("; failed-key sets");
+  for (long n : cost.failed_sets) std::printf(" %ld", n);
   std::printf("; keys held after each:");
   for (size_t k : cost.keys_after) std::printf(" %zu", k);
   std::printf("; at most %ld rounds for one rank\n", cost.most_rounds);
@@ -282,6 +289,21 @@ TEST(StoreRequests, CreationAndRecoveryCostAtMostTenRequestsPerRank) {
   EXPECT_LE(cost.creation, 10 * kRanks);
   ASSERT_EQ(cost.recoveries.size(), 3u);
   for (long c : cost.recoveries) EXPECT_LE(c, 10 * kRanks);
+  // The recoveries connect epochs 1-3 on the listeners and addresses of
+  // epoch 0: no rank publishes an address again, and every rank's ledger
+  // says it kept epoch 0's (before, every recovery exchanged them: 16 more
+  // requests and a round at the store each).
+  for (const std::string& key : cost.keys_written)
+    EXPECT_FALSE(key.find("/tcp/1/") != std::string::npos ||
+                 key.find("/tcp/2/") != std::string::npos ||
+                 key.find("/tcp/3/") != std::string::npos)
+        << "an address published in a recovery: " << key;
+  ASSERT_EQ(cost.ledger_values.size(), static_cast<size_t>(3 * kRanks));
+  for (const Bytes& value : cost.ledger_values) {
+    std::vector<Bytes> parts;
+    ASSERT_TRUE(decode_values(value, 3, &parts));
+    EXPECT_EQ(std::string(parts[2].begin(), parts[2].end()), "tcp/0/");
+  }
   EXPECT_LE(cost.most_rounds, 2 * static_cast<long>(std::log2(kRanks)) + 10);
   // Keys of finished epochs are erased: the store holds no more after the
   // third recovery than after the second.
@@ -303,9 +325,11 @@ TEST(StoreRequests, TheBallotsRideOnTheLedgers) {
   ASSERT_EQ(cost.ledger_values.size(), static_cast<size_t>(kRanks));
   for (const Bytes& value : cost.ledger_values) {
     std::vector<Bytes> parts;
-    ASSERT_TRUE(decode_values(value, 2, &parts)) << "a ledger value is a ballot and a ledger";
+    ASSERT_TRUE(decode_values(value, 3, &parts))
+        << "a ledger value is a ballot, a ledger and the TCP listener kept";
     EXPECT_FALSE(parts[0].empty()) << "every rank's ballot is there";
     EXPECT_FALSE(parts[1].empty()) << "and its ledger";
+    EXPECT_TRUE(parts[2].empty()) << "no rank connected TCP: none kept a listener";
   }
   // About 10 P + 8 (the connect agreement's exchange); flat, 3 P^2 - P.
   EXPECT_LE(cost.creation, 12 * kRanks);

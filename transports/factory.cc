@@ -22,6 +22,7 @@ Result<std::unique_ptr<Transport>> connect_tcp(const HostConnectParams& h) {
   p.deadline = h.deadline;
   p.spin = h.spin;
   p.cancelled = h.cancelled;
+  p.kept = h.tcp_kept;
   return connect_tcp_transport(p);
 }
 

@@ -18,6 +18,7 @@
 #include "base/deadline.h"
 #include "rcoll/status.h"
 #include "rcoll/store.h"
+#include "transports/tcp/mesh_listener.h"
 #include "transports/transport.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -61,6 +62,8 @@ struct HostConnectParams {
   // Polled while waiting for peers: true ends the connect at once (another
   // rank already gave up on this epoch). May be empty.
   std::function<bool()> cancelled;
+  // tcp: the listener kept from epoch to epoch (TcpConnectParams::kept).
+  std::shared_ptr<KeptListener> tcp_kept;
 };
 
 // Connects one epoch of the host transport `name`. Fails with kUnsupported

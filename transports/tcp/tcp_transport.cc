@@ -548,8 +548,30 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   m.purpose = "epoch " + std::to_string(p.epoch);
   m.connect_now = eager_partners(rank_, size_);
   m.connect_now[static_cast<size_t>(rank_)] = false;
+  const bool reuse = p.kept && p.kept->listener.valid();
+  if (reuse) {
+    m.listen_fd = ::dup(p.kept->listener.fd());
+    if (m.listen_fd < 0) {
+      return Status(ErrorCode::kTransport, context(-1),
+                    "epoch " + std::to_string(p.epoch) + ": cannot listen again on " +
+                        p.kept->listener.address() + ": " + std::strerror(errno));
+    }
+    m.addresses = p.kept->addresses;
+    m.purpose += " (on epoch " + std::to_string(p.kept->epoch) + "'s listener and addresses)";
+  }
   auto built = build_partial_tcp_mesh(io_, m, iface);
   if (!built.ok()) return built.status();
+  if (p.kept && !reuse) {
+    // Kept once the mesh is built: a rank whose build failed keeps none, and
+    // the next recovery has every rank publish anew.
+    const int fd = ::dup(built.value().listener.fd());
+    if (fd >= 0) {
+      p.kept->listener = MeshListener(fd, built.value().listener.address());
+      p.kept->addresses = built.value().addresses;
+      p.kept->key_prefix = m.key_prefix;
+      p.kept->epoch = p.epoch;
+    }
+  }
   std::vector<bool> connected(static_cast<size_t>(size_), false);
   for (int peer = 0; peer < size_; ++peer) {
     auto& sock = built.value().sockets[peer];

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "rcoll/store.h"
+#include "transports/tcp/mesh_listener.h"
 #include "transports/transport.h"
 
 namespace rcoll {
@@ -38,6 +39,10 @@ struct TcpConnectParams {
   // Polled while waiting for peers: true ends the connect at once with
   // kAborted (MeshParams::cancelled). May be empty.
   std::function<bool()> cancelled;
+  // Where given: a valid listener in it is listened on and its addresses
+  // dialled (no exchange at the store); an invalid one is filled with this
+  // epoch's once its mesh is built. Null: every epoch listens and publishes.
+  std::shared_ptr<KeptListener> kept;
 };
 
 // Listens, publishes the address, connects to this rank's partners (lower
