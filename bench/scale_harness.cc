@@ -8,18 +8,17 @@
 //   the agreement, read back with read_settings, and the liveness overlay
 //   partners' values picked with it, their addresses checked); the data
 //   plane's addresses (address_exchange, the partners' picked, its 20 ms
-//   slices); the link timings
-//   (reduce_link_values, adopted by a LinkTuner); whether every rank
-//   connected (one byte);
+//   slices); one exchange of the link timings and whether every rank
+//   connected (reduce_link_values, adopted by a LinkTuner);
 //
 //   recovery: the epoch's failed key (set by the closed link's two ends;
 //   the others hear of it from them, here by a flag in this process); the
 //   ledgers (serialize_ledger of an all-reduce in flight, two ranks behind;
 //   pack_distinct), agreed by agree_resume (checked: every rank resumes at
 //   the slowest rank's slice; and that every rank kept its TCP listener);
-//   epoch 1 on epoch 0's listeners and addresses (no exchange), a
-//   latency-only link timing that keeps the bandwidth, the connect outcome;
-//   the key janitor.
+//   epoch 1 on epoch 0's listeners and addresses (no exchange), one
+//   exchange of a latency-only link timing that keeps the bandwidth and the
+//   connect outcome; the key janitor.
 //
 // Not in it: sockets between ranks, the liveness channel, the epoch watch's
 // parked request (a second connection per rank: P more descriptors at the
@@ -274,6 +273,32 @@ Status exchange_addresses(RankState& st, int rank, int size, int epoch,
   return Status();
 }
 
+// An epoch's one exchange after its connect, as the runtime's agree_epoch:
+// every rank connected and timed its links (`mine`; latency only after
+// epoch 0, the bandwidth kept), reduced to the worst link and who did not
+// connect, judged by the connect's failure key; adopted by the tuner.
+Status connect_and_time(RankState& st, int rank, int size, uint32_t epoch, const LinkSample& mine,
+                        bool moved) {
+  Store& s = *st.store;
+  st.janitor.note_exchange(keys::connect(epoch, "tcp"));
+  const StoreExchange agreement(s, keys::connect(epoch, "tcp"), size, reduce_link_values);
+  auto got = exchange(s, agreement, rank, encode_link_value(mine, moved, true),
+                      Deadline::after(120s), Millis(50), keys::connect_failed(epoch, "tcp"));
+  if (!got.ok()) return got.status();
+  LinkSummary links;
+  if (!decode_link_summary(got.value(), &links) || links.moved)
+    return Status(ErrorCode::kStore, "link summary");
+  if (!links.not_connected.empty() || !links.unmeasured.empty())
+    return Status(ErrorCode::kInternal, "not every rank connected and timed its links");
+  if (links.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12 ||
+      links.worst.bandwidth != 3e9 - 1e3 * (size - 1))
+    return Status(ErrorCode::kInternal,
+                  "the worst link is not the slowest rank's (a latency-only timing keeps the "
+                  "bandwidth)");
+  st.tuner.adopt(epoch, links, mine, "tcp", size, 1.0);
+  return Status();
+}
+
 Status create(Run& run, int rank, RankState& st) {
   Store& s = *st.store;
   const int size = run.size;
@@ -301,28 +326,14 @@ Status create(Run& run, int rank, RankState& st) {
     }
   }
   st.step("settings");
-  // The data plane: addresses, the link timing, the connect outcome.
+  // The data plane: addresses, then the connect outcome and link timing.
   if (Status a = exchange_addresses(st, rank, size, 0, partners, deadline); !a.ok()) return a;
   st.step("addresses");
   st.sample.valid = true;
   st.sample.latency_s = 20e-6 + 1e-9 * rank;
   st.sample.bandwidth = 3e9 - 1e3 * rank;
-  st.janitor.note_exchange(keys::tune(0));
-  const StoreExchange tune(s, keys::tune(0), size, reduce_link_values);
-  got = exchange(s, tune, rank, encode_link_value(st.sample, false), deadline, Millis(100));
-  if (!got.ok()) return got.status();
-  LinkSummary links;
-  if (!decode_link_summary(got.value(), &links)) return Status(ErrorCode::kStore, "link summary");
-  if (links.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12)
-    return Status(ErrorCode::kInternal, "the worst link is not the slowest rank's");
-  st.tuner.adopt(0, links, st.sample, "tcp", size, 1.0);
-  st.step("link timing");
-  st.janitor.note_exchange(keys::connect(0, "tcp"));
-  const StoreExchange connect(s, keys::connect(0, "tcp"), size, reduce_all_ok);
-  got = exchange(s, connect, rank, Bytes{1}, deadline, Millis(50), keys::connect_failed(0, "tcp"));
-  if (!got.ok()) return got.status();
-  if (got.value() != Bytes{1}) return Status(ErrorCode::kInternal, "not every rank connected");
-  st.step("connect");
+  if (Status c = connect_and_time(st, rank, size, 0, st.sample, false); !c.ok()) return c;
+  st.step("connect, link timing");
   return Status();
 }
 
@@ -398,25 +409,9 @@ Status recover(Run& run, int rank, RankState& st) {
   LinkSample now = *last;
   now.bandwidth = 1;
   const bool moved = !LinkTuner::keep_bandwidth(*last, now);
-  st.janitor.note_exchange(keys::tune(1));
-  const StoreExchange tune(s, keys::tune(1), size, reduce_link_values);
-  got = exchange(s, tune, rank, encode_link_value(now, moved), deadline, Millis(100));
-  if (!got.ok()) return got.status();
-  LinkSummary links;
-  if (!decode_link_summary(got.value(), &links) || links.moved)
-    return Status(ErrorCode::kStore, "link summary");
-  if (links.worst.bandwidth != 3e9 - 1e3 * (size - 1))
-    return Status(ErrorCode::kInternal,
-                  "the latency-only timing did not keep the slowest rank's bandwidth");
   st.tuner.resume_from(plan.value().collectives_started + 1);
-  st.tuner.adopt(1, links, now, "tcp", size, 1.0);
-  st.step("link timing");
-  st.janitor.note_exchange(keys::connect(1, "tcp"));
-  const StoreExchange connect(s, keys::connect(1, "tcp"), size, reduce_all_ok);
-  got = exchange(s, connect, rank, Bytes{1}, deadline, Millis(50), keys::connect_failed(1, "tcp"));
-  if (!got.ok()) return got.status();
-  if (got.value() != Bytes{1}) return Status(ErrorCode::kInternal, "not every rank connected");
-  st.step("connect");
+  if (Status c = connect_and_time(st, rank, size, 1, now, moved); !c.ok()) return c;
+  st.step("connect, link timing");
   st.janitor.erase_retired(s, rank, size);
   st.step("janitor");
   return Status();

@@ -108,10 +108,21 @@ class CommunicatorImpl : public ProgressGuard {
                                                     Deadline deadline,
                                                     const std::string& failed_key,
                                                     const Abandon& abandon);
-  // Publishes this rank's connect outcome and learns whether every rank
-  // connected: OK, or the first failure some rank reported.
-  Status agree_connect(const std::string& name, uint32_t epoch, const Status& mine,
-                       Deadline deadline, const Abandon& abandon);
+  // What an epoch's one exchange agreed: every rank's link timing of the
+  // new transport (reduced), and whether every rank connected it.
+  struct EpochAgreement {
+    Status status;  // OK: every rank connected and timed its links (or said it could not)
+    bool connect_failed = false;  // a rank did not connect: with a chain, every rank falls back
+    LinkSummary links;
+    LinkSample mine;      // this rank's sample, as published
+    bool probed = false;  // this rank timed its links (else its probe aborted the transport)
+  };
+  // Publishes this rank's timing of `t`'s links, or that it did not connect
+  // (`t` null, `connected` why), and reads every rank's back reduced: one
+  // exchange for the connect outcome and the link timing.
+  EpochAgreement agree_epoch(const std::string& name, uint32_t epoch, Transport* t,
+                             const Status& connected, const LinkSample* last, Deadline deadline,
+                             const Abandon& abandon);
   // At creation, before any transport: every rank publishes the settings all
   // ranks must share (settings_every_rank_shares) and compares them with rank
   // 0's. A difference is kInvalidArgument on every rank, naming the setting,
@@ -132,16 +143,16 @@ class CommunicatorImpl : public ProgressGuard {
                                                     : options_.straggler_timeout;
   }
   void retire_transport();
-  // Times the new data plane's ring and agrees, through the store, on the
-  // tuning of the ops to come (link_model.h). A probe that fails aborts the
-  // transport: the next op then fails over to a recovery.
-  Status tune_links(uint32_t epoch, Deadline connect_deadline);
-  // This rank's timing (latency only, keeping `last`'s bandwidth, unless
-  // `last` is null), published under `prefix` (and left in `mine`); every
-  // rank's, read back reduced.
-  Result<LinkSummary> exchange_link_samples(uint32_t epoch, Deadline deadline,
-                                            const LinkSample* last, const std::string& prefix,
-                                            LinkSample* mine);
+  // This rank's timing of `t`'s ring (latency only, keeping `last`'s
+  // bandwidth, unless `last` is null). A probe that fails aborts `t`: the
+  // next op then fails over to a recovery.
+  LinkSample time_links(Transport& t, uint32_t epoch, Deadline deadline, const LinkSample* last,
+                        bool* moved);
+  // Adopts the tuning of the ops to come from the agreed timing (link_model.h),
+  // timing every bandwidth again where a latency moved.
+  Status tune_links(uint32_t epoch, Deadline connect_deadline, EpochAgreement& agreed,
+                    const LinkSample* last, Clock::time_point started);
+  Result<LinkSummary> time_again(uint32_t epoch, Deadline deadline, LinkSample* mine);
   // Called while an exception is being handled, thrown by `op` (nullptr: by
   // an idle check or a recovery while no op ran): the communicator gives up
   // (fatal_), telling the peers; std::bad_alloc is kOutOfMemory, anything

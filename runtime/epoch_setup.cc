@@ -41,10 +41,23 @@ Status CommunicatorImpl::join(Deadline deadline) {
 
 Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon) {
   if (Status s = join(deadline); !s.ok()) return s;
+  EpochAgreement agreed;
+  const LinkSample* last = nullptr;
+  const auto started = Clock::now();
   for (;;) {
     const std::string name = chain_.current();
     const std::string failed_key = keys::connect_failed(epoch, name);
+    const bool reused = name == "tcp" && tcp_kept_->listener.valid();
     auto t = open_transport(name, epoch, deadline, failed_key, abandon);
+    if (reused && !t.ok()) {
+      // Perhaps the kept listener itself: this rank's next ledger says it
+      // keeps none, and every rank publishes anew.
+      RCOLL_LOG(kInfo,
+                "epoch %u over tcp failed on epoch %u's listener and addresses; this rank drops "
+                "them, and the next epoch over tcp listens and publishes anew",
+                epoch, tcp_kept_->epoch);
+      drop_kept_listener();
+    }
     for (const Fault& f : faults_) {
       if (t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch && (f.rank == -1 || f.rank == rank_)) {
         RCOLL_LOG(kWarn, "fault injection: every frame this rank receives over %s in epoch %u arrives %lld us late (link-latency)",
@@ -53,11 +66,18 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
       }
     }
     // With nowhere to fall back to, a failed connect is the answer; otherwise
-    // every rank learns whether all connected, and all fall back together.
-    Status outcome = t.ok() ? Status() : t.status();
-    if (chain_.has_next() && size_ > 1)
-      outcome = agree_connect(name, epoch, outcome, deadline, abandon);
-    if (outcome.ok()) {
+    // every rank learns whether all connected, and all fall back together:
+    // in the exchange of the link timings, which every epoch makes anyway.
+    const bool has_next = chain_.has_next();
+    if (!t.ok() && (!has_next || size_ == 1)) return t.status();
+    if (size_ > 1) {
+      // A recovery onto the same transport and ranks times the latency only
+      // and keeps the bandwidths, unless a link's latency moved (link_tuning.h).
+      last = tuner_.last_sample(epoch, name, size_);
+      agreed = agree_epoch(name, epoch, t.ok() ? t.value().get() : nullptr,
+                           t.ok() ? Status() : t.status(), last, deadline, abandon);
+    }
+    if (agreed.status.ok()) {
       retire_transport();
       transport_ = std::move(t).value();
       credits_.drop();  // the old transport, which held them, is gone
@@ -67,18 +87,19 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
         epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch), keys::epoch_fatal(epoch));
       break;
     }
-    if (t.ok()) t.value()->abort(outcome);
-    const bool has_next = chain_.has_next();
-    if (!has_next || outcome.code() == ErrorCode::kTimeout) return outcome;
+    if (t.ok()) t.value()->abort(agreed.status);
+    // A death, a give-up, the store or the deadline: no transport would do better.
+    if (!agreed.connect_failed || !has_next) return agreed.status;
     chain_.drop_current(Clock::now());
     tally_.fallbacks = chain_.fallbacks();
     RCOLL_LOG(kWarn,
               "transport %s could not connect epoch %u (%s); falling back to %s for epoch %u "
               "(fallback #%llu; chain %s)",
-              name.c_str(), epoch, outcome.to_string().c_str(), chain_.current().c_str(), epoch,
-              static_cast<unsigned long long>(tally_.fallbacks.load()), chain_.describe().c_str());
+              name.c_str(), epoch, agreed.status.to_string().c_str(), chain_.current().c_str(),
+              epoch, static_cast<unsigned long long>(tally_.fallbacks.load()),
+              chain_.describe().c_str());
   }
-  if (Status s = tune_links(epoch, deadline); !s.ok()) return s;
+  if (Status s = tune_links(epoch, deadline, agreed, last, started); !s.ok()) return s;
   if (epoch > 0) return Status();
   const std::string why =
       options_.transports_reason.empty() ? "" : "; " + options_.transports_reason;
@@ -144,18 +165,8 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     return failed.ok() && failed.value();
   };
   auto connected = connect_host_transport(name, p);
-  if (!tcp) {
-    janitor_.note_exchange(p.key_prefix);
-  } else if (reusing && !connected.ok()) {
-    // Perhaps the kept listener itself: the next recovery agrees to publish anew.
-    RCOLL_LOG(kInfo,
-              "epoch %u over tcp failed on epoch %u's listener and addresses; this rank drops "
-              "them, and the next epoch over tcp listens and publishes anew",
-              epoch, tcp_kept_->epoch);
-    drop_kept_listener();
-  } else if (!reusing && tcp_kept_->key_prefix != p.key_prefix) {
-    janitor_.note_exchange(p.key_prefix);  // published, but not kept (the build failed)
-  }
+  if (!tcp || (!reusing && tcp_kept_->key_prefix != p.key_prefix))
+    janitor_.note_exchange(p.key_prefix);  // published, and not kept
   return connected;
 }
 
@@ -165,131 +176,187 @@ void CommunicatorImpl::drop_kept_listener() {
   *tcp_kept_ = KeptListener{};
 }
 
-Status CommunicatorImpl::agree_connect(const std::string& name, uint32_t epoch, const Status& mine,
-                                       Deadline deadline, const Abandon& abandon) {
+// This rank's timing of `t`'s links (latency only, keeping `last`'s
+// bandwidth, unless `last` is null); `*moved`: its latency moved since
+// `last`. An invalid sample where the probe failed (it aborted `t`).
+LinkSample CommunicatorImpl::time_links(Transport& t, uint32_t epoch, Deadline deadline,
+                                        const LinkSample* last, bool* moved) {
+  *moved = false;
+  auto probed = probe_ring(t, deadline, last == nullptr);
+  if (!probed.ok()) {
+    RCOLL_LOG(kWarn,
+              "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the "
+              "next op recovers",
+              epoch, t.name(), probed.status().to_string().c_str());
+    return LinkSample{};
+  }
+  LinkSample mine = probed.value();
+  mine.deadline_ms = options_.op_timeout.count();
+  describe_this_host(&mine);
+  // Not timed: the last epoch's bandwidth, unless the latency moved (then
+  // a placeholder a sample needs to decode, and every rank times again).
+  if (last != nullptr) {
+    mine.bandwidth = 1;
+    *moved = !LinkTuner::keep_bandwidth(*last, mine);
+  }
+  return mine;
+}
+
+// One exchange: this rank's timing of `t`'s links, or that it did not
+// connect (`t` null, `connected` why), published; every rank's read back
+// reduced (the worst link, who could not time theirs, who did not connect,
+// whether a latency moved). Before, whether every rank connected was an
+// exchange of its own, and a recovery at 16,384 ranks spent 0.6 s on it.
+CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(
+    const std::string& name, uint32_t epoch, Transport* t, const Status& connected,
+    const LinkSample* last, Deadline connect_deadline, const Abandon& abandon) {
+  // Its own budget, as long as a connect's: a slow connect (8 ranks on 2 cores
+  // can take most of it) must not leave the timing too little to finish in.
+  const Deadline deadline = own_budget(connect_deadline);
+  const ErrorContext at{rank_, -1, 0, epoch, name};
   const std::string failed_key = keys::connect_failed(epoch, name);
-  // Reduced to one byte: 1 when every rank connected.
-  const StoreExchange exchange(*store_, keys::connect(epoch, name), size_, reduce_all_ok);
-  if (!mine.ok()) {
-    // The failure key first, so that a rank seeing every rank key also sees it.
-    // The first diagnosis wins (a rank that only saw the connect cancelled does not restate it).
-    const std::string text = "rank " + std::to_string(rank_) + ": " + mine.message();
+  EpochAgreement out;
+  bool moved = false;
+  if (t != nullptr) {
+    out.mine = time_links(*t, epoch, deadline, last, &moved);
+    out.probed = out.mine.valid;
+  } else {
+    // The failure key first, so that a rank seeing every rank's value also
+    // sees it. The first diagnosis wins (a rank that only saw the connect
+    // cancelled does not restate it).
+    const std::string text = "rank " + std::to_string(rank_) + ": " + connected.message();
     if (auto there = store_->check(failed_key); !there.ok() || !there.value()) {
       (void)store_->set(failed_key, Bytes(text.begin(), text.end()));
       janitor_.note_key(failed_key);
     }
   }
-  janitor_.note_exchange(keys::connect(epoch, name));
+  const std::string prefix = keys::connect(epoch, name);
+  janitor_.note_exchange(prefix);
+  const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
   // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
-  auto failure = [&](const std::vector<int>&) -> Status {
-    if (abandon && abandon()) {
-      return Status(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch, name},
-                    "the connect of epoch " + std::to_string(epoch) +
-                        " was abandoned (a rank died or gave up)");
-    }
+  auto connect_failure = [&]() -> Status {
     auto failed = store_->check(failed_key);
     if (!failed.ok() || !failed.value()) return Status();
     auto text = store_->get(failed_key, Millis(1000));
     std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
-    return Status(ErrorCode::kPeerUnreachable, ErrorContext{rank_, -1, 0, epoch, name}, why);
+    return Status(ErrorCode::kPeerUnreachable, at, why);
   };
-  // Published and waited for in one request where the store can.
-  const StoreExchange::Gathered gathered = exchange.publish_and_gather(
-      rank_, Bytes{static_cast<uint8_t>(mine.ok() ? 1 : 0)}, deadline, failure, Millis(50));
-  switch (gathered.ended) {
-    case StoreExchange::Gathered::Ended::kAll:
-      break;
-    case StoreExchange::Gathered::Ended::kJudged:
-      return gathered.status;
-    case StoreExchange::Gathered::Ended::kTimedOut:
-      return Status(ErrorCode::kTimeout, ErrorContext{rank_, gathered.missing.front(), 0, epoch, name},
-                    "not every rank reported its " + name + " connect of epoch " + std::to_string(epoch) + " in time: " +
-                        gathered.status.message());
-    case StoreExchange::Gathered::Ended::kStoreFailed:
-      return Status(gathered.status.code(), ErrorContext{rank_, -1, 0, epoch, name},
-                    "publishing this rank's " + name + " connect outcome of epoch " +
-                        std::to_string(epoch) +
-                        " and reading every rank's from the store: " + gathered.status.message());
-  }
-  // Every rank reported: a rank that did not connect set the key before its
-  // own "0", so only then is there a reason to read it.
-  if (gathered.reduced != Bytes{1}) return failure({});
-  if (abandon && abandon()) {
-    return Status(ErrorCode::kAborted, ErrorContext{rank_, -1, 0, epoch, name},
+  auto abandoned = [&] {
+    return Status(ErrorCode::kAborted, at,
                   "the connect of epoch " + std::to_string(epoch) +
                       " was abandoned (a rank died or gave up)");
-  }
-  return Status();
-}
-
-Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline) {
-  // Its own budget, as long as a connect's: a slow connect (8 ranks on 2 cores
-  // can take most of it) must not leave the timing too little to finish in.
-  const Deadline deadline = own_budget(connect_deadline);
-  if (size_ == 1) {
-    if (epoch == 0) tuner_.start_over();  // a group shrunk to one rank
-    return Status();
-  }
-  const auto started = Clock::now();
-  // A recovery onto the same transport and ranks times the latency only and
-  // keeps the bandwidths, unless a link's latency moved (link_tuning.h).
-  const LinkSample* last = tuner_.last_sample(epoch, transport_->name(), size_);
-  LinkSample mine;
-  auto links = exchange_link_samples(epoch, deadline, last, keys::tune(epoch), &mine);
-  if (!links.ok()) return links.status();
-  if (last != nullptr && !links.value().unmeasured.empty()) {
-    // A rank could not time its links: every rank aborted the epoch
-    // (exchange_link_samples), and the next recovery times them again. The
-    // latency-only samples have no bandwidth to adopt.
-    return Status();
-  }
-  if (last != nullptr && links.value().moved) {
-    RCOLL_LOG(kInfo,
-              "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "
-              "bandwidth again",
-              epoch, transport_->name(), epoch - 1);
-    links = exchange_link_samples(epoch, deadline, nullptr, keys::tune_again(epoch), &mine);
-    if (!links.ok()) return links.status();
-  }
-  tuner_.adopt(epoch, links.value(), mine, transport_->name(), size_,
-               std::chrono::duration<double, std::milli>(Clock::now() - started).count());
-  return Status();
-}
-
-// This rank's timing of its links, published; every rank's, read back
-// reduced (the worst link, who could not time theirs, whether a latency
-// moved). `last`: this rank's sample of the last epoch, whose bandwidth a
-// latency-only timing keeps; null times the bandwidth. A rank that could not
-// time its links makes every rank abort the epoch alike.
-Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Deadline deadline,
-                                                            const LinkSample* last,
-                                                            const std::string& prefix,
-                                                            LinkSample* mine_out) {
-  const char* tname = transport_->name();
-  LinkSample mine;
-  bool moved = false;
-  auto probed = probe_ring(*transport_, deadline, last == nullptr);
-  if (probed.ok()) {
-    mine = probed.value();
-    mine.deadline_ms = options_.op_timeout.count();
-    describe_this_host(&mine);
-    // Not timed: the last epoch's bandwidth, unless the latency moved (then
-    // a placeholder a sample needs to decode, and every rank times again).
-    if (last != nullptr) {
-      mine.bandwidth = 1;
-      moved = !LinkTuner::keep_bandwidth(*last, mine);
-    }
-  } else {
-    RCOLL_LOG(kWarn, "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the next op recovers",
-              epoch, tname, probed.status().to_string().c_str());
-  }
-  *mine_out = mine;
-  janitor_.note_exchange(prefix);
-  const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
+  };
   // The others' probes end by their own deadlines, which started when their
   // connects did: a probe that ran out of time here would leave none for
   // reading theirs. A rank that died (or left) after connecting will never
   // publish: said at once, as the recovery would, not when the deadline ends.
+  auto judge = [&](const std::vector<int>& missing) -> Status {
+    if (abandon && abandon()) return abandoned();
+    if (Status failed = connect_failure(); !failed.ok()) {
+      out.connect_failed = true;
+      return failed;
+    }
+    for (int q : missing) {
+      if ((dead_ && dead_[static_cast<size_t>(q)]) ||
+          (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
+        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, 0, epoch, name},
+                      "rank " + std::to_string(q) + " died while epoch " + std::to_string(epoch) +
+                          " was being set up; the epoch cannot be used");
+      }
+    }
+    return Status();
+  };
+  // Published and waited for in one request where the store can.
+  const StoreExchange::Gathered gathered = exchange.publish_and_gather(
+      rank_, encode_link_value(out.mine, moved, t != nullptr), deadline, judge, Millis(50));
+  switch (gathered.ended) {
+    case StoreExchange::Gathered::Ended::kAll:
+      break;
+    case StoreExchange::Gathered::Ended::kJudged:
+      out.status = gathered.status;
+      return out;
+    case StoreExchange::Gathered::Ended::kTimedOut:
+      out.status =
+          Status(ErrorCode::kTimeout, ErrorContext{rank_, gathered.missing.front(), 0, epoch, name},
+                 "rank(s) " + rank_list(gathered.missing) + " did not report their " + name +
+                     " connect and link timing of epoch " + std::to_string(epoch) +
+                     " in time; the epoch cannot be used");
+      return out;
+    case StoreExchange::Gathered::Ended::kStoreFailed:
+      out.status = Status(gathered.status.code(), at,
+                          "publishing this rank's " + name + " connect and link timing of epoch " +
+                              std::to_string(epoch) + " and reading every rank's from the store: " +
+                              gathered.status.message() + "; the epoch cannot be used");
+      return out;
+  }
+  if (!decode_link_summary(gathered.reduced, &out.links)) {
+    out.status = Status(ErrorCode::kStore, at,
+                        "the link timings of epoch " + std::to_string(epoch) +
+                            " as combined in the store do not decode; the epoch cannot be used");
+    return out;
+  }
+  if (!out.links.not_connected.empty()) {
+    // A rank that did not connect set the key before its own value.
+    out.connect_failed = true;
+    out.status = connect_failure();
+    if (out.status.ok())
+      out.status = Status(ErrorCode::kPeerUnreachable, at,
+                          "rank(s) " + rank_list(out.links.not_connected) + " could not connect " +
+                              name + " for epoch " + std::to_string(epoch));
+    return out;
+  }
+  if (abandon && abandon()) out.status = abandoned();
+  return out;
+}
+
+// Adopts the agreed timing of the epoch's links (every rank the same). A
+// rank that could not time its links makes every rank abort the epoch alike:
+// the first op on it recovers instead of finding a half-broken data plane.
+Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline,
+                                    EpochAgreement& agreed, const LinkSample* last,
+                                    Clock::time_point started) {
+  if (size_ == 1) {
+    if (epoch == 0) tuner_.start_over();  // a group shrunk to one rank
+    return Status();
+  }
+  const char* tname = transport_->name();
+  LinkSummary& links = agreed.links;
+  if (!links.unmeasured.empty()) {
+    const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
+                     "rank(s) " + rank_list(links.unmeasured) +
+                         " could not time their links of epoch " + std::to_string(epoch));
+    if (agreed.probed) {
+      RCOLL_LOG(kWarn, "%s; every rank aborts epoch %u over %s, the next op recovers",
+                why.message().c_str(), epoch, tname);
+      transport_->abort(why);
+    }
+    // The next recovery times them again. The latency-only samples have no
+    // bandwidth to adopt.
+    if (last != nullptr) return Status();
+  } else if (last != nullptr && links.moved) {
+    RCOLL_LOG(kInfo,
+              "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "
+              "bandwidth again",
+              epoch, tname, epoch - 1);
+    auto again = time_again(epoch, own_budget(connect_deadline), &agreed.mine);
+    if (!again.ok()) return again.status();
+    links = std::move(again).value();
+  }
+  tuner_.adopt(epoch, links, agreed.mine, tname, size_,
+               std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+  return Status();
+}
+
+// Every link's bandwidth timed again (a latency moved), and every rank's
+// timing read back reduced, in an exchange of its own.
+Result<LinkSummary> CommunicatorImpl::time_again(uint32_t epoch, Deadline deadline,
+                                                 LinkSample* mine) {
+  const char* tname = transport_->name();
+  bool moved = false;
+  *mine = time_links(*transport_, epoch, deadline, nullptr, &moved);
+  const std::string prefix = keys::tune_again(epoch);
+  janitor_.note_exchange(prefix);
+  const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
   auto died = [this, epoch, tname](const std::vector<int>& missing) {
     for (int q : missing) {
       if ((dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
@@ -300,9 +367,8 @@ Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Dead
     }
     return Status();
   };
-  // Published and waited for in one request where the store can.
-  const StoreExchange::Gathered gathered = exchange.publish_and_gather(
-      rank_, encode_link_value(mine, moved), own_budget(deadline), died);
+  const StoreExchange::Gathered gathered =
+      exchange.publish_and_gather(rank_, encode_link_value(*mine, false), deadline, died);
   if (gathered.ended == StoreExchange::Gathered::Ended::kJudged) return gathered.status;
   if (gathered.ended == StoreExchange::Gathered::Ended::kTimedOut) {
     const int q = gathered.missing.front();
@@ -322,13 +388,11 @@ Result<LinkSummary> CommunicatorImpl::exchange_link_samples(uint32_t epoch, Dead
                   "the link timings of epoch " + std::to_string(epoch) +
                       " as combined in the store do not decode; the epoch cannot be used");
   }
-  const std::vector<int>& unmeasured = links.unmeasured;
-  if (!unmeasured.empty()) {
-    // Every rank reads the same samples: all abort this epoch alike, and the
-    // first op on it recovers instead of finding a half-broken data plane.
+  if (!links.unmeasured.empty()) {
     const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
-                     "rank(s) " + rank_list(unmeasured) + " could not time their links of epoch " + std::to_string(epoch));
-    if (probed.ok()) {
+                     "rank(s) " + rank_list(links.unmeasured) +
+                         " could not time their links of epoch " + std::to_string(epoch));
+    if (mine->valid) {
       RCOLL_LOG(kWarn, "%s; every rank aborts epoch %u over %s, the next op recovers", why.message().c_str(), epoch, tname);
       transport_->abort(why);
     }

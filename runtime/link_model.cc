@@ -173,46 +173,63 @@ LinkSummary summarize_links(const std::vector<LinkSample>& samples, bool moved) 
   return out;
 }
 
-Bytes encode_link_value(const LinkSample& mine, bool moved) {
-  const std::string text = encode_sample(mine);
-  return encode_values(
-      {Bytes(text.begin(), text.end()), Bytes{static_cast<uint8_t>(moved ? 1 : 0)}});
+Bytes encode_link_value(const LinkSample& mine, bool moved, bool connected) {
+  const std::string text = connected ? encode_sample(mine) : std::string();
+  return encode_values({Bytes(text.begin(), text.end()), Bytes{static_cast<uint8_t>(moved ? 1 : 0)},
+                        Bytes{static_cast<uint8_t>(connected ? 1 : 0)}});
 }
+
+namespace {
+
+std::string rank_words(const std::vector<int>& ranks) {
+  std::string out;
+  for (int q : ranks) out += (out.empty() ? "" : " ") + std::to_string(q);
+  return out;
+}
+
+bool read_ranks(const Bytes& words, std::vector<int>* out) {
+  std::istringstream in(std::string(words.begin(), words.end()));
+  for (int q; in >> q;) out->push_back(q);
+  return in.eof();
+}
+
+}  // namespace
 
 Bytes reduce_link_values(const std::vector<Bytes>& values) {
   std::vector<LinkSample> samples;
   samples.reserve(values.size());
   bool moved = false;
+  std::vector<int> not_connected;
   for (const Bytes& v : values) {
     std::vector<Bytes> parts;
-    if (!decode_values(v, 2, &parts) || parts[1].size() != 1) {
+    if (!decode_values(v, 3, &parts) || parts[1].size() != 1 || parts[2].size() != 1) {
       samples.emplace_back();
       continue;
     }
+    if (parts[2][0] != 1) not_connected.push_back(static_cast<int>(samples.size()));
     samples.push_back(decode_sample(std::string(parts[0].begin(), parts[0].end())));
     moved = moved || parts[1][0] == 1;
   }
   const LinkSummary s = summarize_links(samples, moved);
   const std::string worst = encode_sample(s.worst);
-  std::string unmeasured;
-  for (int q : s.unmeasured) unmeasured += (unmeasured.empty() ? "" : " ") + std::to_string(q);
+  const std::string unmeasured = rank_words(s.unmeasured);
+  const std::string absent = rank_words(not_connected);
   const std::string cpus = std::to_string(s.shared_cpus);
   return encode_values({Bytes(worst.begin(), worst.end()), Bytes(cpus.begin(), cpus.end()),
                         Bytes{static_cast<uint8_t>(s.moved ? 1 : 0)},
-                        Bytes(unmeasured.begin(), unmeasured.end())});
+                        Bytes(unmeasured.begin(), unmeasured.end()),
+                        Bytes(absent.begin(), absent.end())});
 }
 
 bool decode_link_summary(const Bytes& reduced, LinkSummary* out) {
   std::vector<Bytes> parts;
-  if (!decode_values(reduced, 4, &parts) || parts[2].size() != 1) return false;
+  if (!decode_values(reduced, 5, &parts) || parts[2].size() != 1) return false;
   LinkSummary s;
   s.worst = decode_sample(std::string(parts[0].begin(), parts[0].end()));
   std::istringstream cpus(std::string(parts[1].begin(), parts[1].end()));
   if (!(cpus >> s.shared_cpus) || s.shared_cpus < 0) return false;
   s.moved = parts[2][0] == 1;
-  std::istringstream unmeasured(std::string(parts[3].begin(), parts[3].end()));
-  for (int q; unmeasured >> q;) s.unmeasured.push_back(q);
-  if (!unmeasured.eof()) return false;
+  if (!read_ranks(parts[3], &s.unmeasured) || !read_ranks(parts[4], &s.not_connected)) return false;
   *out = std::move(s);
   return true;
 }

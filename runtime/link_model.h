@@ -65,12 +65,16 @@ struct LinkSummary {
   int shared_cpus = 0;          // shared_cpus of the samples
   std::vector<int> unmeasured;  // the ranks whose sample is not valid
   bool moved = false;           // a rank's latency moved since the sample it kept
+  // The ranks that did not connect the epoch's transport (they have no
+  // sample either): every rank falls back, or the epoch fails.
+  std::vector<int> not_connected;
 };
 LinkSummary summarize_links(const std::vector<LinkSample>& samples, bool moved = false);
 
-// What a rank publishes: its sample, and whether its latency moved since
-// the last epoch's (LinkTuner::keep_bandwidth).
-Bytes encode_link_value(const LinkSample& mine, bool moved);
+// What a rank publishes: its sample, whether its latency moved since the
+// last epoch's (LinkTuner::keep_bandwidth), and whether it connected the
+// epoch's transport at all (then with no sample).
+Bytes encode_link_value(const LinkSample& mine, bool moved, bool connected = true);
 // The combiner's reduction of every rank's value, in rank order (a value
 // that does not decode counts as a rank that could not time its links).
 Bytes reduce_link_values(const std::vector<Bytes>& values);

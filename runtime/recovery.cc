@@ -97,7 +97,11 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   if (!ledgers.ok()) return ledgers.status();
   // The TCP listeners stay where they are only if every rank kept its own
   // from the same exchange; else every rank listens and publishes anew.
-  if (!(kept.size() == 1 && !kept.front().empty()) && tcp_kept_->listener.valid()) {
+  // (One entry per distinct ledger value: ranks a slice apart write two.)
+  const bool all_kept = !kept.empty() && !kept.front().empty() &&
+                        std::all_of(kept.begin(), kept.end(),
+                                    [&](const std::string& k) { return k == kept.front(); });
+  if (!all_kept && tcp_kept_->listener.valid()) {
     RCOLL_LOG(kInfo,
               "recovery of epoch %u: not every rank kept its tcp listener of epoch %u; every rank "
               "listens and publishes its address anew for epoch %u",
@@ -157,21 +161,23 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
 // notice over the liveness channel.
 Status CommunicatorImpl::announce(const RecoveryRound& round, const Status& cause) {
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
-  // A rank announces over the liveness channel only after the key is in the
-  // store, so a rank that heard a peer's notice knows the key is there and
-  // neither sets it nor tells anyone again: a close-link at P ranks has two
-  // ranks set it, not P (each set is a request; 1 s at 16,384 ranks, #37).
+  // Only a rank that found the failure itself sets the key: a rank told of
+  // it by a peer knows the key is there or coming (the peer that found it
+  // sets it before it announces over the liveness channel; a data plane's
+  // abort frame comes from a rank that found it or was told). Before, every
+  // rank the watch had not told set it: a request each, about a second at
+  // 16,384 ranks (#37); at 16 ranks a closed link now has 1-2 ranks set it.
   // A peer's notice went to every rank already (the overlay passes it on):
   // telling them again is P-1 frames and log lines per rank for nothing.
   const bool heard =
       liveness_ && liveness_->highest_aborted_epoch() >= static_cast<int64_t>(round.failed);
-  // Where the watch saw a peer's announcement, the key is there already. A
-  // store that fails the set still leaves the notice to go (the peers stop
+  const bool told = heard || epoch_watch_.failed(round.failed) ||
+                    (cause.code() == ErrorCode::kAborted && cause.context().peer >= 0);
+  // A store that fails the set still leaves the notice to go (the peers stop
   // waiting on this epoch either way).
   const Status set =
-      heard || epoch_watch_.failed(round.failed)
-          ? Status()
-          : store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end()));
+      told ? Status()
+           : store_->set(keys::epoch_failed(round.failed), Bytes(why.begin(), why.end()));
   if (liveness_ && !heard) liveness_->announce_abort(round.failed, why.substr(0, 1000));
   if (!set.ok())
     return round.gave_up(*this, set, "could not announce the failed epoch in the store");

@@ -418,8 +418,10 @@ class TcpStoreClient final : public Store {
     std::vector<std::string> keys{key, counter};
     keys.insert(keys.end(), wait_keys.begin(), wait_keys.end());
     Request q{Op::kPublish, std::move(keys), value, store_wire::publish_integer(until, ms)};
-    // Not idempotent (the add): never re-sent once it may have reached the server.
-    auto r = call(q, Deadline::after(Millis(ms) + kGuardSlack), false,
+    // Not idempotent (the add): never re-sent once it may have reached the
+    // server. A set_and_add first: its answer is awaited as long as one's
+    // (a stalled store host is waited out), then the wait's guard.
+    auto r = call(q, Deadline::after(std::max(Millis(ms) + kGuardSlack, kRequestTimeout)), false,
                   "publish(" + key_text(key) + ", " + key_text(counter) + ")");
     if (!r.ok()) return r.status();
     Published p;

@@ -483,10 +483,12 @@ class TcpTransport final : public Transport {
                 open, open == 1 ? "" : "s", epoch_);
     }
     // fail_peer announces the abort to every peer still connected (quietly:
-    // aborting_, the line above said it).
+    // aborting_, the line above said it), an abort a peer caused as well: a
+    // peer told so knows that the failed epoch's key is in the store, or will
+    // be, and sets it no more (CommunicatorImpl::announce), where an end of
+    // stream (the connection closed with no frame) proves nothing.
     aborting_ = true;
-    const bool announce =
-        log && why.code() != ErrorCode::kPeerDead && why.code() != ErrorCode::kAborted;
+    const bool announce = log && why.code() != ErrorCode::kPeerDead;
     if (links_) links_->close();
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
