@@ -352,9 +352,10 @@ Status recover(Run& run, int rank, RankState& st) {
   // that and set nothing (the runtime's announce). Here the notice is a flag.
   if (rank <= 1) {
     const std::string why = "rank " + std::to_string(rank) + ": link closed";
-    if (Status e = s.set(keys::epoch_failed(0), Bytes(why.begin(), why.end())); !e.ok()) return e;
-    run.announced = true;
+    const Status e = s.set(keys::epoch_failed(0), Bytes(why.begin(), why.end()));
+    run.announced = true;  // on failure too: no rank waits for it forever
     run.announced.notify_all();
+    if (!e.ok()) return e;
   } else {
     run.announced.wait(false);
   }

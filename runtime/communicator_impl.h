@@ -147,7 +147,12 @@ class CommunicatorImpl : public ProgressGuard {
   // bandwidth, unless `last` is null). A probe that fails aborts `t`: the
   // next op then fails over to a recovery.
   LinkSample time_links(Transport& t, uint32_t epoch, Deadline deadline, const LinkSample* last,
-                        bool* moved);
+                        bool* moved, const std::function<bool()>& cancelled);
+  // True once the connect of an epoch should end: the runtime abandoned it,
+  // or (with a chain to fall back on) another rank said it did not connect
+  // (`failed_key`, looked at every 200 ms at most).
+  std::function<bool()> connect_cancelled(const std::string& failed_key,
+                                          const Abandon& abandon) const;
   // Adopts the tuning of the ops to come from the agreed timing (link_model.h),
   // timing every bandwidth again where a latency moved.
   Status tune_links(uint32_t epoch, Deadline connect_deadline, EpochAgreement& agreed,

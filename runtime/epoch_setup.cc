@@ -151,12 +151,21 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
                                                          : UcxErrorMode::kAuto;
   p.deadline = deadline;
   p.spin = spin();
+  p.cancelled = connect_cancelled(failed_key, abandon);
+  auto connected = connect_host_transport(name, p);
+  if (!tcp || (!reusing && tcp_kept_->key_prefix != p.key_prefix))
+    janitor_.note_exchange(p.key_prefix);  // published, and not kept
+  return connected;
+}
+
+std::function<bool()> CommunicatorImpl::connect_cancelled(const std::string& failed_key,
+                                                          const Abandon& abandon) const {
   std::shared_ptr<Store> store = store_;
   const bool can_fall_back = chain_.has_next();
   // Another rank's failure to connect is looked for in the store at most
   // every 200 ms, the first time 200 ms in: a connect that is over by then
   // asks nothing (the wire-ups poll this every slice: P requests and more).
-  p.cancelled = [store, failed_key, can_fall_back, &abandon, looked = Clock::now()]() mutable {
+  return [store, failed_key, can_fall_back, &abandon, looked = Clock::now()]() mutable {
     constexpr Clock::duration kLookEvery = std::chrono::milliseconds(200);
     if (abandon && abandon()) return true;
     if (!can_fall_back || Clock::now() - looked < kLookEvery) return false;
@@ -164,10 +173,6 @@ Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::s
     auto failed = store->check(failed_key);
     return failed.ok() && failed.value();
   };
-  auto connected = connect_host_transport(name, p);
-  if (!tcp || (!reusing && tcp_kept_->key_prefix != p.key_prefix))
-    janitor_.note_exchange(p.key_prefix);  // published, and not kept
-  return connected;
 }
 
 void CommunicatorImpl::drop_kept_listener() {
@@ -180,9 +185,10 @@ void CommunicatorImpl::drop_kept_listener() {
 // bandwidth, unless `last` is null); `*moved`: its latency moved since
 // `last`. An invalid sample where the probe failed (it aborted `t`).
 LinkSample CommunicatorImpl::time_links(Transport& t, uint32_t epoch, Deadline deadline,
-                                        const LinkSample* last, bool* moved) {
+                                        const LinkSample* last, bool* moved,
+                                        const std::function<bool()>& cancelled) {
   *moved = false;
-  auto probed = probe_ring(t, deadline, last == nullptr);
+  auto probed = probe_ring(t, deadline, last == nullptr, cancelled);
   if (!probed.ok()) {
     RCOLL_LOG(kWarn,
               "timing the links of epoch %u over %s failed: %s; this rank aborted the epoch, the "
@@ -210,15 +216,19 @@ LinkSample CommunicatorImpl::time_links(Transport& t, uint32_t epoch, Deadline d
 CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(
     const std::string& name, uint32_t epoch, Transport* t, const Status& connected,
     const LinkSample* last, Deadline connect_deadline, const Abandon& abandon) {
-  // Its own budget, as long as a connect's: a slow connect (8 ranks on 2 cores
-  // can take most of it) must not leave the timing too little to finish in.
-  const Deadline deadline = own_budget(connect_deadline);
   const ErrorContext at{rank_, -1, 0, epoch, name};
   const std::string failed_key = keys::connect_failed(epoch, name);
   EpochAgreement out;
   bool moved = false;
+  // The probe has a budget of its own, as long as a connect's: a slow
+  // connect (8 ranks on 2 cores can take most of it) must not leave the
+  // timing too little to finish in. It ends early where a rank did not
+  // connect (its ring neighbours would wait for it), with a chain to fall
+  // back on, or where the runtime gave up on the epoch.
+  Deadline deadline = own_budget(connect_deadline);
   if (t != nullptr) {
-    out.mine = time_links(*t, epoch, deadline, last, &moved);
+    out.mine =
+        time_links(*t, epoch, deadline, last, &moved, connect_cancelled(failed_key, abandon));
     out.probed = out.mine.valid;
   } else {
     // The failure key first, so that a rank seeing every rank's value also
@@ -248,8 +258,10 @@ CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(
   };
   // The others' probes end by their own deadlines, which started when their
   // connects did: a probe that ran out of time here would leave none for
-  // reading theirs. A rank that died (or left) after connecting will never
-  // publish: said at once, as the recovery would, not when the deadline ends.
+  // reading theirs (so the reading gets a budget of its own too). A rank
+  // that died (or left) after connecting will never publish: said at once,
+  // as the recovery would, not when the deadline ends.
+  deadline = own_budget(deadline);
   auto judge = [&](const std::vector<int>& missing) -> Status {
     if (abandon && abandon()) return abandoned();
     if (Status failed = connect_failure(); !failed.ok()) {
@@ -353,7 +365,7 @@ Result<LinkSummary> CommunicatorImpl::time_again(uint32_t epoch, Deadline deadli
                                                  LinkSample* mine) {
   const char* tname = transport_->name();
   bool moved = false;
-  *mine = time_links(*transport_, epoch, deadline, nullptr, &moved);
+  *mine = time_links(*transport_, epoch, deadline, nullptr, &moved, {});
   const std::string prefix = keys::tune_again(epoch);
   janitor_.note_exchange(prefix);
   const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);

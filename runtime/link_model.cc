@@ -36,9 +36,11 @@ constexpr double kDeadlineShare = 1.0 / 16;  // ...and at most 1/16 of the op de
 constexpr size_t kMaxHostBytes = 64;                 // a boot id is 36
 constexpr size_t kMaxCpuMaskDigits = CPU_SETSIZE / 4;
 
-// Waits for every request. On a failure or the deadline it aborts the
-// transport before returning, so no request it still holds outlives this call.
-Status wait_all(Transport& t, Request* reqs, size_t n, int prev, int next, Deadline deadline) {
+// Waits for every request. On a failure, the deadline or `cancelled` it
+// aborts the transport before returning, so no request it still holds
+// outlives this call. `cancelled` (may be empty) is asked every 20 ms at most.
+Status wait_all(Transport& t, Request* reqs, size_t n, int prev, int next, Deadline deadline,
+                const std::function<bool()>& cancelled) {
   for (;;) {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
@@ -57,7 +59,15 @@ Status wait_all(Transport& t, Request* reqs, size_t n, int prev, int next, Deadl
       t.abort(s);
       return s;
     }
-    t.progress(deadline);
+    if (cancelled && cancelled()) {
+      Status s(ErrorCode::kAborted, ErrorContext{t.rank(), prev, 0, t.epoch(), t.name()},
+               "timing the links of epoch " + std::to_string(t.epoch()) +
+                   " cancelled: a rank did not connect, or the runtime gave up on the epoch");
+      t.abort(s);
+      return s;
+    }
+    t.progress(cancelled ? deadline.earlier(Deadline::after(std::chrono::milliseconds(20)))
+                         : deadline);
   }
 }
 
@@ -255,9 +265,11 @@ namespace {
 // boundary between rounds (bursts too), so that a stall between two rounds is
 // charged to one of them rather than to none.
 struct RingProbe {
-  RingProbe(Transport& transport, Deadline d, const FrameHeader& header)
+  RingProbe(Transport& transport, Deadline d, const FrameHeader& header,
+            std::function<bool()> cancel)
       : t(transport),
         deadline(d),
+        cancelled(std::move(cancel)),
         prev((transport.rank() - 1 + transport.size()) % transport.size()),
         next((transport.rank() + 1) % transport.size()),
         h(header),
@@ -269,6 +281,7 @@ struct RingProbe {
 
   Transport& t;
   Deadline deadline;
+  std::function<bool()> cancelled;
   int prev, next;
   FrameHeader h;
   std::vector<char> src;
@@ -284,7 +297,7 @@ struct RingProbe {
     h.payload_bytes = 0;
     t.post_recv(prev, h, nullptr, &reqs[0]);
     t.post_send(next, h, nullptr, &reqs[1]);
-    return wait_all(t, reqs, 2, prev, next, deadline);
+    return wait_all(t, reqs, 2, prev, next, deadline, cancelled);
   }
 
   // Latency: every rank sends an empty frame to the next and waits for the
@@ -324,7 +337,8 @@ struct RingProbe {
         h.chunk = static_cast<uint32_t>(first_chunk + i);
         t.post_send(next, h, src.data(), &burst[kBurstFrames + i]);
       }
-      if (Status s = wait_all(t, burst.data(), burst.size(), prev, next, deadline); !s.ok())
+      if (Status s = wait_all(t, burst.data(), burst.size(), prev, next, deadline, cancelled);
+          !s.ok())
         return s;
       const auto t1 = Clock::now();
       const double took = std::chrono::duration<double>(t1 - t0).count();
@@ -341,13 +355,14 @@ struct RingProbe {
 
 }  // namespace
 
-Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth_too) {
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth_too,
+                              const std::function<bool()>& cancelled) {
   FrameHeader h;
   h.type = FrameType::kData;
   h.op_kind = OpKind::kNone;
   h.epoch = t.epoch();
   h.root = -1;
-  RingProbe probe(t, deadline, h);
+  RingProbe probe(t, deadline, h, cancelled);
   LinkSample out;
   auto latency = probe.latency();
   if (!latency.ok()) return latency.status();

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,9 +85,11 @@ bool decode_link_summary(const Bytes& reduced, LinkSummary* out);
 // Times the ring of `t`. Every rank of the transport must call it at the same
 // point (nothing else in flight), with the same `bandwidth`: false times the
 // latency only (empty frames; the sample's bandwidth is 0, the caller's to
-// fill). On failure (a link broke, the deadline) it has aborted the
-// transport: the epoch is over.
-Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth = true);
+// fill). On failure (a link broke, the deadline, `cancelled`: a rank did not
+// connect) it has aborted the transport: the epoch is over. `cancelled` (may
+// be empty) is asked every 20 ms at most while the probe waits.
+Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth = true,
+                              const std::function<bool()>& cancelled = {});
 
 // What the user pinned (Options::chunk_bytes, pipeline_depth): never adapted.
 struct TuningPins {

@@ -86,7 +86,8 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   const Bytes mine = ballot_and_ledger(round);
   const bool dies_after_publishing = kills_in_recovery(round.seq, "ledgers");
   if (dies_after_publishing) {
-    const StoreExchange exchange(*store_, keys::recovery_ledgers(round.failed), size_);
+    const StoreExchange exchange(*store_, keys::recovery_ledgers(round.failed), size_,
+                                 pack_distinct);
     if (Status s = exchange.publish(rank_, mine); !s.ok())
       return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
     inject_in_recovery(round.seq, round.failed, "ledgers");
@@ -162,17 +163,20 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
 Status CommunicatorImpl::announce(const RecoveryRound& round, const Status& cause) {
   const std::string why = "rank " + std::to_string(rank_) + ": " + cause.to_string();
   // Only a rank that found the failure itself sets the key: a rank told of
-  // it by a peer knows the key is there or coming (the peer that found it
-  // sets it before it announces over the liveness channel; a data plane's
-  // abort frame comes from a rank that found it or was told). Before, every
-  // rank the watch had not told set it: a request each, about a second at
-  // 16,384 ranks (#37); at 16 ranks a closed link now has 1-2 ranks set it.
+  // it by a peer (its failure is a peer's abort frame, or a notice or the
+  // watch that made it abort: kAborted) knows the key is there or coming:
+  // the peer that found it sets it before it announces over the liveness
+  // channel, and a data plane's abort frame comes from a rank that found it
+  // or was told. What this rank heard meanwhile does not count: the rank
+  // that found a failure must set the key even if a notice its own abort
+  // frame caused came back to it first. Before, every rank the watch had
+  // not told set it: a request each, about a second at 16,384 ranks (#37);
+  // at 16 ranks a closed link now has one rank set it.
   // A peer's notice went to every rank already (the overlay passes it on):
   // telling them again is P-1 frames and log lines per rank for nothing.
   const bool heard =
       liveness_ && liveness_->highest_aborted_epoch() >= static_cast<int64_t>(round.failed);
-  const bool told = heard || epoch_watch_.failed(round.failed) ||
-                    (cause.code() == ErrorCode::kAborted && cause.context().peer >= 0);
+  const bool told = cause.code() == ErrorCode::kAborted || epoch_watch_.failed(round.failed);
   // A store that fails the set still leaves the notice to go (the peers stop
   // waiting on this epoch either way).
   const Status set =

@@ -346,7 +346,7 @@ TEST(StoreRequests, TheBallotsRideOnTheLedgers) {
     EXPECT_FALSE(parts[1].empty()) << "and its ledger";
     EXPECT_TRUE(parts[2].empty()) << "no rank connected TCP: none kept a listener";
   }
-  // About 10 P + 8 (the connect agreement's exchange); flat, 3 P^2 - P.
+  // About 10 P (the connect outcomes ride on the link timings); flat, 3 P^2 - P.
   EXPECT_LE(cost.creation, 12 * kRanks);
   ASSERT_EQ(cost.recoveries.size(), 1u);
   EXPECT_LE(cost.recoveries[0], 12 * kRanks);

@@ -3,17 +3,19 @@
 // shrink, "g<generation>/" below that): several communicators share a store.
 //
 //   settings/<rank>                          what every rank must set alike (creation)
-//   connect/<epoch>/<transport>/<rank>       this rank connected epoch's data plane (1) or not (0)
+//   connect/<epoch>/<transport>/<rank>       the link timing this rank measured on epoch's data
+//                                            plane, or that it did not connect (link_model.h)
 //   connect/<epoch>/<transport>/failed       the first rank's reason it did not
-//   tcp/<epoch>/<rank>, ucx/<epoch>/<rank>   a transport's address for the epoch
-//   tune/<epoch>/<rank>                      the link timing this rank measured
+//   tcp/<epoch>/<rank>, ucx/<epoch>/<rank>   a transport's address for the epoch (TCP: kept, with
+//                                            its listener, while every rank keeps its own)
 //   tune/<epoch>/again/<rank>                timed again, bandwidth too (a link's latency moved)
 //   liveness/<rank>                          the heartbeat channel's address
 //   epoch/<epoch>/failed                     someone failed the epoch (why): peers abort at once
 //   epoch/<epoch>/fatal                      a failure no recovery fixes (store::FatalNotice)
 //   epoch/<epoch>/where/<rank>               where this rank was when the epoch failed for good
-//   recovery/<epoch>/ledger/<rank>           this rank's ballot for the next epoch (store::Ballot)
-//                                            and its ledger (runtime/ledger.h), as two values
+//   recovery/<epoch>/ledger/<rank>           this rank's ballot for the next epoch (store::Ballot),
+//                                            its ledger (runtime/ledger.h) and the TCP exchange
+//                                            whose listener it keeps, as three values
 //   nccl/<epoch>/id, arrived/<rank>, outcome/<rank>, gave-up
 //                                            the epoch's NCCL communicator (runtime/nccl_ops.cc)
 //   shrink/<generation>/alive/<rank>         a survivor of a shrink

@@ -452,9 +452,12 @@ void MeshBuilder::on_hello(Incoming* in, const error_code& ec) {
     return refuse(in, from, "job token mismatch (a process of another job?)");
   }
   if (hello.epoch != p_.epoch) {
+    // An earlier epoch's dial (on first use, to a listener this rank kept
+    // from epoch to epoch) waited in the backlog: expected, not a stranger.
     return refuse(in, from,
                   "hello for epoch " + std::to_string(hello.epoch) + ", this is epoch " +
-                      std::to_string(p_.epoch));
+                      std::to_string(p_.epoch),
+                  hello.epoch < p_.epoch);
   }
   if (hello.count != static_cast<uint64_t>(p_.size)) {
     return refuse(

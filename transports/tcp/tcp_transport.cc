@@ -552,11 +552,12 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   m.connect_now[static_cast<size_t>(rank_)] = false;
   const bool reuse = p.kept && p.kept->listener.valid();
   if (reuse) {
-    m.listen_fd = ::dup(p.kept->listener.fd());
+    m.listen_fd = ::fcntl(p.kept->listener.fd(), F_DUPFD_CLOEXEC, 0);
     if (m.listen_fd < 0) {
       return Status(ErrorCode::kTransport, context(-1),
                     "epoch " + std::to_string(p.epoch) + ": cannot listen again on " +
-                        p.kept->listener.address() + ": " + std::strerror(errno));
+                        p.kept->listener.address() + " (kept from epoch " +
+                        std::to_string(p.kept->epoch) + "): " + std::strerror(errno));
     }
     m.addresses = p.kept->addresses;
     m.purpose += " (on epoch " + std::to_string(p.kept->epoch) + "'s listener and addresses)";
@@ -566,7 +567,7 @@ Status TcpTransport::establish(const TcpConnectParams& p, const NetInterface& if
   if (p.kept && !reuse) {
     // Kept once the mesh is built: a rank whose build failed keeps none, and
     // the next recovery has every rank publish anew.
-    const int fd = ::dup(built.value().listener.fd());
+    const int fd = ::fcntl(built.value().listener.fd(), F_DUPFD_CLOEXEC, 0);
     if (fd >= 0) {
       p.kept->listener = MeshListener(fd, built.value().listener.address());
       p.kept->addresses = built.value().addresses;
