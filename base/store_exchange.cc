@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace rcoll {
 
@@ -134,6 +135,7 @@ StoreExchange::Gathered StoreExchange::publish_and_gather(int rank, const Bytes&
                                                           Deadline deadline, const Judge& judge,
                                                           Millis poll, const Interrupt& interrupted,
                                                           const std::vector<int>& pick) const {
+  const Clock::time_point began = Clock::now();
   auto p = store_.publish_and_wait(key(rank), mine, count_key(), size_, read_keys(pick),
                                    wait_slice(deadline, poll, static_cast<bool>(interrupted)));
   if (!p.ok()) {
@@ -155,6 +157,9 @@ StoreExchange::Gathered StoreExchange::publish_and_gather(int rank, const Bytes&
     if (take_combined(got.values.front(), out)) return out;
     return reduced_here(read_each(deadline, judge, poll, interrupted), pick);
   }
+  // Its wait ran out: a gather's first slice, after which the judge is
+  // asked (a fatal notice, a rank dead) without waiting another.
+  if (got.timed_out) return gather_from(deadline, judge, poll, interrupted, pick, began);
   return gather(deadline, judge, poll, interrupted, pick);
 }
 
@@ -232,6 +237,12 @@ StoreExchange::Gathered StoreExchange::ended_at_deadline(const std::vector<int>&
 StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& judge, Millis poll,
                                               const Interrupt& interrupted,
                                               const std::vector<int>& pick) const {
+  return gather_from(deadline, judge, poll, interrupted, pick, std::nullopt);
+}
+
+StoreExchange::Gathered StoreExchange::gather_from(
+    Deadline deadline, const Judge& judge, Millis poll, const Interrupt& interrupted,
+    const std::vector<int>& pick, std::optional<Clock::time_point> waited_since) const {
   using Ended = Gathered::Ended;
   constexpr Clock::duration kLookEvery = std::chrono::seconds(1);
   // The first look waits longer with more ranks: every rank looking costs the
@@ -241,7 +252,10 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
   Gathered out;
   std::vector<int> waiting(static_cast<size_t>(size_));
   for (int q = 0; q < size_; ++q) waiting[static_cast<size_t>(q)] = q;
-  Clock::time_point looked = Clock::now() - kLookEvery + first_look;
+  // A caller whose own first wait ran out (publish_and_gather) had this
+  // gather's first slice: its first look is as due as after that slice.
+  Clock::time_point looked = waited_since.value_or(Clock::now()) - kLookEvery + first_look;
+  bool read_ran_out = waited_since.has_value();
   bool known = false;    // `waiting` is what a look found (else: everyone, unknown)
   bool answered = true;  // the store answered a question of the last look
   // Everyone in and no combined value: the combiner's P reads may be slow
@@ -270,7 +284,9 @@ StoreExchange::Gathered StoreExchange::gather(Deadline deadline, const Judge& ju
     return std::move(v.front());
   };
   for (;;) {
-    auto combined = read(wait_slice(deadline, poll, static_cast<bool>(interrupted)));
+    Result<Bytes> combined = Status(ErrorCode::kTimeout, "the publish's wait ran out");
+    if (!std::exchange(read_ran_out, false))
+      combined = read(wait_slice(deadline, poll, static_cast<bool>(interrupted)));
     if (combined.ok()) {
       if (take_combined(combined.value(), out)) return out;
       // Not ours to trust: the keys themselves.

@@ -30,7 +30,9 @@
 // callers name the missing ranks in their errors.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,6 +138,11 @@ class StoreExchange {
   static constexpr uint8_t kReducedMark = 0x52;  // 'R'
 
  private:
+  // gather(), where a caller's own wait since `waited_since` (if any) was
+  // its first slice, and ran out.
+  Gathered gather_from(Deadline deadline, const Judge& judge, Millis poll,
+                       const Interrupt& interrupted, const std::vector<int>& pick,
+                       std::optional<std::chrono::steady_clock::time_point> waited_since) const;
   std::vector<std::string> rank_keys() const;  // every rank's key, in rank order
   void combine() const;
   // A gather's read: the combined key, then the picked ranks' keys.

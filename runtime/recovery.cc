@@ -84,6 +84,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // Published and gathered in one request, unless a fault kills this rank in
   // between (then published first, as a rank that dies while it waits has).
   const Bytes mine = ballot_and_ledger(round);
+  janitor_.note_exchange(keys::recovery_ledgers(round.failed));
   const bool dies_after_publishing = kills_in_recovery(round.seq, "ledgers");
   if (dies_after_publishing) {
     const StoreExchange exchange(*store_, keys::recovery_ledgers(round.failed), size_,
@@ -186,7 +187,6 @@ Status CommunicatorImpl::announce(const RecoveryRound& round, const Status& caus
   if (!set.ok())
     return round.gave_up(*this, set, "could not announce the failed epoch in the store");
   if (rank_ == 0) janitor_.note_key(keys::epoch_failed(round.failed));
-  janitor_.note_exchange(keys::recovery_ledgers(round.failed));
   return Status();
 }
 

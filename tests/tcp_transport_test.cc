@@ -6,6 +6,7 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -642,5 +643,87 @@ TEST(TcpTransportOnDemand, CrossedDialsKeepTheLowerRanksConnection) {
   }
 }
 
+// A store that refuses every call: an epoch built on a kept listener asks it
+// nothing.
+class NoStore final : public Store {
+ public:
+  Status set(const std::string& key, const Bytes&) override { return no("set " + key); }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds) override {
+    return no("get " + key);
+  }
+  Result<int64_t> add(const std::string& key, int64_t) override { return no("add " + key); }
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds) override {
+    return no("wait " + keys.front());
+  }
+  Result<bool> check(const std::string& key) override { return no("check " + key); }
+  Status erase(const std::string& key) override { return no("erase " + key); }
+  Result<int64_t> set_and_add(const std::string& key, const Bytes&, const std::string&,
+                              int64_t) override {
+    return no("set_and_add " + key);
+  }
+  Result<std::vector<Bytes>> multi_get(const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds) override {
+    return no("multi_get " + keys.front());
+  }
+  std::atomic<int> asked{0};
+
+ private:
+  Status no(const std::string& what) {
+    ++asked;
+    return Status(ErrorCode::kStore, "this store refuses everything (" + what + ")");
+  }
+};
+
+// Epoch 0 fills each rank's kept listener (its socket and the addresses the
+// ranks published); epoch 1, given it, listens on a duplicate of the socket
+// and dials the kept addresses, asking its own store nothing, and reaches
+// every peer (the partners at once, the others on first use, whose
+// addresses the kept book reads from epoch 0's exchange). The kept socket
+// outlives both epochs' transports.
+TEST(TcpTransportKeptListener, ALaterEpochConnectsOnTheKeptListenerWithoutAnExchange) {
+  constexpr int kRanks = 8;
+  std::barrier sync(kRanks);
+  auto no_store = std::make_shared<NoStore>();
+  std::vector<int> kept_fds(kRanks, -1);
+  testing_support::run_thread_ranks(kRanks, [&](int r, std::shared_ptr<Store> store) {
+    auto kept = std::make_shared<KeptListener>();
+    TcpConnectParams p;
+    p.rank = r;
+    p.size = kRanks;
+    p.ifname_spec = "=lo";
+    p.deadline = Deadline::after(5000ms);
+    p.kept = kept;
+    p.store = store;
+    {
+      auto t0 = connect_tcp_transport(p);
+      ASSERT_TRUE(t0.ok()) << "rank " << r << ": " << t0.status().to_string();
+      ASSERT_TRUE(kept->listener.valid());
+      EXPECT_EQ(kept->epoch, 0u);
+      EXPECT_EQ(kept->key_prefix, "tcp/0/");
+      kept_fds[static_cast<size_t>(r)] = kept->listener.fd();
+      exchange_with_everyone(*t0.value(), 1, sync);
+      sync.arrive_and_wait();
+      t0.value()->abort(Status(ErrorCode::kAborted, "epoch 0 ends"));
+      sync.arrive_and_wait();
+    }
+    EXPECT_GE(::fcntl(kept->listener.fd(), F_GETFD), 0)
+        << "epoch 0's teardown closed the kept socket";
+    p.epoch = 1;
+    p.store = no_store;
+    p.deadline = Deadline::after(5000ms);
+    auto t1 = connect_tcp_transport(p);
+    ASSERT_TRUE(t1.ok()) << "rank " << r << ": " << t1.status().to_string();
+    EXPECT_EQ(kept->epoch, 0u) << "epoch 1 published and kept its own";
+    exchange_with_everyone(*t1.value(), 2, sync);
+    sync.arrive_and_wait();
+    t1.value().reset();
+    EXPECT_GE(::fcntl(kept->listener.fd(), F_GETFD), 0)
+        << "epoch 1's teardown closed the kept socket";
+    sync.arrive_and_wait();
+  });
+  EXPECT_EQ(no_store->asked.load(), 0) << "epoch 1 asked the store";
+  for (int fd : kept_fds)
+    EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "a kept socket outlived its KeptListener";
+}
 }  // namespace
 }  // namespace rcoll
