@@ -158,6 +158,9 @@ class CommunicatorImpl : public ProgressGuard {
   Status tune_links(uint32_t epoch, Deadline connect_deadline, EpochAgreement& agreed,
                     const LinkSample* last, Clock::time_point started);
   Result<LinkSummary> time_again(uint32_t epoch, Deadline deadline, LinkSample* mine);
+  // kPeerDead naming the first rank of `missing` seen dead, else OK.
+  Status died_during_setup(const std::vector<int>& missing, uint32_t epoch,
+                           const char* tname) const;
   // Called while an exception is being handled, thrown by `op` (nullptr: by
   // an idle check or a recovery while no op ran): the communicator gives up
   // (fatal_), telling the peers; std::bad_alloc is kOutOfMemory, anything

@@ -175,6 +175,21 @@ std::function<bool()> CommunicatorImpl::connect_cancelled(const std::string& fai
   };
 }
 
+// A rank among `missing` that died (or left) after connecting will never
+// publish: said at once, as the recovery would, not when the deadline ends.
+Status CommunicatorImpl::died_during_setup(const std::vector<int>& missing, uint32_t epoch,
+                                           const char* tname) const {
+  for (int q : missing) {
+    if ((dead_ && dead_[static_cast<size_t>(q)]) ||
+        (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
+      return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, 0, epoch, tname},
+                    "rank " + std::to_string(q) + " died while epoch " + std::to_string(epoch) +
+                        " was being set up; the epoch cannot be used");
+    }
+  }
+  return Status();
+}
+
 void CommunicatorImpl::drop_kept_listener() {
   if (!tcp_kept_->listener.valid()) return;
   janitor_.note_exchange(tcp_kept_->key_prefix);
@@ -268,15 +283,7 @@ CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(
       out.connect_failed = true;
       return failed;
     }
-    for (int q : missing) {
-      if ((dead_ && dead_[static_cast<size_t>(q)]) ||
-          (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
-        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, 0, epoch, name},
-                      "rank " + std::to_string(q) + " died while epoch " + std::to_string(epoch) +
-                          " was being set up; the epoch cannot be used");
-      }
-    }
-    return Status();
+    return died_during_setup(missing, epoch, name.c_str());
   };
   // Published and waited for in one request where the store can.
   const StoreExchange::Gathered gathered = exchange.publish_and_gather(
@@ -370,14 +377,7 @@ Result<LinkSummary> CommunicatorImpl::time_again(uint32_t epoch, Deadline deadli
   janitor_.note_exchange(prefix);
   const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
   auto died = [this, epoch, tname](const std::vector<int>& missing) {
-    for (int q : missing) {
-      if ((dead_ && dead_[static_cast<size_t>(q)]) || (liveness_ && liveness_->peer(q).health == PeerHealth::kDead)) {
-        return Status(ErrorCode::kPeerDead, ErrorContext{rank_, q, 0, epoch, tname},
-                      "rank " + std::to_string(q) + " died while epoch " + std::to_string(epoch) +
-                          " was being set up; the epoch cannot be used");
-      }
-    }
-    return Status();
+    return died_during_setup(missing, epoch, tname);
   };
   const StoreExchange::Gathered gathered =
       exchange.publish_and_gather(rank_, encode_link_value(*mine, false), deadline, died);
