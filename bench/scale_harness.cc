@@ -27,7 +27,7 @@
 // ways, and each rank's sequential rounds; wall time from every rank
 // starting at once to the last one done.
 //
-//   rcoll-scale-harness [--check] 1024 4096 16384
+//   rcoll-scale-harness [--check] [--server-among-ranks] 1024 4096 16384
 //
 // --check fails the run (exit 1) unless each phase asks the store at most
 // 10 P requests (repeats aside), no rank asks more than 2 log2 P + 10
@@ -517,12 +517,20 @@ void raise_descriptor_limit() {
   }
 }
 
-ServerProcess start_server() {
+// `own_session`: the server in a session of its own. The kernel's scheduler
+// groups the threads of a session (autogroups) and shares the CPUs fairly
+// between groups, so the server gets its share as a process of its own, as
+// on a store host of its own in a real job. In the ranks' session its one
+// thread shared the CPUs with every rank's thread that was runnable, as one
+// of up to 16,385, while each exchange waited on it (--server-among-ranks,
+// as stops 51-53 measured).
+ServerProcess start_server(bool own_session) {
   int port_pipe[2], hold_pipe[2];
   if (::pipe(port_pipe) != 0 || ::pipe(hold_pipe) != 0) std::exit(2);
   ServerProcess sp;
   sp.pid = ::fork();
   if (sp.pid == 0) {
+    if (own_session) (void)::setsid();  // ends with the hold pipe, not the terminal
     ::close(port_pipe[0]);
     ::close(hold_pipe[1]);
     raise_descriptor_limit();
@@ -553,8 +561,8 @@ void stop_server(ServerProcess& sp) {
   (void)::waitpid(sp.pid, &status, 0);
 }
 
-int run_at(int size, bool check) {
-  ServerProcess server = start_server();
+int run_at(int size, bool check, bool server_among_ranks) {
+  ServerProcess server = start_server(!server_among_ranks);
   Run run;
   run.size = size;
   run.port = server.port;
@@ -648,15 +656,22 @@ int run_at(int size, bool check) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s P [P...]   (ranks; e.g. 1024 4096 16384)\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--check] [--server-among-ranks] P [P...]   (ranks; e.g. 1024 4096 "
+                 "16384)\n",
+                 argv[0]);
     return 2;
   }
   rcoll::raise_descriptor_limit();
   int rc = 0;
-  bool check = false;
+  bool check = false, server_among_ranks = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--check") {
       check = true;
+      continue;
+    }
+    if (std::string(argv[i]) == "--server-among-ranks") {
+      server_among_ranks = true;
       continue;
     }
     const int p = std::atoi(argv[i]);
@@ -664,7 +679,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: P must be at least 2\n", argv[i]);
       return 2;
     }
-    rc |= rcoll::run_at(p, check);
+    rc |= rcoll::run_at(p, check, server_among_ranks);
   }
   return rc;
 }

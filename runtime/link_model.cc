@@ -266,17 +266,19 @@ namespace {
 // charged to one of them rather than to none.
 struct RingProbe {
   RingProbe(Transport& transport, Deadline d, const FrameHeader& header,
-            std::function<bool()> cancel)
+            std::function<bool()> cancel, bool bursts)
       : t(transport),
         deadline(d),
         cancelled(std::move(cancel)),
         prev((transport.rank() - 1 + transport.size()) % transport.size()),
         next((transport.rank() + 1) % transport.size()),
         h(header),
-        // The bursts' buffers first: no allocation inside a timed round.
-        src(kBurstFrameBytes, 1),
-        dst(kBurstFrameBytes * kBurstFrames),
-        burst(2 * kBurstFrames),
+        // The bursts' buffers first: no allocation inside a timed round; none
+        // at all where only the latency is timed (a recovery's: 2.1 MiB a
+        // rank, allocated and zeroed for nothing).
+        src(bursts ? kBurstFrameBytes : 0, 1),
+        dst(bursts ? kBurstFrameBytes * kBurstFrames : 0),
+        burst(bursts ? 2 * kBurstFrames : 0),
         t0(Clock::now()) {}
 
   Transport& t;
@@ -362,7 +364,7 @@ Result<LinkSample> probe_ring(Transport& t, Deadline deadline, bool bandwidth_to
   h.op_kind = OpKind::kNone;
   h.epoch = t.epoch();
   h.root = -1;
-  RingProbe probe(t, deadline, h, cancelled);
+  RingProbe probe(t, deadline, h, cancelled, bandwidth_too);
   LinkSample out;
   auto latency = probe.latency();
   if (!latency.ok()) return latency.status();
