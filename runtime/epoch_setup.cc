@@ -43,7 +43,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
   if (Status s = join(deadline); !s.ok()) return s;
   EpochAgreement agreed;
   const LinkSample* last = nullptr;
-  const auto started = Clock::now();
+  Clock::time_point timing_started{};  // the last transport's link timing (for the log)
   for (;;) {
     const std::string name = chain_.current();
     const std::string failed_key = keys::connect_failed(epoch, name);
@@ -74,6 +74,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
       // A recovery onto the same transport and ranks times the latency only
       // and keeps the bandwidths, unless a link's latency moved (link_tuning.h).
       last = tuner_.last_sample(epoch, name, size_);
+      timing_started = Clock::now();
       agreed = agree_epoch(name, epoch, t.ok() ? t.value().get() : nullptr,
                            t.ok() ? Status() : t.status(), last, deadline, abandon);
     }
@@ -99,7 +100,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
               epoch, static_cast<unsigned long long>(tally_.fallbacks.load()),
               chain_.describe().c_str());
   }
-  if (Status s = tune_links(epoch, deadline, agreed, last, started); !s.ok()) return s;
+  if (Status s = tune_links(epoch, deadline, agreed, last, timing_started); !s.ok()) return s;
   if (epoch > 0) return Status();
   const std::string why =
       options_.transports_reason.empty() ? "" : "; " + options_.transports_reason;
@@ -340,6 +341,19 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline,
   }
   const char* tname = transport_->name();
   LinkSummary& links = agreed.links;
+  // The bandwidth kept since the last epoch, unless a rank's latency moved:
+  // then every link is timed again, bandwidth too, and that timing counts.
+  const bool retimed = last != nullptr && links.unmeasured.empty() && links.moved;
+  if (retimed) {
+    RCOLL_LOG(kInfo,
+              "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "
+              "bandwidth again",
+              epoch, tname, epoch - 1);
+    auto again = time_again(epoch, own_budget(connect_deadline), &agreed.mine);
+    if (!again.ok()) return again.status();
+    links = std::move(again).value();
+    agreed.probed = agreed.mine.valid;
+  }
   if (!links.unmeasured.empty()) {
     const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
                      "rank(s) " + rank_list(links.unmeasured) +
@@ -349,17 +363,10 @@ Status CommunicatorImpl::tune_links(uint32_t epoch, Deadline connect_deadline,
                 why.message().c_str(), epoch, tname);
       transport_->abort(why);
     }
-    // The next recovery times them again. The latency-only samples have no
-    // bandwidth to adopt.
+    // The next recovery times them again; until then the tuning stays (a
+    // latency-only timing, or one timed again where a rank could not, has
+    // no bandwidth to adopt).
     if (last != nullptr) return Status();
-  } else if (last != nullptr && links.moved) {
-    RCOLL_LOG(kInfo,
-              "epoch %u over %s: a link's latency moved since epoch %u; timing every link's "
-              "bandwidth again",
-              epoch, tname, epoch - 1);
-    auto again = time_again(epoch, own_budget(connect_deadline), &agreed.mine);
-    if (!again.ok()) return again.status();
-    links = std::move(again).value();
   }
   tuner_.adopt(epoch, links, agreed.mine, tname, size_,
                std::chrono::duration<double, std::milli>(Clock::now() - started).count());
@@ -400,16 +407,7 @@ Result<LinkSummary> CommunicatorImpl::time_again(uint32_t epoch, Deadline deadli
                   "the link timings of epoch " + std::to_string(epoch) +
                       " as combined in the store do not decode; the epoch cannot be used");
   }
-  if (!links.unmeasured.empty()) {
-    const Status why(ErrorCode::kTransport, ErrorContext{rank_, -1, 0, epoch, tname},
-                     "rank(s) " + rank_list(links.unmeasured) +
-                         " could not time their links of epoch " + std::to_string(epoch));
-    if (mine->valid) {
-      RCOLL_LOG(kWarn, "%s; every rank aborts epoch %u over %s, the next op recovers", why.message().c_str(), epoch, tname);
-      transport_->abort(why);
-    }
-  }
-  return links;
+  return links;  // who could not time theirs: tune_links aborts the epoch
 }
 
 // Folds the bytes of the transport being replaced into the running totals.
