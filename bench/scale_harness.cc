@@ -12,13 +12,15 @@
 //   connected (reduce_link_values, adopted by a LinkTuner);
 //
 //   recovery: the epoch's failed key (set by the closed link's two ends;
-//   the others, told of it by a peer, set nothing); the
-//   ledgers (serialize_ledger of an all-reduce in flight, two ranks behind;
-//   pack_distinct), agreed by agree_resume (checked: every rank resumes at
-//   the slowest rank's slice; and that every rank kept its TCP listener);
-//   epoch 1 on epoch 0's listeners and addresses (no exchange), one
-//   exchange of a latency-only link timing that keeps the bandwidth and the
-//   connect outcome; the key janitor.
+//   the others, told of it by a peer, set nothing); epoch 1 connected ahead
+//   of the exchange on epoch 0's listeners and addresses (nothing at the
+//   store) and its links timed, latency only; the one exchange: every
+//   rank's ledger (serialize_ledger of an all-reduce in flight, two ranks
+//   behind) with its ballot, the listener it keeps and its link value
+//   (pack_ledgers: the distinct ledgers and the link timings reduced),
+//   agreed by agree_resume (checked: every rank resumes at the slowest
+//   rank's slice; every rank kept its TCP listener; every rank connected,
+//   the worst link the slowest rank's); the key janitor.
 //
 // Not in it: sockets between ranks, the liveness channel, the epoch watch's
 // parked request (a second connection per rank: P more descriptors at the
@@ -381,17 +383,28 @@ Status recover(Run& run, int rank, RankState& st) {
   current.done = behind ? 2 : 3;
   current.pool = log.pool();
   const std::string ledger = serialize_ledger(log, std::span<const OpRecord>(&current, 1), size);
+  // Epoch 1, connected ahead of the exchange on epoch 0's listeners and
+  // addresses (every rank kept its own: nothing at the store; no sockets
+  // here), its links timed (latency only, the bandwidth kept): the rank's
+  // link value rides on its ledger, the fourth value (runtime/recovery.cc).
+  const LinkSample* last = st.tuner.last_sample(1, "tcp", size);
+  if (last == nullptr) return Status(ErrorCode::kInternal, "no sample kept from epoch 0");
+  LinkSample now = *last;
+  now.bandwidth = 1;
+  const bool moved = !LinkTuner::keep_bandwidth(*last, now);
   st.janitor.note_exchange(keys::recovery_ledgers(0));
-  const StoreExchange ledgers(s, keys::recovery_ledgers(0), size, pack_distinct);
-  auto got = exchange(s, ledgers, rank,
-                      encode_values({Bytes{}, Bytes(ledger.begin(), ledger.end()),
-                                     Bytes(kKept.begin(), kKept.end())}),
-                      deadline, Millis(200));
+  const StoreExchange ledgers(s, keys::recovery_ledgers(0), size, pack_ledgers);
+  auto got = exchange(
+      s, ledgers, rank,
+      encode_values({Bytes{}, Bytes(ledger.begin(), ledger.end()),
+                     Bytes(kKept.begin(), kKept.end()), encode_link_value(now, moved, true)}),
+      deadline, Millis(200));
   if (!got.ok()) return got.status();
   DistinctValues values;
-  if (!DistinctValues::decode(got.value(), size, &values))
+  Bytes links;
+  if (!unpack_ledgers(got.value(), size, &values, &links))
     return Status(ErrorCode::kStore, "ledgers");
-  st.step("ledgers");
+  st.step("ledgers, connect outcome, link timing");
   std::set<std::string> kept;
   const DistinctValues texts = std::move(values).transformed([&kept](const std::string& v) {
     std::vector<Bytes> parts;
@@ -406,17 +419,18 @@ Status recover(Run& run, int rank, RankState& st) {
   if (!plan.ok()) return plan.status();
   if (plan.value().entries.size() != 1 || plan.value().entries[0].resume != 2)
     return Status(ErrorCode::kInternal, "the agreed resume slice is not the slowest rank's (2)");
-  // Epoch 1: on epoch 0's listeners and addresses (every rank kept its
-  // own: no address exchange), a latency-only timing keeping the bandwidth,
-  // the connect.
-  const LinkSample* last = st.tuner.last_sample(1, "tcp", size);
-  if (last == nullptr) return Status(ErrorCode::kInternal, "no sample kept from epoch 0");
-  LinkSample now = *last;
-  now.bandwidth = 1;
-  const bool moved = !LinkTuner::keep_bandwidth(*last, now);
   st.tuner.resume_from(plan.value().collectives_started + 1);
-  if (Status c = connect_and_time(st, rank, size, 1, now, moved); !c.ok()) return c;
-  st.step("connect, link timing");
+  LinkSummary summary;
+  if (!decode_link_summary(links, &summary) || summary.moved)
+    return Status(ErrorCode::kStore, "link summary");
+  if (!summary.not_connected.empty() || !summary.unmeasured.empty())
+    return Status(ErrorCode::kInternal, "not every rank connected and timed its links");
+  if (summary.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12 ||
+      summary.worst.bandwidth != 3e9 - 1e3 * (size - 1))
+    return Status(ErrorCode::kInternal,
+                  "the worst link is not the slowest rank's (a latency-only timing keeps the "
+                  "bandwidth)");
+  st.tuner.adopt(1, summary, now, "tcp", size, 1.0);
   st.janitor.erase_retired(s, rank, size);
   st.step("janitor");
   return Status();

@@ -100,9 +100,36 @@ class CommunicatorImpl : public ProgressGuard {
   // Registers with the store and agrees on the settings every rank shares,
   // once: where creation waits for every rank to arrive (Options::join_timeout).
   Status join(Deadline deadline);
+  // One transport's connect of an epoch and this rank's timing of its
+  // links: what the epoch's agreement publishes (attempt_epoch).
+  struct EpochAttempt {
+    std::string name;
+    uint32_t epoch = 0;
+    Result<std::unique_ptr<Transport>> t{Status(ErrorCode::kInternal, "no connect was attempted")};
+    const LinkSample* last = nullptr;  // the last epoch's sample, whose bandwidth is kept
+    Clock::time_point timing_started{};
+    LinkSample mine;     // invalid where the probe failed (it aborted t) or t did not connect
+    bool moved = false;  // this rank's latency moved since `last`
+    bool late = false;   // ahead of an exchange, out of its budget: nothing is known
+    // This rank's link value: its timing, or that it did not connect; empty
+    // where it was late.
+    Bytes value() const { return late ? Bytes{} : encode_link_value(mine, moved, t.ok()); }
+  };
   // Connects the data plane of `epoch` on the chain's current transport,
-  // falling back down the chain (by agreement of every rank) when a connect fails.
-  Status connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon = {});
+  // falling back down the chain (by agreement of every rank) when a connect
+  // fails. `ahead`: a recovery connected it before its exchange
+  // (connect_ahead), which carried every rank's link value reduced
+  // (`ahead_links`): used as is where the ranks stay on that transport.
+  Status connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon = {},
+                       EpochAttempt* ahead = nullptr, const Bytes* ahead_links = nullptr);
+  // `ahead`: a recovery's, before its exchange (`deadline` its budget,
+  // the probe's too; running out of it is being late, not failing).
+  EpochAttempt attempt_epoch(const std::string& name, uint32_t epoch, Deadline deadline,
+                             const Abandon& abandon, bool ahead = false);
+  // How long the last epoch's connect took, link timing and agreement
+  // included: a recovery's connect ahead of its exchange gets a few times
+  // that (recover()).
+  Clock::duration last_connect_took_{};
   // One transport's connect for one epoch (fault injection included).
   Result<std::unique_ptr<Transport>> open_transport(const std::string& name, uint32_t epoch,
                                                     Deadline deadline,
@@ -117,12 +144,15 @@ class CommunicatorImpl : public ProgressGuard {
     LinkSample mine;      // this rank's sample, as published
     bool probed = false;  // this rank timed its links (else its probe aborted the transport)
   };
-  // Publishes this rank's timing of `t`'s links, or that it did not connect
-  // (`t` null, `connected` why), and reads every rank's back reduced: one
-  // exchange for the connect outcome and the link timing.
-  EpochAgreement agree_epoch(const std::string& name, uint32_t epoch, Transport* t,
-                             const Status& connected, const LinkSample* last, Deadline deadline,
-                             const Abandon& abandon);
+  // Publishes this rank's link value and reads every rank's back reduced:
+  // one exchange for the connect outcome and the link timing.
+  EpochAgreement agree_epoch(EpochAttempt& a, Deadline deadline, const Abandon& abandon);
+  // The agreement every rank reads in the reduced link values.
+  EpochAgreement read_agreement(const EpochAttempt& a, const Bytes& reduced,
+                                const Abandon& abandon);
+  // The diagnosis at a connect's failure key as kPeerUnreachable; OK where none.
+  Status connect_failure(const std::string& failed_key, const ErrorContext& at) const;
+  static Status abandoned_connect(const ErrorContext& at);
   // At creation, before any transport: every rank publishes the settings all
   // ranks must share (settings_every_rank_shares) and compares them with rank
   // 0's. A difference is kInvalidArgument on every rank, naming the setting,
@@ -332,14 +362,18 @@ class CommunicatorImpl : public ProgressGuard {
   struct RecoveryRound;
   Status announce(const RecoveryRound& round, const Status& cause);
   // This rank's ballot and ledger, as the ledgers' exchange carries them.
-  Bytes ballot_and_ledger(const RecoveryRound& round);
+  // And, where it connected the next epoch ahead, its link value.
+  Bytes ballot_and_ledger(const RecoveryRound& round, const std::string& kept,
+                          const EpochAttempt* ahead);
   Status recovery_interrupted(const RecoveryRound& round, const std::vector<int>& awaited);
   // Every rank's ledger (each distinct one once), and the distinct ballots
   // (empty where a rank had nothing to vote on). `mine`: this rank's value,
   // published with the wait in one request; null when published already.
+  // `*links`: the link values of the ranks that connected ahead, reduced
+  // (empty where none did).
   Result<DistinctValues> gather_ledgers(const RecoveryRound& round, const Bytes* mine,
-                                        std::vector<Bytes>* ballots,
-                                        std::vector<std::string>* kept);
+                                        std::vector<Bytes>* ballots, std::vector<std::string>* kept,
+                                        Bytes* links);
   Status adopt_ballots(const RecoveryRound& round, const std::vector<Bytes>& ballots);
   // After a failed attempt at the op in flight (`current`): OK when a
   // recovery succeeded and it runs again from `resume`, else its final error

@@ -39,48 +39,40 @@ Status CommunicatorImpl::join(Deadline deadline) {
   return Status();
 }
 
-Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon) {
+Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const Abandon& abandon,
+                                       EpochAttempt* ahead, const Bytes* ahead_links) {
   if (Status s = join(deadline); !s.ok()) return s;
   EpochAgreement agreed;
-  const LinkSample* last = nullptr;
-  Clock::time_point timing_started{};  // the last transport's link timing (for the log)
-  for (;;) {
+  EpochAttempt attempt;
+  const auto connect_started = Clock::now();
+  for (bool first = true;; first = false) {
     const std::string name = chain_.current();
-    const std::string failed_key = keys::connect_failed(epoch, name);
-    const bool reused = name == "tcp" && tcp_kept_->listener.valid();
-    auto t = open_transport(name, epoch, deadline, failed_key, abandon);
-    if (reused && !t.ok()) {
-      // Perhaps the kept listener itself: this rank's next ledger says it
-      // keeps none, and every rank publishes anew.
-      RCOLL_LOG(kInfo,
-                "epoch %u over tcp failed on epoch %u's listener and addresses; this rank drops "
-                "them, and the next epoch over tcp listens and publishes anew",
-                epoch, tcp_kept_->epoch);
-      drop_kept_listener();
-    }
-    for (const Fault& f : faults_) {
-      if (t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch && (f.rank == -1 || f.rank == rank_)) {
-        RCOLL_LOG(kWarn, "fault injection: every frame this rank receives over %s in epoch %u arrives %lld us late (link-latency)",
-                  name.c_str(), epoch, static_cast<long long>(f.us));
-        t = with_link_latency(std::move(t).value(), std::chrono::microseconds(f.us));
+    // A recovery connected ahead of its exchange, on the transport it still
+    // uses: that connect, and the agreement its exchange carried.
+    const bool use_ahead = first && ahead != nullptr && ahead->name == name &&
+                           ahead->epoch == epoch && ahead_links != nullptr;
+    if (use_ahead) {
+      attempt = std::move(*ahead);
+    } else {
+      if (first && ahead != nullptr && ahead->t.ok()) {
+        ahead->t.value()->abort(Status(ErrorCode::kAborted,
+                                       ErrorContext{rank_, -1, 0, epoch, ahead->name},
+                                       "the ranks moved to another transport"));
       }
+      attempt = attempt_epoch(name, epoch, deadline, abandon);
     }
     // With nowhere to fall back to, a failed connect is the answer; otherwise
     // every rank learns whether all connected, and all fall back together:
     // in the exchange of the link timings, which every epoch makes anyway.
     const bool has_next = chain_.has_next();
-    if (!t.ok() && (!has_next || size_ == 1)) return t.status();
+    if (!attempt.t.ok() && (!has_next || size_ == 1) && !use_ahead) return attempt.t.status();
     if (size_ > 1) {
-      // A recovery onto the same transport and ranks times the latency only
-      // and keeps the bandwidths, unless a link's latency moved (link_tuning.h).
-      last = tuner_.last_sample(epoch, name, size_);
-      timing_started = Clock::now();
-      agreed = agree_epoch(name, epoch, t.ok() ? t.value().get() : nullptr,
-                           t.ok() ? Status() : t.status(), last, deadline, abandon);
+      agreed = use_ahead ? read_agreement(attempt, *ahead_links, abandon)
+                         : agree_epoch(attempt, deadline, abandon);
     }
-    if (agreed.status.ok()) {
+    if (agreed.status.ok() && attempt.t.ok()) {
       retire_transport();
-      transport_ = std::move(t).value();
+      transport_ = std::move(attempt.t).value();
       credits_.drop();  // the old transport, which held them, is gone
       transport_name_ = transport_->name();
       epoch_ = epoch;
@@ -88,7 +80,9 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
         epoch_watch_.watch(store_, epoch, keys::epoch_failed(epoch), keys::epoch_fatal(epoch));
       break;
     }
-    if (t.ok()) t.value()->abort(agreed.status);
+    if (agreed.status.ok())
+      return attempt.t.status();  // the others agree, this rank did not connect
+    if (attempt.t.ok()) attempt.t.value()->abort(agreed.status);
     // A death, a give-up, the store or the deadline: no transport would do better.
     if (!agreed.connect_failed || !has_next) return agreed.status;
     chain_.drop_current(Clock::now());
@@ -100,7 +94,9 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
               epoch, static_cast<unsigned long long>(tally_.fallbacks.load()),
               chain_.describe().c_str());
   }
-  if (Status s = tune_links(epoch, deadline, agreed, last, timing_started); !s.ok()) return s;
+  if (Status s = tune_links(epoch, deadline, agreed, attempt.last, attempt.timing_started); !s.ok())
+    return s;
+  last_connect_took_ = Clock::now() - connect_started;
   if (epoch > 0) return Status();
   const std::string why =
       options_.transports_reason.empty() ? "" : "; " + options_.transports_reason;
@@ -112,6 +108,70 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
             chain_.describe().c_str(), why.c_str(), boot_.store_description.c_str(),
             boot_.identity_source.c_str(), tuner_.note().c_str());
   return Status();
+}
+
+// One transport's connect of `epoch` (fault injection included), and this
+// rank's timing of its links: latency only where the last epoch ran on it
+// among the same ranks (its bandwidth kept, unless a latency moved:
+// link_tuning.h). A rank that did not connect says so at the connect's
+// failure key (with a chain to fall back on), so that the others' connects
+// and probes end.
+CommunicatorImpl::EpochAttempt CommunicatorImpl::attempt_epoch(const std::string& name,
+                                                               uint32_t epoch, Deadline deadline,
+                                                               const Abandon& abandon, bool ahead) {
+  EpochAttempt a;
+  a.name = name;
+  a.epoch = epoch;
+  const std::string failed_key = keys::connect_failed(epoch, name);
+  const bool reused = name == "tcp" && tcp_kept_->listener.valid();
+  a.t = open_transport(name, epoch, deadline, failed_key, abandon);
+  // Ahead of the recovery's exchange, a connect that runs out of its budget
+  // failed nothing: a rank was late (or frozen, or dead: the exchange
+  // says). The epoch is connected after the exchange, as before.
+  a.late = ahead && !a.t.ok() && deadline.expired();
+  if (reused && !a.t.ok() && !a.late) {
+    // Perhaps the kept listener itself: this rank's next ledger says it
+    // keeps none, and every rank publishes anew.
+    RCOLL_LOG(kInfo,
+              "epoch %u over tcp failed on epoch %u's listener and addresses; this rank drops "
+              "them, and the next epoch over tcp listens and publishes anew",
+              epoch, tcp_kept_->epoch);
+    drop_kept_listener();
+  }
+  for (const Fault& f : faults_) {
+    if (a.t.ok() && f.kind == FaultKind::kLinkLatency && epoch >= f.epoch &&
+        (f.rank == -1 || f.rank == rank_)) {
+      RCOLL_LOG(kWarn,
+                "fault injection: every frame this rank receives over %s in epoch %u arrives %lld "
+                "us late (link-latency)",
+                name.c_str(), epoch, static_cast<long long>(f.us));
+      a.t = with_link_latency(std::move(a.t).value(), std::chrono::microseconds(f.us));
+    }
+  }
+  if (size_ == 1) return a;
+  a.last = tuner_.last_sample(epoch, name, size_);
+  a.timing_started = Clock::now();
+  if (a.t.ok()) {
+    // The probe has a budget of its own, as long as a connect's: a slow
+    // connect (8 ranks on 2 cores can take most of it) must not leave the
+    // timing too little to finish in (ahead of an exchange, the connect's
+    // budget is the probe's too). It ends early where a rank did not
+    // connect (its ring neighbours would wait for it), with a chain to fall
+    // back on, or where the runtime gave up on the epoch.
+    a.mine = time_links(*a.t.value(), epoch, ahead ? deadline : own_budget(deadline), a.last,
+                        &a.moved, connect_cancelled(failed_key, abandon));
+    a.late = ahead && !a.mine.valid && deadline.expired();
+  } else if (chain_.has_next() && !a.late) {
+    // The failure key first, so that a rank seeing every rank's value also
+    // sees it. The first diagnosis wins (a rank that only saw the connect
+    // cancelled does not restate it).
+    const std::string text = "rank " + std::to_string(rank_) + ": " + a.t.status().message();
+    if (auto there = store_->check(failed_key); !there.ok() || !there.value()) {
+      (void)store_->set(failed_key, Bytes(text.begin(), text.end()));
+      janitor_.note_key(failed_key);
+    }
+  }
+  return a;
 }
 
 Result<std::unique_ptr<Transport>> CommunicatorImpl::open_transport(const std::string& name,
@@ -224,71 +284,40 @@ LinkSample CommunicatorImpl::time_links(Transport& t, uint32_t epoch, Deadline d
   return mine;
 }
 
-// One exchange: this rank's timing of `t`'s links, or that it did not
-// connect (`t` null, `connected` why), published; every rank's read back
-// reduced (the worst link, who could not time theirs, who did not connect,
-// whether a latency moved). Before, whether every rank connected was an
-// exchange of its own, and a recovery at 16,384 ranks spent 0.6 s on it.
-CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(
-    const std::string& name, uint32_t epoch, Transport* t, const Status& connected,
-    const LinkSample* last, Deadline connect_deadline, const Abandon& abandon) {
-  const ErrorContext at{rank_, -1, 0, epoch, name};
-  const std::string failed_key = keys::connect_failed(epoch, name);
+// One exchange: this rank's timing of the attempt's links, or that it did
+// not connect, published; every rank's read back reduced (the worst link,
+// who could not time theirs, who did not connect, whether a latency moved).
+// Before, whether every rank connected was an exchange of its own, and a
+// recovery at 16,384 ranks spent 0.6 s on it.
+CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(EpochAttempt& a,
+                                                               Deadline connect_deadline,
+                                                               const Abandon& abandon) {
+  const ErrorContext at{rank_, -1, 0, a.epoch, a.name};
+  const std::string failed_key = keys::connect_failed(a.epoch, a.name);
   EpochAgreement out;
-  bool moved = false;
-  // The probe has a budget of its own, as long as a connect's: a slow
-  // connect (8 ranks on 2 cores can take most of it) must not leave the
-  // timing too little to finish in. It ends early where a rank did not
-  // connect (its ring neighbours would wait for it), with a chain to fall
-  // back on, or where the runtime gave up on the epoch.
-  Deadline deadline = own_budget(connect_deadline);
-  if (t != nullptr) {
-    out.mine =
-        time_links(*t, epoch, deadline, last, &moved, connect_cancelled(failed_key, abandon));
-    out.probed = out.mine.valid;
-  } else {
-    // The failure key first, so that a rank seeing every rank's value also
-    // sees it. The first diagnosis wins (a rank that only saw the connect
-    // cancelled does not restate it).
-    const std::string text = "rank " + std::to_string(rank_) + ": " + connected.message();
-    if (auto there = store_->check(failed_key); !there.ok() || !there.value()) {
-      (void)store_->set(failed_key, Bytes(text.begin(), text.end()));
-      janitor_.note_key(failed_key);
-    }
-  }
-  const std::string prefix = keys::connect(epoch, name);
+  out.mine = a.mine;
+  out.probed = a.mine.valid;
+  const std::string prefix = keys::connect(a.epoch, a.name);
   janitor_.note_exchange(prefix);
   const StoreExchange exchange(*store_, prefix, size_, reduce_link_values);
-  // A rank that failed to connect says why: every rank stops waiting with its diagnosis.
-  auto connect_failure = [&]() -> Status {
-    auto failed = store_->check(failed_key);
-    if (!failed.ok() || !failed.value()) return Status();
-    auto text = store_->get(failed_key, Millis(1000));
-    std::string why = text.ok() ? std::string(text.value().begin(), text.value().end()) : "a rank failed to connect";
-    return Status(ErrorCode::kPeerUnreachable, at, why);
-  };
-  auto abandoned = [&] {
-    return Status(ErrorCode::kAborted, at,
-                  "the connect of epoch " + std::to_string(epoch) +
-                      " was abandoned (a rank died or gave up)");
-  };
   // The others' probes end by their own deadlines, which started when their
   // connects did: a probe that ran out of time here would leave none for
   // reading theirs (so the reading gets a budget of its own too). A rank
-  // that died (or left) after connecting will never publish: said at once,
-  // as the recovery would, not when the deadline ends.
-  deadline = own_budget(deadline);
+  // that failed to connect says why: every rank stops waiting with its
+  // diagnosis. A rank that died (or left) after connecting will never
+  // publish: said at once, as the recovery would, not when the deadline ends.
+  const Deadline deadline = own_budget(connect_deadline);
   auto judge = [&](const std::vector<int>& missing) -> Status {
-    if (abandon && abandon()) return abandoned();
-    if (Status failed = connect_failure(); !failed.ok()) {
+    if (abandon && abandon()) return abandoned_connect(at);
+    if (Status failed = connect_failure(failed_key, at); !failed.ok()) {
       out.connect_failed = true;
       return failed;
     }
-    return died_during_setup(missing, epoch, name.c_str());
+    return died_during_setup(missing, a.epoch, a.name.c_str());
   };
   // Published and waited for in one request where the store can.
-  const StoreExchange::Gathered gathered = exchange.publish_and_gather(
-      rank_, encode_link_value(out.mine, moved, t != nullptr), deadline, judge, Millis(50));
+  const StoreExchange::Gathered gathered =
+      exchange.publish_and_gather(rank_, a.value(), deadline, judge, Millis(50));
   switch (gathered.ended) {
     case StoreExchange::Gathered::Ended::kAll:
       break;
@@ -296,37 +325,68 @@ CommunicatorImpl::EpochAgreement CommunicatorImpl::agree_epoch(
       out.status = gathered.status;
       return out;
     case StoreExchange::Gathered::Ended::kTimedOut:
-      out.status =
-          Status(ErrorCode::kTimeout, ErrorContext{rank_, gathered.missing.front(), 0, epoch, name},
-                 "rank(s) " + rank_list(gathered.missing) + " did not report their " + name +
-                     " connect and link timing of epoch " + std::to_string(epoch) +
-                     " in time; the epoch cannot be used");
+      out.status = Status(ErrorCode::kTimeout,
+                          ErrorContext{rank_, gathered.missing.front(), 0, a.epoch, a.name},
+                          "rank(s) " + rank_list(gathered.missing) + " did not report their " +
+                              a.name + " connect and link timing of epoch " +
+                              std::to_string(a.epoch) + " in time; the epoch cannot be used");
       return out;
     case StoreExchange::Gathered::Ended::kStoreFailed:
-      out.status = Status(gathered.status.code(), at,
-                          "publishing this rank's " + name + " connect and link timing of epoch " +
-                              std::to_string(epoch) + " and reading every rank's from the store: " +
-                              gathered.status.message() + "; the epoch cannot be used");
+      out.status =
+          Status(gathered.status.code(), at,
+                 "publishing this rank's " + a.name + " connect and link timing of epoch " +
+                     std::to_string(a.epoch) + " and reading every rank's from the store: " +
+                     gathered.status.message() + "; the epoch cannot be used");
       return out;
   }
-  if (!decode_link_summary(gathered.reduced, &out.links)) {
+  EpochAgreement read = read_agreement(a, gathered.reduced, abandon);
+  read.connect_failed = read.connect_failed || out.connect_failed;
+  return read;
+}
+
+// Every rank's timing of the attempt's links as reduced (reduce_link_values),
+// read: every rank reads the same, so every rank decides alike.
+CommunicatorImpl::EpochAgreement CommunicatorImpl::read_agreement(const EpochAttempt& a,
+                                                                  const Bytes& reduced,
+                                                                  const Abandon& abandon) {
+  const ErrorContext at{rank_, -1, 0, a.epoch, a.name};
+  EpochAgreement out;
+  out.mine = a.mine;
+  out.probed = a.mine.valid;
+  if (!decode_link_summary(reduced, &out.links)) {
     out.status = Status(ErrorCode::kStore, at,
-                        "the link timings of epoch " + std::to_string(epoch) +
+                        "the link timings of epoch " + std::to_string(a.epoch) +
                             " as combined in the store do not decode; the epoch cannot be used");
     return out;
   }
   if (!out.links.not_connected.empty()) {
     // A rank that did not connect set the key before its own value.
     out.connect_failed = true;
-    out.status = connect_failure();
+    out.status = connect_failure(keys::connect_failed(a.epoch, a.name), at);
     if (out.status.ok())
       out.status = Status(ErrorCode::kPeerUnreachable, at,
                           "rank(s) " + rank_list(out.links.not_connected) + " could not connect " +
-                              name + " for epoch " + std::to_string(epoch));
+                              a.name + " for epoch " + std::to_string(a.epoch));
     return out;
   }
-  if (abandon && abandon()) out.status = abandoned();
+  if (abandon && abandon()) out.status = abandoned_connect(at);
   return out;
+}
+
+Status CommunicatorImpl::connect_failure(const std::string& failed_key,
+                                         const ErrorContext& at) const {
+  auto failed = store_->check(failed_key);
+  if (!failed.ok() || !failed.value()) return Status();
+  auto text = store_->get(failed_key, Millis(1000));
+  std::string why = text.ok() ? std::string(text.value().begin(), text.value().end())
+                              : "a rank failed to connect";
+  return Status(ErrorCode::kPeerUnreachable, at, why);
+}
+
+Status CommunicatorImpl::abandoned_connect(const ErrorContext& at) {
+  return Status(ErrorCode::kAborted, at,
+                "the connect of epoch " + std::to_string(at.epoch) +
+                    " was abandoned (a rank died or gave up)");
 }
 
 // Adopts the agreed timing of the epoch's links (every rank the same). A

@@ -6,6 +6,9 @@
 #include <sstream>
 #include <tuple>
 
+#include "base/store_exchange.h"
+#include "runtime/link_model.h"
+
 namespace rcoll {
 
 PooledBuffer& PooledBuffer::operator=(PooledBuffer&& o) noexcept {
@@ -472,6 +475,38 @@ Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
     if (Status s = consider(r); !s.ok()) return s;
   }
   return plan;
+}
+
+Bytes pack_ledgers(const std::vector<Bytes>& values) {
+  std::vector<Bytes> ledgers, links;
+  ledgers.reserve(values.size());
+  links.reserve(values.size());
+  bool any_link = false;
+  for (const Bytes& v : values) {
+    std::vector<Bytes> parts;
+    if (decode_values(v, 4, &parts)) {
+      ledgers.push_back(encode_values({parts[0], parts[1], parts[2]}));
+      any_link = any_link || !parts[3].empty();
+      links.push_back(std::move(parts[3]));
+    } else {
+      ledgers.push_back(v);  // malformed: whole to the ledger check, which names it
+      links.emplace_back();
+    }
+  }
+  // Every rank's, or none: a rank without one (it was late connecting
+  // ahead) has every rank connect the epoch after the exchange.
+  const bool every_link =
+      std::none_of(links.begin(), links.end(), [](const Bytes& l) { return l.empty(); });
+  return encode_values(
+      {pack_distinct(ledgers), any_link && every_link ? reduce_link_values(links) : Bytes{}});
+}
+
+bool unpack_ledgers(const Bytes& packed, int size, DistinctValues* ledgers, Bytes* links) {
+  std::vector<Bytes> parts;
+  if (!decode_values(packed, 2, &parts)) return false;
+  if (!DistinctValues::decode(parts[0], size, ledgers)) return false;
+  *links = std::move(parts[1]);
+  return true;
 }
 
 }  // namespace rcoll

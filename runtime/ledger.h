@@ -220,6 +220,18 @@ inline Result<ResumePlan> agree_resume(int rank, int size, const ReplayLog& log,
   return agree_resume(rank, size, log, current, DistinctValues(ledgers));
 }
 
+// What a recovery's one exchange carries from each rank: its ballot, its
+// ledger and the TCP listener it keeps (encode_values, three values), and,
+// where the ranks connected the next epoch before the exchange
+// (CommunicatorImpl::connect_ahead), a fourth: its connect outcome and link
+// timing (encode_link_value). Reduced to the distinct first three
+// (pack_distinct: most ranks write the same) and every rank's fourth
+// reduced (reduce_link_values), empty unless every rank wrote one.
+Bytes pack_ledgers(const std::vector<Bytes>& values);
+// False for anything pack_ledgers did not write for `size` ranks. `*links`:
+// the link timings reduced, empty where no rank connected ahead.
+bool unpack_ledgers(const Bytes& packed, int size, DistinctValues* ledgers, Bytes* links);
+
 // One op in flight, or none (nullptr).
 inline std::span<const OpRecord> one_record(const OpRecord* current) {
   return current ? std::span<const OpRecord>(current, 1) : std::span<const OpRecord>();

@@ -81,21 +81,67 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
 
   janitor_.retire();  // the setup of this epoch and the recovery before it
   if (Status s = announce(round, cause); !s.ok()) return s;
+  // Connecting waits for every rank: a death or a give-up meanwhile ends it
+  // at once (polled at most every 20 ms), and is the error, not the connect's.
+  std::vector<int> others;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_) others.push_back(q);
+  }
+  Clock::time_point last_poll{};
+  bool interrupted = false;
+  const auto abandon = [&] {
+    if (interrupted) return true;
+    if (Clock::now() - last_poll < std::chrono::milliseconds(20)) return false;
+    last_poll = Clock::now();
+    interrupted = !recovery_interrupted(round, others).ok();
+    return interrupted;
+  };
+  // Over TCP with every rank's listener kept (every rank connected this
+  // epoch on them, or all listened anew), the next epoch is connected before
+  // the exchange, on the kept listeners and addresses (nothing at the store),
+  // and its links timed: each rank's connect outcome and timing ride on its
+  // ledger, and the recovery makes one exchange instead of two. Each of
+  // those cost about 0.7 s among 16,384 ranks (every rank's thread woken
+  // once more, bench/scale_harness.cc). The exchange then decides as the
+  // connect's own would have: where every rank connected ahead within its
+  // budget and the ranks stay on TCP, its outcome is the epoch's (a rank
+  // that did not connect: every rank falls back); otherwise (a rank late,
+  // frozen or dead; the ballots move the ranks) the connect is dropped and
+  // the next epoch connected after the exchange, as before.
+  EpochAttempt ahead;
+  const bool connects_ahead = size_ > 1 && chain_.current() == "tcp" && tcp_kept_->listener.valid();
+  // What this rank's ledger says it kept is what it kept before: a connect
+  // ahead that fails drops the listener (as any connect on it does), for
+  // the next epoch over TCP.
+  const std::string kept_before = tcp_kept_->listener.valid() ? tcp_kept_->key_prefix : "";
+  if (connects_ahead) {
+    inject_in_recovery(round.seq, round.failed, "connect");
+    // A budget of a few times the last connect's (at least 250 ms, at most
+    // a connect's timeout): a rank late to the recovery, frozen or dead
+    // makes the others publish their ledgers without it rather than wait
+    // for it here (the exchange names who never came).
+    const Clock::duration budget = std::clamp<Clock::duration>(
+        4 * last_connect_took_, std::chrono::milliseconds(250), options_.connect_timeout);
+    ahead = attempt_epoch("tcp", round.failed + 1, round.deadline.earlier(Deadline::after(budget)),
+                          abandon, /*ahead=*/true);
+  }
   // Published and gathered in one request, unless a fault kills this rank in
   // between (then published first, as a rank that dies while it waits has).
-  const Bytes mine = ballot_and_ledger(round);
+  const Bytes mine = ballot_and_ledger(round, kept_before, connects_ahead ? &ahead : nullptr);
   janitor_.note_exchange(keys::recovery_ledgers(round.failed));
   const bool dies_after_publishing = kills_in_recovery(round.seq, "ledgers");
   if (dies_after_publishing) {
     const StoreExchange exchange(*store_, keys::recovery_ledgers(round.failed), size_,
-                                 pack_distinct);
+                                 pack_ledgers);
     if (Status s = exchange.publish(rank_, mine); !s.ok())
       return round.gave_up(*this, s, "could not publish this rank's ledger in the store");
     inject_in_recovery(round.seq, round.failed, "ledgers");
   }
   std::vector<Bytes> ballots;
   std::vector<std::string> kept;
-  auto ledgers = gather_ledgers(round, dies_after_publishing ? nullptr : &mine, &ballots, &kept);
+  Bytes links;
+  auto ledgers =
+      gather_ledgers(round, dies_after_publishing ? nullptr : &mine, &ballots, &kept, &links);
   if (!ledgers.ok()) return ledgers.status();
   // The TCP listeners stay where they are only if every rank kept its own
   // from the same exchange; else every rank listens and publishes anew.
@@ -118,27 +164,28 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
   // longer arrive anywhere.
   tuner_.resume_from(plan.value().collectives_started + 1);
   credits_.restart_from(plan.value().collectives_started + 1);
-  inject_in_recovery(round.seq, round.failed, "connect");
-  // Connecting waits for every rank: a death or a give-up meanwhile ends it
-  // at once (polled at most every 20 ms), and is the error, not the connect's.
-  std::vector<int> others;
-  for (int q = 0; q < size_; ++q) {
-    if (q != rank_) others.push_back(q);
+  if (!connects_ahead) inject_in_recovery(round.seq, round.failed, "connect");
+  // Every rank connected ahead in its budget (they all kept their
+  // listeners), or the epoch is connected now, as before.
+  const bool use_ahead = connects_ahead && !links.empty();
+  // A rank that died after publishing its ledger ends the recovery here, as
+  // it would have ended the connect after the exchange.
+  if (use_ahead) {
+    if (Status why = recovery_interrupted(round, others); !why.ok()) return why;
   }
-  Clock::time_point last_poll{};
-  bool interrupted = false;
-  const auto abandon = [&] {
-    if (interrupted) return true;
-    if (Clock::now() - last_poll < std::chrono::milliseconds(20)) return false;
-    last_poll = Clock::now();
-    interrupted = !recovery_interrupted(round, others).ok();
-    return interrupted;
-  };
-  if (Status s = connect_epoch(round.failed + 1, round.deadline, abandon); !s.ok()) {
+  // Where some rank was late connecting ahead, the epoch after: the
+  // connections made ahead, and dials of theirs still waiting in a kept
+  // listener's backlog, belong to an epoch no rank uses (refused as an
+  // earlier epoch's), not to the one every rank connects now.
+  const uint32_t next = connects_ahead && !use_ahead ? round.failed + 2 : round.failed + 1;
+  if (Status s = connect_epoch(next, round.deadline, abandon, connects_ahead ? &ahead : nullptr,
+                               use_ahead ? &links : nullptr);
+      !s.ok()) {
     round.ask_store_for_fatal = true;
     if (Status why = recovery_interrupted(round, others); !why.ok()) return why;
-    return Status(s.code(), s.context(), "recovery could not rebuild the data plane for epoch " +
-                                             std::to_string(round.failed + 1) + ": " + s.message());
+    return Status(s.code(), s.context(),
+                  "recovery could not rebuild the data plane for epoch " + std::to_string(next) +
+                      ": " + s.message());
   }
   // Every rank published its ledger: none reads what was retired again.
   // Erased once the epoch is connected, off the path of its exchanges (a
@@ -153,7 +200,7 @@ Result<ResumePlan> CommunicatorImpl::recover(const Status& cause) {
     resume += (resume.empty() ? "" : ", ") + std::string("op ") + std::to_string(e.local_seq) + " from slice " + std::to_string(e.resume);
   }
   RCOLL_LOG(kWarn, "recovered: epoch %u over %s after %.1f ms (recovery #%llu); resuming %s",
-            round.failed + 1, transport_name_.load(), static_cast<double>(micros) / 1000.0,
+            epoch_.load(), transport_name_.load(), static_cast<double>(micros) / 1000.0,
             static_cast<unsigned long long>(tally_.recoveries.load()),
             resume.empty() ? "nothing (no op in flight here)" : resume.c_str());
   return plan;
@@ -190,7 +237,8 @@ Status CommunicatorImpl::announce(const RecoveryRound& round, const Status& caus
   return Status();
 }
 
-Bytes CommunicatorImpl::ballot_and_ledger(const RecoveryRound& round) {
+Bytes CommunicatorImpl::ballot_and_ledger(const RecoveryRound& round, const std::string& kept,
+                                          const EpochAttempt* ahead) {
   // The ballot: the next epoch's transport, and with NCCL in use whether to
   // stop using it for device collectives (and why): a rank that cannot join
   // its communicator, or saw it fail too often. A failure on NCCL does not
@@ -205,12 +253,13 @@ Bytes CommunicatorImpl::ballot_and_ledger(const RecoveryRound& round) {
     ballot = store::encode(store::Ballot{static_cast<uint8_t>(vote), !drop.empty(), drop});
   }
   const std::string ledger = serialize_ledger(log_, in_flight_.current(), size_);
-  // Which TCP listener this rank keeps (the exchange its address went out
-  // in), if any: the next epoch dials the kept addresses only if every rank
-  // keeps the same.
-  const std::string kept = tcp_kept_->listener.valid() ? tcp_kept_->key_prefix : std::string();
-  return encode_values(
-      {ballot, Bytes(ledger.begin(), ledger.end()), Bytes(kept.begin(), kept.end())});
+  // `kept`: which TCP listener this rank keeps (the exchange its address
+  // went out in), if any: the next epoch dials the kept addresses only if
+  // every rank keeps the same.
+  // And where this rank connected the next epoch ahead, its connect outcome
+  // and link timing (pack_ledgers).
+  return encode_values({ballot, Bytes(ledger.begin(), ledger.end()),
+                        Bytes(kept.begin(), kept.end()), ahead ? ahead->value() : Bytes{}});
 }
 
 Status CommunicatorImpl::replay_completed(const ResumePlan& plan, std::span<OpRecord> current,
@@ -290,7 +339,8 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
 Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& round,
                                                         const Bytes* mine,
                                                         std::vector<Bytes>* ballots,
-                                                        std::vector<std::string>* kept) {
+                                                        std::vector<std::string>* kept,
+                                                        Bytes* links) {
   Clock::time_point last_note = round.started;
   auto judge = [&](const std::vector<int>& not_yet) -> Status {
     if (Status s = recovery_interrupted(round, not_yet); !s.ok()) return s;
@@ -303,7 +353,7 @@ Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& rou
   };
   // Reduced to the distinct values and which rank wrote which: most ranks
   // write the same ledger and ballot.
-  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_, pack_distinct);
+  const StoreExchange ledgers(*store_, keys::recovery_ledgers(round.failed), size_, pack_ledgers);
   const StoreExchange::Gathered gathered =
       mine != nullptr ? ledgers.publish_and_gather(rank_, *mine, round.deadline, judge, Millis(200))
                       : ledgers.gather(round.deadline, judge, Millis(200));
@@ -328,7 +378,7 @@ Result<DistinctValues> CommunicatorImpl::gather_ledgers(const RecoveryRound& rou
                 "(is the store's host stalled?)");
   }
   DistinctValues values;
-  if (!DistinctValues::decode(gathered.reduced, size_, &values)) {
+  if (!unpack_ledgers(gathered.reduced, size_, &values, links)) {
     return round.gave_up(*this, Status(ErrorCode::kStore, "they do not decode"),
                          "reading the ranks' ledgers as combined in the store");
   }

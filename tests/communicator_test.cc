@@ -29,6 +29,7 @@
 #include "kernels/cuda_memory.h"
 #include "rcoll/rcoll.h"
 #include "runtime/algorithms/context.h"
+#include "runtime/ledger.h"
 #include "tests/thread_ranks.h"
 
 namespace rcoll {
@@ -1360,9 +1361,10 @@ class LedgerGarblingStore : public ForwardingStore {
     auto v = ForwardingStore::get(key, timeout);
     // The exchange's reduction: the distinct ledgers and which rank wrote which.
     DistinctValues ledgers;
+    Bytes links;
     if (v.ok() && contains(key, "/recovery/") && key.ends_with("/ledger/all") &&
         !v.value().empty() && v.value()[0] == StoreExchange::kReducedMark &&
-        DistinctValues::decode(Bytes(v.value().begin() + 1, v.value().end()), 3, &ledgers)) {
+        unpack_ledgers(Bytes(v.value().begin() + 1, v.value().end()), 3, &ledgers, &links)) {
       const std::string garbage = "not a ledger";
       std::vector<Bytes> garbled;
       for (int q = 0; q < 3; ++q) {
@@ -1371,7 +1373,7 @@ class LedgerGarblingStore : public ForwardingStore {
                                      : Bytes(garbage.begin(), garbage.end()));
       }
       Bytes out{StoreExchange::kReducedMark};
-      const Bytes packed = pack_distinct(garbled);
+      const Bytes packed = encode_values({pack_distinct(garbled), links});
       out.insert(out.end(), packed.begin(), packed.end());
       return out;
     }

@@ -21,6 +21,7 @@
 
 #include "base/store_exchange.h"
 #include "rcoll/rcoll.h"
+#include "runtime/link_model.h"
 #include "tests/thread_ranks.h"
 
 namespace rcoll {
@@ -313,11 +314,25 @@ TEST(StoreRequests, CreationAndRecoveryCostAtMostTenRequestsPerRank) {
                  key.find("/tcp/2/") != std::string::npos ||
                  key.find("/tcp/3/") != std::string::npos)
         << "an address published in a recovery: " << key;
+  // Nor a link timing of its own: each recovery connects the next epoch
+  // before its one exchange, and every rank's connect outcome and timing
+  // ride on its ledger (before, one more exchange: P requests and a round).
+  for (const std::string& key : cost.keys_written)
+    EXPECT_FALSE(key.find("/connect/1/") != std::string::npos ||
+                 key.find("/connect/2/") != std::string::npos ||
+                 key.find("/connect/3/") != std::string::npos)
+        << "a link timing published apart in a recovery: " << key;
   ASSERT_EQ(cost.ledger_values.size(), static_cast<size_t>(3 * kRanks));
   for (const Bytes& value : cost.ledger_values) {
     std::vector<Bytes> parts;
-    ASSERT_TRUE(decode_values(value, 3, &parts));
+    ASSERT_TRUE(decode_values(value, 4, &parts))
+        << "a ledger value is a ballot, a ledger, the TCP listener kept and the next epoch's "
+           "link timing";
     EXPECT_EQ(std::string(parts[2].begin(), parts[2].end()), "tcp/0/");
+    LinkSummary one;
+    ASSERT_TRUE(decode_link_summary(reduce_link_values({parts[3]}), &one));
+    EXPECT_TRUE(one.not_connected.empty() && one.unmeasured.empty())
+        << "every rank connected the next epoch and timed its links before the exchange";
   }
   EXPECT_LE(cost.most_rounds, 2 * static_cast<long>(std::log2(kRanks)) + 10);
   // Keys of finished epochs are erased: the store holds no more after the
@@ -340,11 +355,12 @@ TEST(StoreRequests, TheBallotsRideOnTheLedgers) {
   ASSERT_EQ(cost.ledger_values.size(), static_cast<size_t>(kRanks));
   for (const Bytes& value : cost.ledger_values) {
     std::vector<Bytes> parts;
-    ASSERT_TRUE(decode_values(value, 3, &parts))
-        << "a ledger value is a ballot, a ledger and the TCP listener kept";
+    ASSERT_TRUE(decode_values(value, 4, &parts))
+        << "a ledger value is a ballot, a ledger, the TCP listener kept and a link timing";
     EXPECT_FALSE(parts[0].empty()) << "every rank's ballot is there";
     EXPECT_FALSE(parts[1].empty()) << "and its ledger";
     EXPECT_TRUE(parts[2].empty()) << "no rank connected TCP: none kept a listener";
+    EXPECT_TRUE(parts[3].empty()) << "over UCX no rank connects the next epoch ahead";
   }
   // About 10 P (the connect outcomes ride on the link timings); flat, 3 P^2 - P.
   EXPECT_LE(cost.creation, 12 * kRanks);
@@ -376,13 +392,26 @@ TEST(StoreRequests, ARankThatDroppedItsListenerHasEveryRankPublishAnew) {
   ASSERT_EQ(cost.ledger_values.size(), cost.ledger_keys.size());
   for (size_t i = 0; i < cost.ledger_values.size(); ++i) {
     std::vector<Bytes> parts;
-    ASSERT_TRUE(decode_values(cost.ledger_values[i], 3, &parts));
+    ASSERT_TRUE(decode_values(cost.ledger_values[i], 4, &parts));
     const std::string& key = cost.ledger_keys[i];
     const size_t at = key.find("/recovery/") + 10;
     std::vector<std::string>& by_rank = kept[key.substr(at, key.find('/', at) - at)];
     by_rank.resize(kRanks);
-    by_rank[std::stoul(key.substr(key.rfind('/') + 1))] =
-        std::string(parts[2].begin(), parts[2].end());
+    const size_t rank = std::stoul(key.substr(key.rfind('/') + 1));
+    by_rank[rank] = std::string(parts[2].begin(), parts[2].end());
+    // The recovery of epoch 0 connected epoch 1 over TCP before its
+    // exchange: rank 2's ledger says it did not connect (and every rank fell
+    // back together; those whose connect ended with its failure say so
+    // too); the one of epoch 1 ran on UCX, which connects after.
+    LinkSummary link;
+    const std::string failed = key.substr(at, key.find('/', at) - at);
+    if (failed == "1") {
+      EXPECT_TRUE(parts[3].empty()) << key;
+    } else {
+      ASSERT_TRUE(decode_link_summary(reduce_link_values({parts[3]}), &link)) << key;
+      if (failed == "2") EXPECT_TRUE(link.not_connected.empty()) << key;
+      if (failed == "0" && rank == 2) EXPECT_EQ(link.not_connected.size(), 1u) << key;
+    }
   }
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept["0"], std::vector<std::string>(kRanks, "tcp/0/"));

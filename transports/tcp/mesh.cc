@@ -411,6 +411,15 @@ void MeshBuilder::on_hello_ack(Dial* d, const error_code& ec) {
     last_error_[d->peer] = "rank " + std::to_string(d->peer) +
                            " closed the connection during the hello (" + ec.message() +
                            "): wrong job token or epoch?";
+    // Dialled again: on a listener kept from epoch to epoch, the peer's
+    // earlier epoch may have taken the dial and refused it (a recovery
+    // connects the next epoch before every rank has left the failed one).
+    error_code ignored;
+    d->sock->close(ignored);
+    d->retry.expires_after(std::chrono::milliseconds(20));
+    d->retry.async_wait([this, d](const error_code& tec) {
+      if (!tec && !p_.deadline.expired()) attempt(d);
+    });
     return;
   }
   auto h = decode_frame_header(d->in.data(), d->in.size());
