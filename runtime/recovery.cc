@@ -2,6 +2,9 @@
 //   detect -> abort the local data plane -> announce "epoch e failed" -> publish
 //   this rank's ledger -> wait for every rank's ledger -> agree where each op
 //   resumes -> connect epoch e+1 -> re-run what peers still need -> resume.
+// Over TCP with the listeners kept, epoch e+1 is connected (and its links
+// timed) before the ledgers, within a budget, and the outcome rides on them:
+// one exchange; where a rank was late, e+2 is connected after them.
 // Every step is bounded by Options::recovery_timeout; a rank that never joins
 // is named in the error.
 #include <algorithm>
@@ -32,12 +35,19 @@ void CommunicatorImpl::publish_fatal(const Status& s) {
   if (size_ == 1 || !store_) return;
   const ScopedStoreDeadline store_bound(Deadline::after(kBestEffortStoreBudget));
   // The first diagnosis wins; ranks that learned it from the store do not restate it.
-  if (auto there = store_->check(keys::epoch_fatal(epoch_.load())); there.ok() && there.value()) return;
-  const std::string text =
-      store::encode(store::FatalNotice{s.code(), s.context().peer, rank_, s.message() + " (reported by rank " + std::to_string(rank_) + ")"});
-  (void)store_->set(keys::epoch_fatal(epoch_.load()), Bytes(text.begin(), text.end()));
+  const uint32_t e = epoch_.load();
+  if (auto there = store_->check(keys::epoch_fatal(e)); there.ok() && there.value()) return;
+  const std::string text = store::encode(
+      store::FatalNotice{s.code(), s.context().peer, rank_,
+                         s.message() + " (reported by rank " + std::to_string(rank_) + ")"});
   const std::string why = "rank " + std::to_string(rank_) + " gave up: " + s.to_string();
-  (void)store_->set(keys::epoch_failed(epoch_.load()), Bytes(why.begin(), why.end()));
+  // And for the next epoch: the others may be in it already (a recovery's
+  // exchange over, connected ahead of it, while this rank gave up after it),
+  // and learn it there from their epoch watch, not as a rank that left.
+  for (const uint32_t epoch : {e, e + 1}) {
+    (void)store_->set(keys::epoch_fatal(epoch), Bytes(text.begin(), text.end()));
+    (void)store_->set(keys::epoch_failed(epoch), Bytes(why.begin(), why.end()));
+  }
 }
 
 // One recovery of one failed epoch: what its steps share.
@@ -291,7 +301,13 @@ Status CommunicatorImpl::recovery_interrupted(const RecoveryRound& round,
                                               const std::vector<int>& awaited) {
   const ErrorContext at{rank_, -1, round.seq, round.failed, transport_name_.load()};
   bool fatal = epoch_watch_.fatal(round.failed);
-  if (!fatal && round.ask_store_for_fatal) {
+  // A rank that left or died may have given up first: its diagnosis, if it
+  // left one, says more than that it is gone (and the watch may not have
+  // brought it yet).
+  const bool gone = std::any_of(awaited.begin(), awaited.end(), [&](int q) {
+    return (liveness_ && liveness_->peer(q).left) || (dead_ && dead_[static_cast<size_t>(q)]);
+  });
+  if (!fatal && (round.ask_store_for_fatal || gone)) {
     round.ask_store_for_fatal = false;
     auto there = store_->check(keys::epoch_fatal(round.failed));
     fatal = there.ok() && there.value();
