@@ -57,6 +57,7 @@ Status CommunicatorImpl::connect_epoch(uint32_t epoch, Deadline deadline, const 
       if (first && ahead != nullptr && ahead->t.ok()) {
         ahead->t.value()->abort(Status(ErrorCode::kAborted,
                                        ErrorContext{rank_, -1, 0, epoch, ahead->name},
+                                       "not every rank connected it ahead in its budget, or "
                                        "the ranks moved to another transport"));
       }
       attempt = attempt_epoch(name, epoch, deadline, abandon);
