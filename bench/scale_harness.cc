@@ -282,6 +282,25 @@ Status exchange_addresses(RankState& st, int rank, int size, int epoch,
   return Status();
 }
 
+// Every rank's link values as reduced (reduce_link_values), checked (every
+// rank connected and timed its links, no latency moved, the worst link the
+// slowest rank's: a latency-only timing keeps the bandwidth) and adopted.
+Status adopt_links(RankState& st, const Bytes& reduced, int size, uint32_t epoch,
+                   const LinkSample& mine) {
+  LinkSummary links;
+  if (!decode_link_summary(reduced, &links) || links.moved)
+    return Status(ErrorCode::kStore, "link summary");
+  if (!links.not_connected.empty() || !links.unmeasured.empty())
+    return Status(ErrorCode::kInternal, "not every rank connected and timed its links");
+  if (links.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12 ||
+      links.worst.bandwidth != 3e9 - 1e3 * (size - 1))
+    return Status(ErrorCode::kInternal,
+                  "the worst link is not the slowest rank's (a latency-only timing keeps the "
+                  "bandwidth)");
+  st.tuner.adopt(epoch, links, mine, "tcp", size, 1.0);
+  return Status();
+}
+
 // An epoch's one exchange after its connect, as the runtime's agree_epoch:
 // every rank connected and timed its links (`mine`; latency only after
 // epoch 0, the bandwidth kept), reduced to the worst link and who did not
@@ -294,18 +313,7 @@ Status connect_and_time(RankState& st, int rank, int size, uint32_t epoch, const
   auto got = exchange(s, agreement, rank, encode_link_value(mine, moved, true),
                       Deadline::after(120s), Millis(50), keys::connect_failed(epoch, "tcp"));
   if (!got.ok()) return got.status();
-  LinkSummary links;
-  if (!decode_link_summary(got.value(), &links) || links.moved)
-    return Status(ErrorCode::kStore, "link summary");
-  if (!links.not_connected.empty() || !links.unmeasured.empty())
-    return Status(ErrorCode::kInternal, "not every rank connected and timed its links");
-  if (links.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12 ||
-      links.worst.bandwidth != 3e9 - 1e3 * (size - 1))
-    return Status(ErrorCode::kInternal,
-                  "the worst link is not the slowest rank's (a latency-only timing keeps the "
-                  "bandwidth)");
-  st.tuner.adopt(epoch, links, mine, "tcp", size, 1.0);
-  return Status();
+  return adopt_links(st, got.value(), size, epoch, mine);
 }
 
 Status create(Run& run, int rank, RankState& st) {
@@ -420,17 +428,7 @@ Status recover(Run& run, int rank, RankState& st) {
   if (plan.value().entries.size() != 1 || plan.value().entries[0].resume != 2)
     return Status(ErrorCode::kInternal, "the agreed resume slice is not the slowest rank's (2)");
   st.tuner.resume_from(plan.value().collectives_started + 1);
-  LinkSummary summary;
-  if (!decode_link_summary(links, &summary) || summary.moved)
-    return Status(ErrorCode::kStore, "link summary");
-  if (!summary.not_connected.empty() || !summary.unmeasured.empty())
-    return Status(ErrorCode::kInternal, "not every rank connected and timed its links");
-  if (summary.worst.latency_s < 20e-6 + 1e-9 * (size - 1) - 1e-12 ||
-      summary.worst.bandwidth != 3e9 - 1e3 * (size - 1))
-    return Status(ErrorCode::kInternal,
-                  "the worst link is not the slowest rank's (a latency-only timing keeps the "
-                  "bandwidth)");
-  st.tuner.adopt(1, summary, now, "tcp", size, 1.0);
+  if (Status a = adopt_links(st, links, size, 1, now); !a.ok()) return a;
   st.janitor.erase_retired(s, rank, size);
   st.step("janitor");
   return Status();

@@ -481,12 +481,10 @@ Bytes pack_ledgers(const std::vector<Bytes>& values) {
   std::vector<Bytes> ledgers, links;
   ledgers.reserve(values.size());
   links.reserve(values.size());
-  bool any_link = false;
   for (const Bytes& v : values) {
     std::vector<Bytes> parts;
     if (decode_values(v, 4, &parts)) {
       ledgers.push_back(encode_values({parts[0], parts[1], parts[2]}));
-      any_link = any_link || !parts[3].empty();
       links.push_back(std::move(parts[3]));
     } else {
       ledgers.push_back(v);  // malformed: whole to the ledger check, which names it
@@ -497,8 +495,7 @@ Bytes pack_ledgers(const std::vector<Bytes>& values) {
   // ahead) has every rank connect the epoch after the exchange.
   const bool every_link =
       std::none_of(links.begin(), links.end(), [](const Bytes& l) { return l.empty(); });
-  return encode_values(
-      {pack_distinct(ledgers), any_link && every_link ? reduce_link_values(links) : Bytes{}});
+  return encode_values({pack_distinct(ledgers), every_link ? reduce_link_values(links) : Bytes{}});
 }
 
 bool unpack_ledgers(const Bytes& packed, int size, DistinctValues* ledgers, Bytes* links) {
