@@ -110,15 +110,23 @@ std::vector<std::string> StoreExchange::read_keys(const std::vector<int>& pick) 
 }
 
 // A wait parked at the store costs it nothing until it runs out, and each
-// time it runs out every waiting rank asks again: with thousands of ranks
-// waiting, the slices grow to 50 us a rank (0.4 s at 8,192, 0.8 s at 16,384,
-// at most 1 s; the caller's poll where that is longer). Looks and the judge
-// keep their own pace (at most once a second). A gather that must be
+// time it runs out every waiting rank asks again (and, every other time, looks
+// at the count): P requests a round, which the one store serves in turn. So a
+// waiting rank asks again every 150 us a rank (2.5 s at 16,384 ranks, at most
+// 3 s; the caller's poll where that is longer) and looks every other time,
+// so that all waiting ranks together ask at most about 10,000 times a second,
+// a fraction of what the store serves (16,384 ranks asking every 0.8 s and looking every second
+// kept a store sharing 2 CPUs with them saturated: the settings' combiner read
+// their values 4 s late, creation took 14-18 s). A completed exchange wakes
+// every parked wait at once, so the slice costs nothing when all goes well;
+// it bounds how soon a waiting rank hears the judge. A gather that must be
 // interrupted (a cancelled connect, accepts to serve) keeps the caller's poll.
+Millis StoreExchange::repeat_every(Millis poll) const {
+  return std::max<Millis>(poll, std::min<Millis>(Millis(size_ * 3 / 20), Millis(3000)));
+}
+
 Millis StoreExchange::wait_slice(Deadline deadline, Millis poll, bool interruptible) const {
-  const Millis wait =
-      interruptible ? poll
-                    : std::max<Millis>(poll, std::min<Millis>(Millis(size_ / 20), Millis(1000)));
+  const Millis wait = interruptible ? poll : repeat_every(poll);
   return deadline.is_never() ? wait : std::clamp<Millis>(deadline.remaining_ms(), Millis(1), wait);
 }
 
@@ -244,17 +252,20 @@ StoreExchange::Gathered StoreExchange::gather_from(
     Deadline deadline, const Judge& judge, Millis poll, const Interrupt& interrupted,
     const std::vector<int>& pick, std::optional<Clock::time_point> waited_since) const {
   using Ended = Gathered::Ended;
-  constexpr Clock::duration kLookEvery = std::chrono::seconds(1);
+  // A look (the count, and at times who is missing) once a second, or every
+  // other slice at scale (repeat_every: the looks are P requests a round too).
+  const Clock::duration look_every =
+      std::max<Clock::duration>(std::chrono::seconds(1), 2 * repeat_every(poll));
   // The first look waits longer with more ranks: every rank looking costs the
   // store O(P^2) calls, which the combined value exists to avoid.
   const Clock::duration first_look =
-      std::max<Clock::duration>(poll, std::min<Clock::duration>(size_ * Millis(2), kLookEvery));
+      std::max<Clock::duration>(poll, std::min<Clock::duration>(size_ * Millis(2), look_every));
   Gathered out;
   std::vector<int> waiting(static_cast<size_t>(size_));
   for (int q = 0; q < size_; ++q) waiting[static_cast<size_t>(q)] = q;
   // A caller whose own first wait ran out (publish_and_gather) had this
   // gather's first slice: its first look is as due as after that slice.
-  Clock::time_point looked = waited_since.value_or(Clock::now()) - kLookEvery + first_look;
+  Clock::time_point looked = waited_since.value_or(Clock::now()) - look_every + first_look;
   bool read_ran_out = waited_since.has_value();
   bool known = false;    // `waiting` is what a look found (else: everyone, unknown)
   bool answered = true;  // the store answered a question of the last look
@@ -301,7 +312,7 @@ StoreExchange::Gathered StoreExchange::gather_from(
       if (Status why = interrupted(); !why.ok()) return ended_by(std::move(why), waiting);
     }
     const bool expired = deadline.expired();
-    if (expired || Clock::now() - looked >= kLookEvery) {
+    if (expired || Clock::now() - looked >= look_every) {
       looked = Clock::now();
       auto in = store_.add(count_key(), 0);
       if (!in.ok() && in.status().code() == ErrorCode::kUnsupported)

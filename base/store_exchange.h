@@ -147,8 +147,11 @@ class StoreExchange {
   void combine() const;
   // A gather's read: the combined key, then the picked ranks' keys.
   std::vector<std::string> read_keys(const std::vector<int>& pick) const;
-  // How long a gather waits at the store at a time (the caller's poll, or
-  // 50 us a rank at scale unless `interruptible`), within the deadline.
+  // How often a waiting rank asks the store again: the caller's poll, or
+  // 150 us a rank at scale (at most 3 s).
+  Millis repeat_every(Millis poll) const;
+  // How long a gather waits at the store at a time (repeat_every, or the
+  // caller's poll if `interruptible`), within the deadline.
   Millis wait_slice(Deadline deadline, Millis poll, bool interruptible) const;
   // A combined value read: true and `out` complete when it is one (the
   // reduction, or every value), false when the keys must be read instead.
