@@ -110,17 +110,18 @@ std::vector<std::string> StoreExchange::read_keys(const std::vector<int>& pick) 
 }
 
 // A wait parked at the store costs it nothing until it runs out, and each
-// time it runs out every waiting rank asks again (and, every other time, looks
-// at the count): P requests a round, which the one store serves in turn. So a
-// waiting rank asks again every 150 us a rank (2.5 s at 16,384 ranks, at most
-// 3 s; the caller's poll where that is longer) and looks every other time,
-// so that all waiting ranks together ask at most about 10,000 times a second,
-// a fraction of what the store serves (16,384 ranks asking every 0.8 s and looking every second
-// kept a store sharing 2 CPUs with them saturated: the settings' combiner read
-// their values 4 s late, creation took 14-18 s). A completed exchange wakes
-// every parked wait at once, so the slice costs nothing when all goes well;
-// it bounds how soon a waiting rank hears the judge. A gather that must be
-// interrupted (a cancelled connect, accepts to serve) keeps the caller's poll.
+// time it runs out every waiting rank asks again (and every other time looks
+// at the count): P requests a round, which the one store serves in turn. So
+// a waiting rank asks again every 150 us a rank (2.5 s at 16,384 ranks, at
+// most 3 s; the caller's poll where that is longer), and all waiting ranks
+// together ask at most about 10,000 times a second, a fraction of what the
+// store serves. (16,384 ranks asking every 0.8 s and looking every second kept
+// a store sharing 2 CPUs with them saturated: the settings' combiner read the
+// values 4 s late, and creation took 12-18 s.) A completed exchange wakes
+// every parked wait at once, so a long slice costs nothing when all goes
+// well; it bounds how soon a waiting rank hears the judge. A gather that must
+// be interrupted (a cancelled connect, accepts to serve) keeps the caller's
+// poll.
 Millis StoreExchange::repeat_every(Millis poll) const {
   return std::max<Millis>(poll, std::min<Millis>(Millis(size_ * 3 / 20), Millis(3000)));
 }
