@@ -8,12 +8,14 @@
 # rcoll pinned to ucx; rcoll with RCOLL_SPIN_US=0 or 50 (CONFIGS="gloo
 # rcoll-default" runs only those; the default runs the first four). Prints each run's median step time, then per
 # configuration the median over rounds and its ratio to gloo's.
-# Needs the build (build/python on PYTHONPATH) and .venv-torch.
+# Needs the build and .venv-torch; builds the in-tree module (build/python,
+# put on PYTHONPATH) if it is not there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=${1:-4} rounds=${2:-3}
 py=${RCOLL_TORCH_PYTHON:-.venv-torch/bin/python}
 build=${RCOLL_BUILD_DIR:-build}
+cmake --build "$build" --target rcoll_torch >/dev/null
 out=$(mktemp -d)
 # name:backend:transport:extra environment
 all=("gloo:gloo::" "rcoll-default:rcoll::" "rcoll-tcp:rcoll:tcp:" "rcoll-ucx:rcoll:ucx:"
