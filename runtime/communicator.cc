@@ -482,6 +482,7 @@ Counters CommunicatorImpl::counters() const {
   c.device_transport = !chain_.nccl() || nccl_.dropped ? "staged" : "nccl";
   c.nccl_ops = nccl_.ops;
   c.nccl_replays = nccl_.replays;
+  c.nccl_late_stops = nccl_.late_stops;
   tuner_.fill(c);
   return c;
 }

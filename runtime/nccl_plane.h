@@ -99,7 +99,8 @@ struct NcclPlane {
     agreed_through = 0;
     last_kept = -1;
   }
-  std::atomic<uint64_t> replays{0};  // completed ops run again here for a peer
+  std::atomic<uint64_t> replays{0};     // completed ops run again here for a peer
+  std::atomic<uint64_t> late_stops{0};  // stops put off, made once their replacement was queued
   KeptInput* holding(uint64_t seq, size_t bytes) {
     if (backup.holds(seq, bytes)) return &backup;
     for (KeptInput& k : kept)
@@ -112,6 +113,20 @@ struct NcclPlane {
   void retire() {
     if (retired) graveyard.push_back(std::move(retired));
     retired = std::move(comm);
+  }
+  // Whether a stopped communicator still runs its calls: its stop was put
+  // off while a stream gate held a stream (nccl::Comm::abort), to be made
+  // once the recovery queued their replacement (finish_put_off_stops).
+  bool stops_put_off() const {
+    if (retired && retired->stop_put_off()) return true;
+    for (const auto& c : graveyard)
+      if (c && c->stop_put_off()) return true;
+    return false;
+  }
+  void finish_put_off_stops() {
+    if (retired) retired->finish_stop();
+    for (const auto& c : graveyard)
+      if (c) c->finish_stop();
   }
   // Frees the graveyard's communicators (with `device` current), each once no
   // gate of this process holds a stream (nccl::release).

@@ -12,8 +12,9 @@
 # Steps: env torch ctest ctest_nonblocking ddp pipeline bench (the default, in
 # this order; ctest_nonblocking runs the NCCL tests with non-blocking calls, the
 # recoveries' other revoke path); ctest_blocking, recovery (the NCCL
-# recoveries alone, which ctest runs too) and hang (the DDP SIGSTOP run alone,
-# with stacks should it hang) on request. Every step has a time limit and
+# recoveries alone, which ctest runs too), hang (the DDP SIGSTOP run alone,
+# with stacks should it hang) and close_link (the DDP close-link run, again
+# and again) on request. Every step has a time limit and
 # a log; $OUT/gpu-logs.tgz holds them all (remade after each step, so a run
 # cut short still brings back what it did), $OUT/summary.txt one line per step.
 set -uo pipefail
@@ -96,6 +97,15 @@ for s in "${steps[@]}"; do
       step ddp_cuda ${RCOLL_GPU_LIMIT_DDP:-420} python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} \
         --timeout ${RCOLL_GPU_RUN_TIMEOUT:-120} ${RCOLL_DDP_ARGS:-}
       ;;
+    close_link)
+      # The DDP close-link run again and again (RCOLL_CLOSE_LINK_RUNS, default
+      # 10), after one fault-free run, stopping at the first that fails; a
+      # hang leaves every rank's stacks in stacks/. The recovery under the
+      # stream gate that hung in 2 of 8 such runs in stop 52.
+      step ddp_close_link ${RCOLL_GPU_LIMIT_CLOSE_LINK:-300} env RCOLL_HANG_STACKS_DIR=$logs/stacks \
+        python3 python/tests/ddp_cuda.py --ranks 2 --steps ${RCOLL_DDP_STEPS:-50} --timeout ${RCOLL_GPU_RUN_TIMEOUT:-35} \
+        --skip-nccl --sigstop-at 1000 --close-link-runs ${RCOLL_CLOSE_LINK_RUNS:-10}
+      ;;
     hang)
       # The DDP run with rank 1 frozen (SIGSTOP) for 5 s, alone and logging at
       # INFO; should it hang, every rank's stacks (cuda-gdb) land in stacks/.
@@ -152,7 +162,7 @@ print(out); print("exit", rc, "in", round(secs, 1), "s"); sys.exit(rc)' ${RCOLL_
       step recovery ${RCOLL_GPU_LIMIT_RECOVERY:-400} env RCOLL_GPU_TEST_TIMEOUT=${RCOLL_GPU_TEST_TIMEOUT:-240} \
         scripts/gpu_tests.sh ctest -j 2 -R "${RCOLL_GPU_RECOVERY:-recovery_cuda_nccl|fallback_cuda_nccl}"
       ;;
-    *) echo "gpu_session: unknown step '$s' (env torch ctest ctest_blocking ctest_nonblocking ddp pipeline bench recovery hang)" >&2 ;;
+    *) echo "gpu_session: unknown step '$s' (env torch ctest ctest_blocking ctest_nonblocking ddp pipeline bench recovery hang close_link)" >&2 ;;
   esac
 done
 echo "=== $(date +%T) done"

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -233,12 +234,15 @@ struct Comm::Impl {
   // Stops every call in flight: ncclCommAbort, which also frees NCCL's
   // memory, and that waits for the whole device. While a stream waits at a
   // stream gate of the process (kernels/stream_gate.h), perhaps for the very
-  // recovery this failure starts, that might never end: then the calls are
-  // revoked instead (ncclCommRevoke), and the destructor frees the rest later
-  // (release()). NCCL's proxy thread still frees its pinned memory after a
-  // revoke (cudaFreeHost, which waits for the whole GPU: stop 47's stacks),
-  // so the runtime avoids stopping a communicator while a stream is held
-  // where it can (runtime/detection.cc, wait_for_silent_under_gate).
+  // recovery this failure starts, that might never end, and a revoke
+  // (ncclCommRevoke) is no way out: NCCL's proxy thread still frees its
+  // pinned memory then (cudaFreeHost, which waits for the whole GPU while
+  // holding a lock of the CUDA driver that every later CUDA call of the
+  // process needs: stop 47's and stop 52's stacks). So under a held gate
+  // the stop is put off (`put_off`): nothing is asked of NCCL, the calls in
+  // flight go on, and halt() runs at finish_stop() (the runtime's recovery,
+  // once it queued their replacement) or in the destructor (release(), once
+  // no gate holds a stream).
   //
   // A blocking communicator's group the enqueuer has begun may still be
   // inside NCCL: the stop is what makes it return (see Enqueuer).
@@ -248,14 +252,26 @@ struct Comm::Impl {
     stopped = true;
     ncclComm_t c = comm;
     // A group inside NCCL on the enqueuer must not have the communicator
-    // freed under it: revoked (which frees nothing) where NCCL can, and
-    // aborted by ~Comm, after which the group has returned.
+    // freed under it: revoked (which frees nothing of what the group uses)
+    // where NCCL can, and aborted by ~Comm, after which the group has returned.
     const bool group_inside = enqueuer && enqueuer->running() && revoke_entry() != nullptr;
     if (!group_inside &&
         kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
       comm = nullptr;
       return;
     }
+    if (revoke_entry() != nullptr && kernels::cuda::StreamGate::any_held()) {
+      put_off = true;
+      return;
+    }
+    halt();
+  }
+  bool put_off = false;  // stop() left NCCL alone: a gate held a stream
+  // The calls in flight stop: revoked (a blocking communicator's on a thread
+  // of its own), or aborted where NCCL cannot revoke.
+  void halt() {
+    put_off = false;
+    if (revoked) return;
     if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
       revoked = true;  // NCCL refuses a second revoke (ncclInvalidArgument)
       if (enqueuer && revoke_aside(revoke)) return;
@@ -267,6 +283,8 @@ struct Comm::Impl {
     (void)ncclCommAbort(comm);
     comm = nullptr;
   }
+  // Set by watch_by_signal(): each ticket also writes this, and poll() reads it.
+  std::optional<kernels::cuda::HostSignal> signal;
   // A blocking communicator's revoke runs on a thread of its own: it returns
   // only once the communicator is quiescent (NCCL synchronises with its
   // kernels and stops its proxy, which frees pinned memory: a wait for the
@@ -621,6 +639,12 @@ Comm::~Comm() {
 
 Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (Status s = enqueue_group(lock, calls, waiter); !s.ok()) return s;
+  return record_ticket();
+}
+
+Status Comm::enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector<Call>& calls,
+                           const Waiter& waiter) {
   Impl& m = *impl_;
   if (!m.healthy()) return m.failed;
   (void)cudaSetDevice(
@@ -657,10 +681,11 @@ Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waite
     m.stop();
     return m.failed;
   }
-  return record_ticket();
+  return Status();
 }
 
-// An event behind everything on the stream so far, as the next ticket.
+// An event behind everything on the stream so far, as the next ticket (and,
+// watched by a host signal, the ticket's number written behind it).
 Result<uint64_t> Comm::record_ticket() {
   Impl& m = *impl_;
   cudaEvent_t ev = nullptr;
@@ -674,38 +699,48 @@ Result<uint64_t> Comm::record_ticket() {
     m.spare.push_back(ev);
     return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
   }
-  const uint64_t ticket = m.next_ticket++;
+  const uint64_t ticket = m.next_ticket;
+  if (m.signal) {
+    if (Status s = m.signal->enqueue_write(m.stream, static_cast<uint32_t>(ticket)); !s.ok()) {
+      m.spare.push_back(ev);
+      return failure(s.code(), s.message());
+    }
+  }
+  ++m.next_ticket;
   m.pending.push_back({ticket, ev});
   return ticket;
 }
 
 Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& waiter, int peer) {
   Impl& m = *impl_;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!m.healthy()) return m.failed;
-    // 62 bits, so that negating never overflows.
-    const auto h = static_cast<int64_t>(fingerprint & ((uint64_t{1} << 62) - 1));
-    m.pairwise = peer >= 0;
-    m.pair[0] = h;
-    // All ranks: the max of (h, -h) is (max h, -min h). Pairwise: the slot
-    // the peer's h lands in, filled with something no h equals.
-    m.pair[1] = m.pairwise ? -1 : -h;
-    if (cudaError_t e = cudaMemcpyAsync(m.word, m.pair, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, m.stream); e != cudaSuccess) {
-      return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
-    }
-  }
-  auto t = peer >= 0 ? issue({Call{CallKind::kSend, m.word, nullptr, 1, DataType::kInt64, ReduceOp::kSum, peer},
-                              Call{CallKind::kRecv, nullptr, m.word + 1, 1, DataType::kInt64, ReduceOp::kSum, peer}},
-                             waiter)
-                     : issue(Call{CallKind::kAllReduce, m.word, m.word, 2, DataType::kInt64, ReduceOp::kMax}, waiter);
-  if (!t.ok()) return t;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!m.healthy()) return m.failed;
+  // 62 bits, so that negating never overflows.
+  const auto h = static_cast<int64_t>(fingerprint & ((uint64_t{1} << 62) - 1));
+  m.pairwise = peer >= 0;
+  m.pair[0] = h;
+  // All ranks: the max of (h, -h) is (max h, -min h). Pairwise: the slot
+  // the peer's h lands in, filled with something no h equals.
+  m.pair[1] = m.pairwise ? -1 : -h;
+  if (cudaError_t e =
+          cudaMemcpyAsync(m.word, m.pair, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, m.stream);
+      e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
+  }
+  Status s =
+      peer >= 0
+          ? enqueue_group(
+                lock,
+                {Call{CallKind::kSend, m.word, nullptr, 1, DataType::kInt64, ReduceOp::kSum, peer},
+                 Call{CallKind::kRecv, nullptr, m.word + 1, 1, DataType::kInt64, ReduceOp::kSum,
+                      peer}},
+                waiter)
+          : enqueue_group(
+                lock,
+                {Call{CallKind::kAllReduce, m.word, m.word, 2, DataType::kInt64, ReduceOp::kMax}},
+                waiter);
+  if (!s.ok()) return s;
   // Back into the pinned pair before the ticket's event: done means readable.
-  m.spare.push_back(m.pending.back().event);
-  m.pending.pop_back();
-  --m.next_ticket;
   if (cudaError_t e = cudaMemcpyAsync(m.pair, m.word, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, m.stream); e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
   }
@@ -741,7 +776,17 @@ Result<bool> Comm::poll(uint64_t ticket) {
   // case a failing NCCL ended its kernels early. (Asking may overlap a
   // blocking communicator's group on its enqueuer: see Enqueuer.)
   size_t fired = 0;
+  if (m.signal) {
+    // No CUDA call: the tickets' numbers as the stream wrote them (cyclic,
+    // 32 bits), in order.
+    const uint32_t seen = m.signal->value();
+    for (const auto& p : m.pending) {
+      if (static_cast<int32_t>(seen - static_cast<uint32_t>(p.ticket)) < 0) break;
+      ++fired;
+    }
+  }
   for (const auto& p : m.pending) {
+    if (m.signal) break;
     const cudaError_t e = cudaEventQuery(p.event);
     if (e == cudaErrorNotReady) break;
     if (e != cudaSuccess) {
@@ -781,6 +826,38 @@ void Comm::abort(const Status& why) {
 bool Comm::aborted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return !impl_->healthy();
+}
+
+bool Comm::stop_put_off() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return impl_->put_off;
+}
+
+void Comm::finish_stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (!m.put_off || m.comm == nullptr) return;
+  (void)cudaSetDevice(config_.device);  // a revoke on this thread (non-blocking) uses it
+  m.halt();
+}
+
+Status Comm::watch_by_signal() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (m.signal) return Status();
+  auto made = kernels::cuda::HostSignal::create();
+  if (!made.ok())
+    return failure(made.status().code(),
+                   "a host signal for the communicator's tickets: " + made.status().message());
+  m.signal = made.value();
+  // Tickets already pending keep their events; the signal starts at the
+  // last one issued, so it never reads as any of theirs being done.
+  if (Status s = m.signal->enqueue_write(m.stream, static_cast<uint32_t>(m.next_ticket - 1));
+      !s.ok()) {
+    m.signal.reset();
+    return failure(s.code(), s.message());
+  }
+  return Status();
 }
 
 Status Comm::order_after_me(void* stream) {

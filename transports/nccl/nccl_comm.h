@@ -144,15 +144,33 @@ class Comm {
   // asynchronous NCCL error, a CUDA error, or the abort.
   Result<bool> poll(uint64_t ticket);
 
-  // Stops every call in flight and fails the communicator with `why`.
-  // Idempotent, callable from any thread. It does not wait for the calls in
-  // flight to finish. It frees NCCL's memory at once (ncclCommAbort), which
-  // waits for the whole GPU, unless a stream gate of the process holds a
-  // stream (kernels/stream_gate.h), perhaps waiting for the recovery this
-  // abort starts: then it stops the calls only (ncclCommRevoke, where NCCL
-  // has it: revocable()), and release() frees once no gate holds one.
+  // Fails the communicator with `why` (it takes no more calls) and stops
+  // every call in flight. Idempotent, callable from any thread. It does not
+  // wait for the calls in flight to finish. It frees NCCL's memory at once
+  // (ncclCommAbort), which waits for the whole GPU, unless a stream gate of
+  // the process holds a stream (kernels/stream_gate.h), perhaps waiting for
+  // the recovery this abort starts. Then the stop is put off: NCCL is not
+  // called at all, and the calls in flight go on (an NCCL stop frees pinned
+  // memory even when it only revokes: a wait for the whole GPU that holds the
+  // CUDA driver meanwhile, so no CUDA call of the process, the recovery's
+  // included, could follow it until the gate opens). finish_stop() makes it
+  // (ncclCommRevoke, where NCCL has it: revocable()), and release() frees
+  // once no gate holds a stream.
   void abort(const Status& why);
   bool aborted() const;
+  // Whether abort() put the stop off and finish_stop() has not made it.
+  bool stop_put_off() const;
+  // Makes a stop abort() put off: the calls in flight stop (ncclCommRevoke).
+  // The runtime calls it once the work that replaces them is queued on the
+  // next communicator (behind them, on the same stream) and that one waits
+  // by a host signal (watch_by_signal): from here until the gate opens, the
+  // revoke's frees may hold the CUDA driver.
+  void finish_stop();
+  // From the next ticket on, each also writes a host signal behind it
+  // (kernels::cuda::HostSignal) and poll() reads that rather than the
+  // tickets' CUDA events: a wait with no CUDA call, for while another
+  // communicator's stop may hold the CUDA driver. For the communicator's life.
+  Status watch_by_signal();
 
   // Work on `stream` after this waits for every call issued so far.
   Status order_after_me(void* stream);
@@ -170,6 +188,9 @@ class Comm {
   Status prepare_device();
   Status init(const void* unique_id);  // an ncclUniqueId
   Result<uint64_t> record_ticket();  // under mu_
+  // Enqueues `calls` as one group under `lock` (released while it settles).
+  Status enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector<Call>& calls,
+                       const Waiter& waiter);
 
   Config config_;
   mutable std::mutex mu_;  // every NCCL call on the communicator, abort included

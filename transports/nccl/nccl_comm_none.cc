@@ -26,6 +26,9 @@ Result<uint64_t> Comm::record_ticket() { return none(); }
 Result<bool> Comm::poll(uint64_t) { return none(); }
 void Comm::abort(const Status&) {}
 bool Comm::aborted() const { return true; }
+bool Comm::stop_put_off() const { return false; }
+void Comm::finish_stop() {}
+Status Comm::watch_by_signal() { return none(); }
 Status Comm::order_after_me(void*) { return none(); }
 Status Comm::order_after_event(void*) { return none(); }
 Status Comm::follow(Comm&) { return none(); }
