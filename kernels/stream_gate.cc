@@ -15,28 +15,20 @@ namespace rcoll::kernels::cuda {
 namespace {
 
 using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-using WriteValue32 = WaitValue32;  // the same signature
 
 std::string cuda_words(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
-WaitValue32 driver_entry(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return reinterpret_cast<WaitValue32>(p);
-}
-
 WaitValue32 wait_value_entry() {
-  static WaitValue32 fn = driver_entry("cuStreamWaitValue32");
-  return fn;
-}
-
-WriteValue32 write_value_entry() {
-  static WriteValue32 fn = driver_entry("cuStreamWriteValue32");
+  static WaitValue32 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<WaitValue32>(nullptr);
+    }
+    return reinterpret_cast<WaitValue32>(p);
+  }();
   return fn;
 }
 
@@ -180,34 +172,6 @@ StreamGate::~StreamGate() {
 }
 
 uint32_t StreamGate::opened() const { return *word_; }
-
-Result<HostSignal> HostSignal::create() {
-  if (write_value_entry() == nullptr) {
-    return Status(ErrorCode::kUnsupported,
-                  "the CUDA driver has no cuStreamWriteValue32 (stream memory operations)");
-  }
-  auto word = take_word();
-  if (!word.ok()) return word.status();
-  *word.value().host = 0;
-  return HostSignal(word.value().host, word.value().device);
-}
-
-Status HostSignal::enqueue_write(void* stream, uint32_t value) const {
-  const CUresult r =
-      write_value_entry()(static_cast<CUstream>(stream), static_cast<CUdeviceptr>(device_address_),
-                          static_cast<cuuint32_t>(value), CU_STREAM_WRITE_VALUE_DEFAULT);
-  if (r == CUDA_SUCCESS) return Status();
-  return Status(r == CUDA_ERROR_NOT_SUPPORTED ? ErrorCode::kUnsupported : ErrorCode::kTransport,
-                "cuStreamWriteValue32 (a host signal) failed: CUresult " +
-                    std::to_string(static_cast<int>(r)));
-}
-
-uint32_t HostSignal::value() const {
-  const uint32_t v = *word_;
-  std::atomic_thread_fence(
-      std::memory_order_acquire);  // what the GPU wrote before it is seen after
-  return v;
-}
 
 Status StreamGate::enqueue_wait(void* stream, uint64_t seq) const {
   const CUresult r = wait_value_entry()(static_cast<CUstream>(stream), static_cast<CUdeviceptr>(device_address_),

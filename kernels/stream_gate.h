@@ -82,26 +82,4 @@ class StreamGate {
   uint64_t held_seq_ = 0;
 };
 
-// A word of the same pinned, device-mapped host memory that a stream writes
-// (cuStreamWriteValue32, behind the work queued before it) and the host reads
-// with no CUDA call. What a wait uses while a stopping NCCL communicator may
-// hold the CUDA driver (runtime/nccl_ops.cc, "stopped once its replacement is
-// queued"): every CUDA call of the process waits then, an event query too.
-// Never freed, as a gate's word is not (a queued write may land late).
-class HostSignal {
- public:
-  // The word, at 0. kUnsupported without stream memory operations.
-  static Result<HostSignal> create();
-  // Work queued on `stream` after everything before it writes `value`.
-  Status enqueue_write(void* stream, uint32_t value) const;
-  // The last value written (none: 0).
-  uint32_t value() const;
-
- private:
-  HostSignal(volatile uint32_t* word, uint64_t device_address)
-      : word_(word), device_address_(device_address) {}
-  volatile uint32_t* word_;
-  uint64_t device_address_;
-};
-
 }  // namespace rcoll::kernels::cuda

@@ -24,14 +24,4 @@ Status StreamGate::enqueue_wait(void*, uint64_t) const {
   return Status(ErrorCode::kUnsupported, "this build of rcoll has no CUDA (built without the CUDA toolkit)");
 }
 
-Result<HostSignal> HostSignal::create() {
-  return Status(ErrorCode::kUnsupported,
-                "this build of rcoll has no CUDA (built without the CUDA toolkit)");
-}
-Status HostSignal::enqueue_write(void*, uint32_t) const {
-  return Status(ErrorCode::kUnsupported,
-                "this build of rcoll has no CUDA (built without the CUDA toolkit)");
-}
-uint32_t HostSignal::value() const { return 0; }
-
 }  // namespace rcoll::kernels::cuda

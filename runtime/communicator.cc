@@ -441,7 +441,7 @@ void CommunicatorImpl::release_device_resources() {
   if (!freed) {
     RCOLL_LOG(kInfo, "closing: a stream gate of another communicator holds a stream, so this one's NCCL communicators "
               "are destroyed once it opens");
-    nccl_.stream.leak();
+    for (auto& s : nccl_.streams) s.leak();
   }
   nccl_.backup.buffer.reset();
   for (auto& k : nccl_.kept) k.buffer.reset();
@@ -452,7 +452,7 @@ void CommunicatorImpl::release_device_resources() {
   nccl_.device_stream.reset();
   // Destroying a stream with work queued returns at once; the work still runs.
   nccl_.verdict_stream.reset();
-  nccl_.stream.reset();
+  for (auto& s : nccl_.streams) s.reset();
 }
 
 std::string CommunicatorImpl::diagnostics() const {
@@ -482,7 +482,7 @@ Counters CommunicatorImpl::counters() const {
   c.device_transport = !chain_.nccl() || nccl_.dropped ? "staged" : "nccl";
   c.nccl_ops = nccl_.ops;
   c.nccl_replays = nccl_.replays;
-  c.nccl_late_stops = nccl_.late_stops;
+  c.nccl_stops_put_off = nccl_.stops_put_off;
   tuner_.fill(c);
   return c;
 }

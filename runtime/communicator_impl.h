@@ -326,12 +326,6 @@ class CommunicatorImpl : public ProgressGuard {
   // from its kept input into scratch (on NCCL, or staged once NCCL is dropped).
   Status replay_nccl(OpRecord& rec, size_t first);
   Status replay_nccl_staged(OpRecord& rec, const NcclPlane::KeptInput& keep);
-  // An attempt on `comm` while a communicator stopped under a held stream
-  // gate still runs its calls (its stop put off): `comm` is watched by a host
-  // signal, and true says to stop_replaced_nccl() once the attempt is queued
-  // (runtime/nccl_ops.cc, "stopped once its replacement is queued").
-  bool watch_if_replacing(const Op& op, nccl::Comm& comm);
-  void stop_replaced_nccl(const Op& op);
   // An op issued with Op::gated: queues its verdict event behind its calls on
   // `comm` and the stream gate (see its definition), and marks it issued.
   Status queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm);

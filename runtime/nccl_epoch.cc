@@ -115,6 +115,15 @@ Status CommunicatorImpl::ensure_nccl(const Op& op) {
   if (nccl_.comm) {
     nccl_.comm->abort(Status(ErrorCode::kAborted,
                              "replaced by epoch " + std::to_string(epoch) + "'s communicator"));
+    if (nccl_.comm->stop_put_off()) {
+      ++nccl_.stops_put_off;
+      RCOLL_LOG(kInfo,
+                "%s on nccl: epoch %u's NCCL communicator is stopped only once the op ends (a CUDA "
+                "stream waits at the stream gate, and stopping NCCL would wait for it); its calls "
+                "run on, and epoch %u's go on another stream, after them but not after their "
+                "confirmation",
+                op.describe().c_str(), nccl_.epoch, epoch);
+    }
     nccl_.retire();
   }
   const auto started = Clock::now();
@@ -239,12 +248,16 @@ Result<std::unique_ptr<nccl::Comm>> CommunicatorImpl::nccl_init(const Op& op, ui
   cfg.init_deadline = init_deadline;
   cfg.blocking = options_.nccl_blocking == 1;
   // One stream for every epoch (made on the first): the new communicator's
-  // calls queue behind whatever the aborted one left on it.
-  if (Status s = nccl_.stream.create(); s.ok()) cfg.stream = nccl_.stream.get();
-  if (Status s = nccl_.confirm_host.reserve(32); s.ok()) {
-    // Two halves, by epoch: a retired stream may still copy the last
-    // epoch's confirmation back into its half.
-    cfg.confirm_host = static_cast<char*>(nccl_.confirm_host.data()) + 16 * (epoch % 2);
+  // calls queue behind whatever the aborted one left on it (ensure_nccl
+  // orders them after it too). Another while a stopped communicator whose
+  // stop was put off still runs on that one (NcclPlane::stream_for_next).
+  kernels::cuda::Stream& stream = nccl_.streams[nccl_.stream_for_next()];
+  if (Status s = stream.create(); s.ok()) cfg.stream = stream.get();
+  if (Status s = nccl_.confirm_host.reserve(64); s.ok()) {
+    // Four quarters, by epoch: an older communicator's stream may still copy
+    // its confirmation back into its quarter (a stop put off lets it run to
+    // the op's end).
+    cfg.confirm_host = static_cast<char*>(nccl_.confirm_host.data()) + 16 * (epoch % 4);
   }
   if (size_ > 1) {
     // A rank that gives up, fails the epoch or sees a peer die says so at

@@ -39,19 +39,20 @@
 //     peer's abort notice or an NCCL error aborts the communicator at once.
 //     Recovery rebuilds the epoch; the op's next run makes the new epoch's
 //     communicator and resumes at the slice every rank agreed on.
-//   - Stopped once its replacement is queued: while a caller's stream waits
-//     at the stream gate, an abort leaves NCCL alone (nccl::Comm::abort puts
-//     the stop off), because stopping NCCL frees pinned memory, a wait for
-//     the whole GPU, the gated stream included, that holds the CUDA driver
+//   - Never stopped under a held gate: while a caller's stream waits at the
+//     stream gate, an abort leaves NCCL alone (nccl::Comm::abort puts the
+//     stop off), because stopping NCCL frees pinned memory, a wait for the
+//     whole GPU, the gated stream included, that holds the CUDA driver
 //     meanwhile: no CUDA call of the process could follow it until the gate
 //     opens, and the gate opens only after the recovery's attempt (stop 52's
-//     hang). So the recovery makes the next communicator and queues its
-//     attempt (or replay) first, on the same stream, behind the old calls;
-//     only then is the old communicator stopped (its kernels end, and the
-//     attempt runs), and the attempt is waited for by a host signal that the
-//     stream writes (watch_if_replacing): from the stop until the gate
-//     opens, the op's thread makes no CUDA call. A failed attempt leaves the
-//     old stop to the op's end, once the gate opened (bury_nccl).
+//     hang; stop 56 saw the same with the stop made once the next attempt
+//     was queued). The old calls run on: the recovery's attempt goes on the
+//     next communicator, on a stream of its own (NcclPlane::streams),
+//     ordered after the old attempt's calls but not after its confirmation,
+//     which may wait for ever for a peer that failed before issuing its own.
+//     The old communicator is stopped and freed at the op's end, once the
+//     gate opened (bury_nccl). Its calls that never end (a link really dead)
+//     hold the attempt behind them: it stalls, and is judged so.
 #include <algorithm>
 #include <csignal>
 #include <new>
@@ -350,7 +351,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   }
   if (Status s = ensure_nccl(op); !s.ok()) return s;
   nccl::Comm& comm = *nccl_.comm;
-  const bool stop_after = watch_if_replacing(op, comm);
   nccl_.phases.mark(NcclPhases::kSetup);
   const NcclFault fault = first == 0 && !faults_.empty() ? inject_nccl(op) : NcclFault::kNone;
   NcclWatch watch(*this, op);
@@ -392,6 +392,13 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_in_group, watch, &tickets); !s.ok())
     return fail(s);
   nccl_.phases.mark(NcclPhases::kIssue);
+  // The caller's stream waits for the op's verdict (queue_verdict), queued
+  // behind the slices but not the confirmation: should a peer fail before it
+  // issues its own, this one waits for ever (its stop put off while the gate
+  // holds), and the caller's stream must not wait for it once the gate opens.
+  if (op.gated && rec.work != nullptr && !rec.work->issued) {
+    if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
+  }
 
   // The confirmation goes right behind the slices on the stream: it runs,
   // and contributes this rank's fingerprints, only once this rank's slices
@@ -415,11 +422,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     if (!t.ok()) return fail(t.status());
     confirmation = t.value();
   }
-  // The caller's stream waits for the op's verdict (queue_verdict).
-  if (op.gated && rec.work != nullptr && !rec.work->issued) {
-    if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
-  }
-  if (stop_after) stop_replaced_nccl(op);
   nccl_.phases.mark(NcclPhases::kQueueVerdict);
   if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, fault); !s.ok())
     return fail(s);
@@ -436,30 +438,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   // The host saw every call of the op finish: work the caller queues from
   // here on sees the result without waiting on the GPU for it.
   return Status();
-}
-
-bool CommunicatorImpl::watch_if_replacing(const Op& op, nccl::Comm& comm) {
-  if (!nccl_.stops_put_off()) return false;
-  Status s = comm.watch_by_signal();
-  if (s.ok()) return true;
-  // Then the old stop cannot be made before the gate opens: it waits for the
-  // op's end, and this attempt, queued behind the old calls, runs only if
-  // they end on their own (else the attempt stalls, and is judged so).
-  RCOLL_LOG(kWarn,
-            "%s on nccl, epoch %u: %s; the last epoch's NCCL calls (their stop put off while a "
-            "CUDA stream waits at the stream gate) are left to end on their own",
-            op.describe().c_str(), epoch_.load(), s.message().c_str());
-  return false;
-}
-
-void CommunicatorImpl::stop_replaced_nccl(const Op& op) {
-  RCOLL_LOG(kInfo,
-            "%s on nccl, epoch %u: stopping the last epoch's NCCL communicator now that this "
-            "epoch's calls are queued behind its own (its stop was put off while a CUDA stream "
-            "waits at the stream gate); waiting for them by a host signal until the gate opens",
-            op.describe().c_str(), epoch_.load());
-  nccl_.finish_put_off_stops();
-  ++nccl_.late_stops;
 }
 
 // A one-rank op's copy and verdict were queued at issue, on the caller's
@@ -615,7 +593,6 @@ Status CommunicatorImpl::replay_nccl(OpRecord& rec, size_t first) {
     const Status s = nccl_op_failure(op, comm, why, false);
     return Status(s.code(), s.context(), "replaying it for a peer: " + s.message());
   };
-  const bool stop_after = watch_if_replacing(op, comm);
   if (Status s = reserve_for_nccl(nccl_.replay_sink, std::max<size_t>(op.out.bytes(), 1), comm);
       !s.ok())
     return fail(s);
@@ -629,7 +606,6 @@ Status CommunicatorImpl::replay_nccl(OpRecord& rec, size_t first) {
     if (!t.ok()) return fail(t.status());
     tickets.push_back(t.value());
   }
-  if (stop_after) stop_replaced_nccl(op);
   for (uint64_t t : tickets) {
     if (Status s = watch.wait_for(comm, t); !s.ok()) return fail(s);
     watch.last_progress = Clock::now();
@@ -700,8 +676,9 @@ Status CommunicatorImpl::replay_nccl_staged(OpRecord& rec, const NcclPlane::Kept
 // when execute() has the op's final outcome, after whatever recoveries it
 // takes: the stream never goes on with an attempt an abort cut short. It
 // only ever waits on work already queued (the runtime sees it done and
-// opens the gate); a recovery queues its new attempt on nccl_.stream, made
-// before any verdict waited, and on the verdict stream nothing else runs.
+// opens the gate); a recovery queues its new attempt on an NCCL stream
+// (NcclPlane::streams) made before any verdict waited, and on the verdict
+// stream nothing else runs.
 Status CommunicatorImpl::queue_verdict(const Op& op, WorkState& w, nccl::Comm& comm) {
   kernels::cuda::StreamGate* gate = nccl_.gate.load();
   // From here until execute() opens the gate for this op (through any

@@ -52,10 +52,29 @@ struct NcclPlane {
   std::atomic<kernels::cuda::StreamGate*> gate{nullptr};
   bool gate_tried = false;
   kernels::cuda::Stream verdict_stream;
-  // The stream of every epoch's NCCL communicator: one for all of them, made
-  // once, so a recovery queues its work on a stream (and a hardware queue)
-  // that was there before any verdict waited (see run_nccl_slices).
-  kernels::cuda::Stream stream;
+  // The streams of the epochs' NCCL communicators, made once each, so a
+  // recovery queues its work on a stream (and a hardware queue) that was
+  // there before any verdict waited (see queue_verdict). One serves every
+  // epoch, each new communicator queued behind the last one's calls, unless
+  // a stopped communicator still runs on it (its stop put off while a gate
+  // holds a stream, nccl::Comm::abort): then its calls may never end, and
+  // the next takes a stream no such communicator uses (stream_for_next).
+  static constexpr int kStreams = 4;
+  kernels::cuda::Stream streams[kStreams];
+  // The index of the stream for the next communicator.
+  int stream_for_next() const {
+    auto taken = [this](int i) {
+      const void* s = streams[i].get();
+      if (s == nullptr) return false;
+      if (retired && retired->stop_put_off() && retired->stream() == s) return true;
+      for (const auto& c : graveyard)
+        if (c && c->stop_put_off() && c->stream() == s) return true;
+      return false;
+    };
+    for (int i = 0; i < kStreams; ++i)
+      if (!taken(i)) return i;
+    return 0;  // every one taken (kStreams recoveries of one op): behind the oldest
+  }
   // Device memory that holds an op's input, bytes [0, bytes) of op seq's:
   // allocated in order on device_stream (declared first: it outlives them).
   struct KeptInput {
@@ -99,8 +118,9 @@ struct NcclPlane {
     agreed_through = 0;
     last_kept = -1;
   }
-  std::atomic<uint64_t> replays{0};     // completed ops run again here for a peer
-  std::atomic<uint64_t> late_stops{0};  // stops put off, made once their replacement was queued
+  std::atomic<uint64_t> replays{0};  // completed ops run again here for a peer
+  std::atomic<uint64_t> stops_put_off{
+      0};  // communicators stopped only at their op's end (a gate held)
   KeptInput* holding(uint64_t seq, size_t bytes) {
     if (backup.holds(seq, bytes)) return &backup;
     for (KeptInput& k : kept)
@@ -113,20 +133,6 @@ struct NcclPlane {
   void retire() {
     if (retired) graveyard.push_back(std::move(retired));
     retired = std::move(comm);
-  }
-  // Whether a stopped communicator still runs its calls: its stop was put
-  // off while a stream gate held a stream (nccl::Comm::abort), to be made
-  // once the recovery queued their replacement (finish_put_off_stops).
-  bool stops_put_off() const {
-    if (retired && retired->stop_put_off()) return true;
-    for (const auto& c : graveyard)
-      if (c && c->stop_put_off()) return true;
-    return false;
-  }
-  void finish_put_off_stops() {
-    if (retired) retired->finish_stop();
-    for (const auto& c : graveyard)
-      if (c) c->finish_stop();
   }
   // Frees the graveyard's communicators (with `device` current), each once no
   // gate of this process holds a stream (nccl::release).

@@ -91,11 +91,10 @@ struct Counters {
   // for a peer that had not completed them (from their input kept on the
   // device: docs/gpu.md).
   uint64_t nccl_replays = 0;
-  // Recoveries that stopped the last epoch's NCCL communicator only once
-  // their own attempt was queued on the next, because a CUDA stream waited
-  // at the stream gate for the op (docs/gpu.md: "stopped once its
-  // replacement is queued").
-  uint64_t nccl_late_stops = 0;
+  // NCCL communicators whose stop a recovery put off to the end of the op,
+  // because a CUDA stream waited at the stream gate (docs/gpu.md: "Never
+  // stopped under a held gate"): their calls ran on beside the next epoch's.
+  uint64_t nccl_stops_put_off = 0;
   // Host memory rcoll holds now for staging, input backups and reuse. Grows to
   // the working set; released after a few idle seconds.
   uint64_t held_bytes = 0;

@@ -35,12 +35,12 @@ PYBIND11_MODULE(_C, m) {
             d["transport"] = c.transport;
             d["device_transport"] = c.device_transport;
             d["nccl_ops"] = c.nccl_ops;
-            d["nccl_late_stops"] = c.nccl_late_stops;
+            d["nccl_stops_put_off"] = c.nccl_stops_put_off;
             return d;
           },
           "rcoll's counters for this process group: ops, bytes, recoveries, fallbacks, probes, "
-          "injected faults, epoch, transport, device transport, ops on NCCL, NCCL stops made once "
-          "their replacement was queued")
+          "injected faults, epoch, transport, device transport, ops on NCCL, NCCL stops put off to "
+          "an op's end (a CUDA stream waited at the stream gate)")
       .def("diagnostics", &RcollBackend::diagnostics, py::call_guard<py::gil_scoped_release>(),
            "A human-readable report: identity, epoch, transport, counters and the last ops")
       .def("abort", &RcollBackend::abort, py::call_guard<py::gil_scoped_release>(),

@@ -176,32 +176,30 @@ TEST(NcclComm, AbortFailsWhatComesAfter) {
 
 // Under a held gate an abort leaves NCCL alone: stopping it would free
 // pinned memory, a wait for the held stream (stop 52's hang). The stop is put
-// off, the call issued before it runs to its end, and finish_stop() makes it.
-TEST(NcclComm, AnAbortUnderAHeldGateIsPutOffUntilFinishStop) {
+// off, the call issued before it runs to its end, work ordered after the
+// communicator waits for its calls, and release() stops and frees it once
+// the gate opened.
+TEST(NcclComm, AnAbortUnderAHeldGateIsPutOffToRelease) {
   RCOLL_REQUIRE_GPU();
   namespace cuda = kernels::cuda;
   auto gate = cuda::StreamGate::create(0);
   if (!gate.ok()) GTEST_SKIP() << "no stream gate here: " << gate.status().to_string();
   if (!revocable()) GTEST_SKIP() << "NCCL " << version() << " cannot revoke";
-  cudaStream_t mine = nullptr;  // the communicator's stream, to wait for it alone
-  ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking), cudaSuccess);
-  auto id = new_unique_id();
-  ASSERT_TRUE(id.ok());
-  Comm::Config cfg = one_rank();
-  cfg.stream = mine;
-  auto c = Comm::create(id.value(), cfg);
+  auto c = make_one_rank();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   Comm& comm = *c.value();
   const size_t n = 1 << 20;
   DeviceFloats a(n);
   a.put(std::vector<float>(n, 3.0f));
 
-  cudaStream_t held = nullptr;
+  cudaStream_t held = nullptr, after = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&after, cudaStreamNonBlocking), cudaSuccess);
   gate.value()->hold(1);
   ASSERT_TRUE(gate.value()->enqueue_wait(held, 1).ok());
-  auto t = comm.issue(Call{CallKind::kAllReduce, a.get(), a.get(), n, DataType::kFloat32, ReduceOp::kSum},
-                      within(Deadline::after(std::chrono::seconds(30))));
+  auto t = comm.issue(
+      Call{CallKind::kAllReduce, a.get(), a.get(), n, DataType::kFloat32, ReduceOp::kSum},
+      within(Deadline::after(std::chrono::seconds(30))));
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   std::atomic<bool> done{false};
   std::thread aborting([&] {
@@ -209,43 +207,34 @@ TEST(NcclComm, AnAbortUnderAHeldGateIsPutOffUntilFinishStop) {
     done = true;
   });
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (!done && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const bool in_time = done;
   if (!in_time) gate.value()->open_through(1);  // lets a stuck stop go, so the test ends
   aborting.join();
   EXPECT_TRUE(in_time) << "the abort waited for the stream held at the gate";
   EXPECT_TRUE(comm.aborted());
   EXPECT_TRUE(comm.stop_put_off());
-  auto after = comm.poll(t.value());
-  EXPECT_FALSE(after.ok()) << "a call pending at the abort must not count as done";
-  // Not stopped: the call ran to its end (one rank: the sum is the input).
-  ASSERT_EQ(cudaStreamSynchronize(mine), cudaSuccess);
+  auto polled = comm.poll(t.value());
+  EXPECT_FALSE(polled.ok()) << "a call pending at the abort must not count as done";
+  // Not stopped: the call runs to its end (one rank: the sum is the input),
+  // and a stream ordered after the communicator sees it done.
+  ASSERT_TRUE(comm.order_after_me(after).ok());
+  ASSERT_EQ(cudaStreamSynchronize(after), cudaSuccess);
   EXPECT_EQ(a.fetch(), std::vector<float>(n, 3.0f));
 
   gate.value()->open_through(1);
   EXPECT_EQ(cudaStreamSynchronize(held), cudaSuccess);
-  comm.finish_stop();
-  EXPECT_FALSE(comm.stop_put_off());
-  EXPECT_TRUE(release(std::move(c).value(), 0)) << "no gate holds a stream: freed at once";
+  EXPECT_TRUE(release(std::move(c).value(), 0))
+      << "no gate holds a stream: stopped and freed at once";
   (void)cudaStreamDestroy(held);
-  (void)cudaStreamDestroy(mine);
+  (void)cudaStreamDestroy(after);
 }
 
-// A communicator watched by a host signal completes its tickets by the
-// numbers its stream writes behind them (no event query), in order; the
-// signal alone reads what a stream wrote last.
-TEST(NcclComm, TicketsWatchedByAHostSignalCompleteInOrder) {
+// A confirmation's ticket comes after the calls before it and completes once
+// its pair is back in host memory.
+TEST(NcclComm, AConfirmationCompletesAfterTheCallsBeforeIt) {
   RCOLL_REQUIRE_GPU();
-  auto signal = kernels::cuda::HostSignal::create();
-  if (!signal.ok()) GTEST_SKIP() << "no host signal here: " << signal.status().to_string();
-  cudaStream_t s = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  EXPECT_EQ(signal.value().value(), 0u);
-  ASSERT_TRUE(signal.value().enqueue_write(s, 7).ok());
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  EXPECT_EQ(signal.value().value(), 7u);
-  (void)cudaStreamDestroy(s);
-
   auto c = make_one_rank();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   Comm& comm = *c.value();
@@ -253,20 +242,17 @@ TEST(NcclComm, TicketsWatchedByAHostSignalCompleteInOrder) {
   DeviceFloats a(n), b(n);
   a.put(std::vector<float>(n, 2.0f));
   const Comm::Waiter d = within(Deadline::after(std::chrono::seconds(30)));
-  auto before = comm.issue(Call{CallKind::kAllReduce, a.get(), b.get(), n, DataType::kFloat32, ReduceOp::kSum}, d);
-  ASSERT_TRUE(before.ok());
-  ASSERT_TRUE(comm.watch_by_signal().ok());
-  auto t1 = comm.issue(Call{CallKind::kAllReduce, b.get(), a.get(), n, DataType::kFloat32, ReduceOp::kSum}, d);
+  auto t1 = comm.issue(
+      Call{CallKind::kAllReduce, a.get(), b.get(), n, DataType::kFloat32, ReduceOp::kSum}, d);
   auto t2 = comm.issue_confirmation(42, d);
   ASSERT_TRUE(t1.ok() && t2.ok());
+  EXPECT_LT(t1.value(), t2.value());
   ASSERT_TRUE(wait(comm, t2.value()));
-  for (uint64_t t : {before.value(), t1.value()}) {
-    auto r = comm.poll(t);
-    ASSERT_TRUE(r.ok());
-    EXPECT_TRUE(r.value());
-  }
+  auto first = comm.poll(t1.value());
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first.value());
   EXPECT_TRUE(comm.fingerprints_agree()) << "the confirmation's pair was read before it landed";
-  EXPECT_EQ(a.fetch(), std::vector<float>(n, 2.0f));
+  EXPECT_EQ(b.fetch(), std::vector<float>(n, 2.0f));
 }
 
 // While a stream waits at a stream gate, freeing pinned memory or an NCCL

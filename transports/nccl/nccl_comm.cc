@@ -22,7 +22,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -238,11 +237,11 @@ struct Comm::Impl {
   // (ncclCommRevoke) is no way out: NCCL's proxy thread still frees its
   // pinned memory then (cudaFreeHost, which waits for the whole GPU while
   // holding a lock of the CUDA driver that every later CUDA call of the
-  // process needs: stop 47's and stop 52's stacks). So under a held gate
-  // the stop is put off (`put_off`): nothing is asked of NCCL, the calls in
-  // flight go on, and halt() runs at finish_stop() (the runtime's recovery,
-  // once it queued their replacement) or in the destructor (release(), once
-  // no gate holds a stream).
+  // process needs: stop 47's and stop 52's stacks; stop 56's showed that a
+  // revoke made once the recovery's own attempt was queued behind the old
+  // calls hangs the same way). So under a held gate the stop is put off
+  // (`put_off`): nothing is asked of NCCL, the calls in flight go on, and the
+  // destructor stops them (release() runs it once no gate holds a stream).
   //
   // A blocking communicator's group the enqueuer has begun may still be
   // inside NCCL: the stop is what makes it return (see Enqueuer).
@@ -266,12 +265,11 @@ struct Comm::Impl {
     }
     halt();
   }
-  bool put_off = false;  // stop() left NCCL alone: a gate held a stream
+  bool put_off = false;    // stop() left NCCL alone: a gate held a stream
+  uint64_t last_call = 0;  // the ticket of the last group but a confirmation
   // The calls in flight stop: revoked (a blocking communicator's on a thread
   // of its own), or aborted where NCCL cannot revoke.
   void halt() {
-    put_off = false;
-    if (revoked) return;
     if (RevokeFn revoke = revoke_entry(); revoke != nullptr) {
       revoked = true;  // NCCL refuses a second revoke (ncclInvalidArgument)
       if (enqueuer && revoke_aside(revoke)) return;
@@ -283,8 +281,6 @@ struct Comm::Impl {
     (void)ncclCommAbort(comm);
     comm = nullptr;
   }
-  // Set by watch_by_signal(): each ticket also writes this, and poll() reads it.
-  std::optional<kernels::cuda::HostSignal> signal;
   // A blocking communicator's revoke runs on a thread of its own: it returns
   // only once the communicator is quiescent (NCCL synchronises with its
   // kernels and stops its proxy, which frees pinned memory: a wait for the
@@ -640,7 +636,9 @@ Comm::~Comm() {
 Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
   if (Status s = enqueue_group(lock, calls, waiter); !s.ok()) return s;
-  return record_ticket();
+  auto t = record_ticket();
+  if (t.ok()) impl_->last_call = t.value();
+  return t;
 }
 
 Status Comm::enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector<Call>& calls,
@@ -684,8 +682,7 @@ Status Comm::enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector
   return Status();
 }
 
-// An event behind everything on the stream so far, as the next ticket (and,
-// watched by a host signal, the ticket's number written behind it).
+// An event behind everything on the stream so far, as the next ticket.
 Result<uint64_t> Comm::record_ticket() {
   Impl& m = *impl_;
   cudaEvent_t ev = nullptr;
@@ -699,14 +696,7 @@ Result<uint64_t> Comm::record_ticket() {
     m.spare.push_back(ev);
     return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
   }
-  const uint64_t ticket = m.next_ticket;
-  if (m.signal) {
-    if (Status s = m.signal->enqueue_write(m.stream, static_cast<uint32_t>(ticket)); !s.ok()) {
-      m.spare.push_back(ev);
-      return failure(s.code(), s.message());
-    }
-  }
-  ++m.next_ticket;
+  const uint64_t ticket = m.next_ticket++;
   m.pending.push_back({ticket, ev});
   return ticket;
 }
@@ -776,17 +766,7 @@ Result<bool> Comm::poll(uint64_t ticket) {
   // case a failing NCCL ended its kernels early. (Asking may overlap a
   // blocking communicator's group on its enqueuer: see Enqueuer.)
   size_t fired = 0;
-  if (m.signal) {
-    // No CUDA call: the tickets' numbers as the stream wrote them (cyclic,
-    // 32 bits), in order.
-    const uint32_t seen = m.signal->value();
-    for (const auto& p : m.pending) {
-      if (static_cast<int32_t>(seen - static_cast<uint32_t>(p.ticket)) < 0) break;
-      ++fired;
-    }
-  }
   for (const auto& p : m.pending) {
-    if (m.signal) break;
     const cudaError_t e = cudaEventQuery(p.event);
     if (e == cudaErrorNotReady) break;
     if (e != cudaSuccess) {
@@ -833,36 +813,27 @@ bool Comm::stop_put_off() const {
   return impl_->put_off;
 }
 
-void Comm::finish_stop() {
-  std::lock_guard<std::mutex> lock(mu_);
-  Impl& m = *impl_;
-  if (!m.put_off || m.comm == nullptr) return;
-  (void)cudaSetDevice(config_.device);  // a revoke on this thread (non-blocking) uses it
-  m.halt();
-}
-
-Status Comm::watch_by_signal() {
-  std::lock_guard<std::mutex> lock(mu_);
-  Impl& m = *impl_;
-  if (m.signal) return Status();
-  auto made = kernels::cuda::HostSignal::create();
-  if (!made.ok())
-    return failure(made.status().code(),
-                   "a host signal for the communicator's tickets: " + made.status().message());
-  m.signal = made.value();
-  // Tickets already pending keep their events; the signal starts at the
-  // last one issued, so it never reads as any of theirs being done.
-  if (Status s = m.signal->enqueue_write(m.stream, static_cast<uint32_t>(m.next_ticket - 1));
-      !s.ok()) {
-    m.signal.reset();
-    return failure(s.code(), s.message());
-  }
-  return Status();
-}
+void* Comm::stream() const { return impl_->stream; }
 
 Status Comm::order_after_me(void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
+  return order_after_locked(stream);
+}
+
+Status Comm::order_after_locked(void* stream) {
   Impl& m = *impl_;
+  if (m.put_off) {
+    // Its calls run on, a confirmation perhaps for ever: the last other
+    // group's event, if it is not seen done yet (then it was not reused).
+    for (const auto& p : m.pending) {
+      if (p.ticket != m.last_call) continue;
+      if (cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), p.event, 0);
+          e != cudaSuccess) {
+        return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
+      }
+    }
+    return Status();
+  }
   if (cudaError_t e = cudaEventRecord(m.fence, m.stream); e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
   }
@@ -874,14 +845,8 @@ Status Comm::order_after_me(void* stream) {
 
 Status Comm::follow(Comm& previous) {
   std::scoped_lock lock(previous.mu_, mu_);
-  Impl& p = *previous.impl_;
-  Impl& m = *impl_;
-  if (cudaError_t e = cudaEventRecord(p.fence, p.stream); e != cudaSuccess) {
-    return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
-  }
-  if (cudaError_t e = cudaStreamWaitEvent(m.stream, p.fence, 0); e != cudaSuccess) {
-    return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
-  }
+  if (Status s = previous.order_after_locked(impl_->stream); !s.ok())
+    return failure(s.code(), s.message());
   return Status();
 }
 

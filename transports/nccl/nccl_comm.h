@@ -150,35 +150,29 @@ class Comm {
   // (ncclCommAbort), which waits for the whole GPU, unless a stream gate of
   // the process holds a stream (kernels/stream_gate.h), perhaps waiting for
   // the recovery this abort starts. Then the stop is put off: NCCL is not
-  // called at all, and the calls in flight go on (an NCCL stop frees pinned
-  // memory even when it only revokes: a wait for the whole GPU that holds the
-  // CUDA driver meanwhile, so no CUDA call of the process, the recovery's
-  // included, could follow it until the gate opens). finish_stop() makes it
-  // (ncclCommRevoke, where NCCL has it: revocable()), and release() frees
-  // once no gate holds a stream.
+  // called at all, and the calls in flight go on. (Stopping NCCL frees
+  // pinned memory even when it only revokes: its proxy's cudaFreeHost waits
+  // for the whole GPU, the held stream included, holding a lock of the CUDA
+  // driver that every later CUDA call of the process needs, the recovery's
+  // too: stop 52's and stop 56's stacks.) The destructor stops it (release()
+  // runs it once no gate holds a stream).
   void abort(const Status& why);
   bool aborted() const;
-  // Whether abort() put the stop off and finish_stop() has not made it.
+  // Whether abort() put the stop off: the calls in flight still run.
   bool stop_put_off() const;
-  // Makes a stop abort() put off: the calls in flight stop (ncclCommRevoke).
-  // The runtime calls it once the work that replaces them is queued on the
-  // next communicator (behind them, on the same stream) and that one waits
-  // by a host signal (watch_by_signal): from here until the gate opens, the
-  // revoke's frees may hold the CUDA driver.
-  void finish_stop();
-  // From the next ticket on, each also writes a host signal behind it
-  // (kernels::cuda::HostSignal) and poll() reads that rather than the
-  // tickets' CUDA events: a wait with no CUDA call, for while another
-  // communicator's stop may hold the CUDA driver. For the communicator's life.
-  Status watch_by_signal();
+  // The stream its calls run on.
+  void* stream() const;
 
-  // Work on `stream` after this waits for every call issued so far.
+  // Work on `stream` after this waits for every call issued so far. Once its
+  // stop was put off, for every call but a confirmation issued after the
+  // last of them: one that a peer never joined (it failed first) waits for
+  // ever, and no stop ends it until the gate opens.
   Status order_after_me(void* stream);
   // Calls issued after this wait for `event` (recorded on a caller's stream).
   Status order_after_event(void* event);
   // Calls issued after this wait for everything queued on `previous` (the
   // last epoch's communicator, aborted or not: its kernels may still be
-  // draining, and copies queued behind them still run).
+  // draining, and copies queued behind them still run), as order_after_me().
   Status follow(Comm& previous);
 
  private:
@@ -188,6 +182,7 @@ class Comm {
   Status prepare_device();
   Status init(const void* unique_id);  // an ncclUniqueId
   Result<uint64_t> record_ticket();  // under mu_
+  Status order_after_locked(void* stream);  // order_after_me, under mu_
   // Enqueues `calls` as one group under `lock` (released while it settles).
   Status enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector<Call>& calls,
                        const Waiter& waiter);
