@@ -251,8 +251,10 @@ Result<std::unique_ptr<nccl::Comm>> CommunicatorImpl::nccl_init(const Op& op, ui
   // calls queue behind whatever the aborted one left on it (ensure_nccl
   // orders them after it too). Another while a stopped communicator whose
   // stop was put off still runs on that one (NcclPlane::stream_for_next).
-  kernels::cuda::Stream& stream = nccl_.streams[nccl_.stream_for_next()];
-  if (Status s = stream.create(); s.ok()) cfg.stream = stream.get();
+  // All made with the first, before any stream waits at the gate: a stream
+  // made later may share a hardware queue with one held there.
+  for (auto& s : nccl_.streams) (void)s.create();
+  if (void* s = nccl_.streams[nccl_.stream_for_next()].get(); s != nullptr) cfg.stream = s;
   if (Status s = nccl_.confirm_host.reserve(64); s.ok()) {
     // Four quarters, by epoch: an older communicator's stream may still copy
     // its confirmation back into its quarter (a stop put off lets it run to

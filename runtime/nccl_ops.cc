@@ -392,13 +392,6 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   if (Status s = issue_nccl_slices(rec, first, comm, keep, keep_in_group, watch, &tickets); !s.ok())
     return fail(s);
   nccl_.phases.mark(NcclPhases::kIssue);
-  // The caller's stream waits for the op's verdict (queue_verdict), queued
-  // behind the slices but not the confirmation: should a peer fail before it
-  // issues its own, this one waits for ever (its stop put off while the gate
-  // holds), and the caller's stream must not wait for it once the gate opens.
-  if (op.gated && rec.work != nullptr && !rec.work->issued) {
-    if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
-  }
 
   // The confirmation goes right behind the slices on the stream: it runs,
   // and contributes this rank's fingerprints, only once this rank's slices
@@ -421,6 +414,14 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
     auto t = comm.issue_confirmation(carried, watch.waiter(), pair ? op.peer : -1);
     if (!t.ok()) return fail(t.status());
     confirmation = t.value();
+  }
+  // The caller's stream waits for the op's verdict (queue_verdict), queued
+  // last: the gate closes only on work already queued (stop 56 queued it
+  // before the confirmation, and a fault-free DDP run then stalled with
+  // every slice done: the confirmation, queued after the gate's wait, did
+  // not complete).
+  if (op.gated && rec.work != nullptr && !rec.work->issued) {
+    if (Status s = queue_verdict(op, *rec.work, comm); !s.ok()) return fail(s);
   }
   nccl_.phases.mark(NcclPhases::kQueueVerdict);
   if (Status s = await_nccl_slices(rec, first, comm, watch, tickets, fault); !s.ok())

@@ -181,7 +181,7 @@ if(RCOLL_HAVE_NCCL)
            COMMAND ${RCOLL_NCCL_ENV} RCOLL_TRANSPORT_FAILURES=4 ${RCOLL_RUN} -n 3 --timeout 600
                    --inject "close-link:rank=1,op=2;close-link:rank=2,op=6;close-link:rank=0,op=17" --
                    ${RCOLL_CORRECTNESS} --memory cuda --stream-wait 1 --sizes 4K+3,1M --dtypes float32,int64
-                   --expect-recoveries 3 --expect-nccl-stops-put-off 1 --expect-device-transport nccl)
+                   --expect-recoveries 3 --expect-device-transport nccl)
   # One hardware queue (as Megatron sets it): no stream gate, the host waits
   # (a gate's wait would hold the recovery's own NCCL kernels).
   add_test(NAME recovery_cuda_nccl_close_link_stream_wait_one_queue
