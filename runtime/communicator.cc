@@ -432,7 +432,14 @@ void CommunicatorImpl::release_device_resources() {
   }
   // While a gate of another communicator holds a stream, NCCL's frees are
   // put off (nccl::release); the stream those communicators were made on
-  // must then outlive them, and is left to the process.
+  // must then outlive them, and is left to the process. Else every stop put
+  // off is made first: freeing one waits for the whole GPU, the others'
+  // calls included.
+  if (!kernels::cuda::StreamGate::any_held()) {
+    for (nccl::Comm* c : {nccl_.comm.get(), nccl_.retired.get()})
+      if (c) c->finish_stop();
+    for (auto& c : nccl_.graveyard) c->finish_stop();
+  }
   bool freed = true;
   for (auto& c : nccl_.graveyard) freed = nccl::release(std::move(c), device) && freed;
   nccl_.graveyard.clear();

@@ -25,8 +25,9 @@ void CommunicatorImpl::idle_checks() {
                 freed);
     }
   }
-  // Frees put off while some stream gate held a stream, once none does
-  // (no CUDA call when there are none).
+  // Stops and frees put off while some stream gate held a stream, once none
+  // does (no CUDA call when there are none).
+  bury_nccl();
   kernels::cuda::StreamGate::free_deferred();
   if (shrink_if_peer_died()) return;
   recover_if_peer_failed();

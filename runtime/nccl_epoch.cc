@@ -56,14 +56,14 @@ void CommunicatorImpl::abort_nccl_on_device(const Status& why) {
 }
 
 void CommunicatorImpl::bury_nccl() {
-  if (nccl_.graveyard.empty()) return;
+  if (nccl_.graveyard.empty() && !nccl_.any_put_off()) return;
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     device = device_;
   }
-  // Freeing waits for the whole GPU: put off while a gate of another
-  // communicator of this process holds a stream (nccl::release).
+  // Freeing waits for the whole GPU: put off while a gate of this process
+  // holds a stream (NcclPlane::bury).
   nccl_.bury(device);
 }
 

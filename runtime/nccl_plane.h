@@ -73,7 +73,7 @@ struct NcclPlane {
     };
     for (int i = 0; i < kStreams; ++i)
       if (!taken(i)) return i;
-    return 0;  // every one taken (kStreams recoveries of one op): behind the oldest
+    return 0;  // every one taken (kStreams recoveries of one op): behind stream 0's calls
   }
   // Device memory that holds an op's input, bytes [0, bytes) of op seq's:
   // allocated in order on device_stream (declared first: it outlives them).
@@ -134,9 +134,22 @@ struct NcclPlane {
     if (retired) graveyard.push_back(std::move(retired));
     retired = std::move(comm);
   }
-  // Frees the graveyard's communicators (with `device` current), each once no
-  // gate of this process holds a stream (nccl::release).
+  // Once no gate of the process holds a stream: stops every communicator
+  // whose stop was put off, all before any is freed (freeing one waits for
+  // the whole GPU, the others' calls included), then frees the graveyard's
+  // (with `device` current). While a gate holds one, nothing: they stay
+  // here, where stream_for_next sees them.
+  bool any_put_off() const {
+    if ((comm && comm->stop_put_off()) || (retired && retired->stop_put_off())) return true;
+    for (const auto& c : graveyard)
+      if (c->stop_put_off()) return true;
+    return false;
+  }
   void bury(int device) {
+    if (kernels::cuda::StreamGate::any_held()) return;
+    if (comm) comm->finish_stop();
+    if (retired) retired->finish_stop();
+    for (auto& c : graveyard) c->finish_stop();
     for (auto& c : graveyard) (void)nccl::release(std::move(c), device);
     graveyard.clear();
   }

@@ -225,8 +225,9 @@ TEST(NcclComm, AnAbortUnderAHeldGateIsPutOffToRelease) {
 
   gate.value()->open_through(1);
   EXPECT_EQ(cudaStreamSynchronize(held), cudaSuccess);
-  EXPECT_TRUE(release(std::move(c).value(), 0))
-      << "no gate holds a stream: stopped and freed at once";
+  comm.finish_stop();
+  EXPECT_FALSE(comm.stop_put_off());
+  EXPECT_TRUE(release(std::move(c).value(), 0)) << "no gate holds a stream: freed at once";
   (void)cudaStreamDestroy(held);
   (void)cudaStreamDestroy(after);
 }

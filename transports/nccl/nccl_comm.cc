@@ -245,28 +245,44 @@ struct Comm::Impl {
   //
   // A blocking communicator's group the enqueuer has begun may still be
   // inside NCCL: the stop is what makes it return (see Enqueuer).
+  //
+  // Not put off: a group still being enqueued (issue() settling it, or the
+  // enqueuer inside NCCL). It has no ticket yet, so nothing could be ordered
+  // after it, and left to run it could launch later on buffers the next
+  // attempt uses: it is revoked, as before stop 56 (the old race with the
+  // free, for a stall during an enqueue only).
   void stop() {
     if (stopped || comm == nullptr) return;
     if (enqueuer) enqueuer->withdraw();  // a group not begun never starts
     stopped = true;
-    ncclComm_t c = comm;
     // A group inside NCCL on the enqueuer must not have the communicator
     // freed under it: revoked (which frees nothing of what the group uses)
     // where NCCL can, and aborted by ~Comm, after which the group has returned.
     const bool group_inside = enqueuer && enqueuer->running() && revoke_entry() != nullptr;
-    if (!group_inside &&
-        kernels::cuda::StreamGate::free_if_none_held([c] { (void)ncclCommAbort(c); })) {
-      comm = nullptr;
-      return;
-    }
-    if (revoke_entry() != nullptr && kernels::cuda::StreamGate::any_held()) {
+    // Decided under the gates' lock: no hold() comes between the look and the stop.
+    bool done = false;
+    (void)kernels::cuda::StreamGate::free_if_none_held([&] {
+      if (group_inside) {
+        halt();
+      } else {
+        (void)ncclCommAbort(comm);
+        comm = nullptr;
+      }
+      done = true;
+    });
+    if (done) return;
+    if (revoke_entry() != nullptr && !group_inside && !enqueuing) {
       put_off = true;
       return;
     }
     halt();
   }
   bool put_off = false;    // stop() left NCCL alone: a gate held a stream
-  uint64_t last_call = 0;  // the ticket of the last group but a confirmation
+  bool enqueuing = false;  // issue() is settling a group (the lock released between polls)
+  // A confirmation is the last work queued, and `unconfirmed` was recorded
+  // just before it: what a put-off communicator's followers wait for.
+  bool confirmation_last = false;
+  cudaEvent_t unconfirmed = nullptr;
   // The calls in flight stop: revoked (a blocking communicator's on a thread
   // of its own), or aborted where NCCL cannot revoke.
   void halt() {
@@ -407,8 +423,10 @@ Status Comm::prepare_device() {
     }
     m.own_stream = true;
   }
-  if (cudaError_t e = cudaEventCreateWithFlags(&m.fence, cudaEventDisableTiming); e != cudaSuccess) {
-    return failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
+  for (cudaEvent_t* ev : {&m.fence, &m.unconfirmed}) {
+    if (cudaError_t e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming); e != cudaSuccess) {
+      return failure(ErrorCode::kTransport, "cudaEventCreateWithFlags failed: " + cuda_error(e));
+    }
   }
   if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&m.word), 2 * sizeof(int64_t), m.stream); e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaMallocAsync of 16 bytes failed: " + cuda_error(e));
@@ -628,6 +646,7 @@ Comm::~Comm() {
   for (const auto& p : m.pending) (void)cudaEventDestroy(p.event);
   for (cudaEvent_t e : m.spare) (void)cudaEventDestroy(e);
   if (m.fence) (void)cudaEventDestroy(m.fence);
+  if (m.unconfirmed) (void)cudaEventDestroy(m.unconfirmed);
   if (m.word) (void)cudaFreeAsync(m.word, m.stream);  // behind the stream's work: no device-wide wait
   if (m.pair && m.own_pair) (void)cudaFreeHost(m.pair);
   if (m.stream && m.own_stream) (void)cudaStreamDestroy(m.stream);
@@ -636,9 +655,7 @@ Comm::~Comm() {
 Result<uint64_t> Comm::issue(const std::vector<Call>& calls, const Waiter& waiter) {
   std::unique_lock<std::mutex> lock(mu_);
   if (Status s = enqueue_group(lock, calls, waiter); !s.ok()) return s;
-  auto t = record_ticket();
-  if (t.ok()) impl_->last_call = t.value();
-  return t;
+  return record_ticket();
 }
 
 Status Comm::enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector<Call>& calls,
@@ -658,6 +675,12 @@ Status Comm::enqueue_group(std::unique_lock<std::mutex>& lock, const std::vector
   // The group may still be being enqueued, by NCCL's thread (non-blocking)
   // or the enqueuer (blocking). Settle it, letting an abort from another
   // thread in between polls.
+  m.confirmation_last = false;
+  m.enqueuing = true;
+  struct Settling {
+    bool& flag;
+    ~Settling() { flag = false; }
+  } settling{m.enqueuing};
   PollPause pause(kSettleSpin);
   while (!m.settled(r)) {
     lock.unlock();
@@ -712,6 +735,11 @@ Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& wa
   // All ranks: the max of (h, -h) is (max h, -min h). Pairwise: the slot
   // the peer's h lands in, filled with something no h equals.
   m.pair[1] = m.pairwise ? -1 : -h;
+  // Everything before the confirmation, for a put-off communicator's
+  // followers (order_after_locked).
+  if (cudaError_t e = cudaEventRecord(m.unconfirmed, m.stream); e != cudaSuccess) {
+    return failure(ErrorCode::kTransport, "cudaEventRecord failed: " + cuda_error(e));
+  }
   if (cudaError_t e =
           cudaMemcpyAsync(m.word, m.pair, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, m.stream);
       e != cudaSuccess) {
@@ -734,7 +762,9 @@ Result<uint64_t> Comm::issue_confirmation(uint64_t fingerprint, const Waiter& wa
   if (cudaError_t e = cudaMemcpyAsync(m.pair, m.word, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, m.stream); e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaMemcpyAsync failed: " + cuda_error(e));
   }
-  return record_ticket();
+  auto t = record_ticket();
+  if (t.ok()) m.confirmation_last = true;
+  return t;
 }
 
 bool Comm::fingerprints_agree() const {
@@ -748,6 +778,7 @@ Status Comm::copy(void* dst, const void* src, size_t bytes) {
   Impl& m = *impl_;
   if (!m.healthy()) return m.failed;
   if (bytes == 0) return Status();
+  m.confirmation_last = false;
   if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.stream);
       e != cudaSuccess) {
     return failure(ErrorCode::kTransport, "cudaMemcpyAsync of " + std::to_string(bytes) +
@@ -815,6 +846,15 @@ bool Comm::stop_put_off() const {
 
 void* Comm::stream() const { return impl_->stream; }
 
+void Comm::finish_stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Impl& m = *impl_;
+  if (!m.put_off || m.comm == nullptr) return;
+  m.put_off = false;
+  (void)cudaSetDevice(config_.device);  // a revoke on this thread (non-blocking) uses it
+  m.halt();
+}
+
 Status Comm::order_after_me(void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   return order_after_locked(stream);
@@ -822,15 +862,12 @@ Status Comm::order_after_me(void* stream) {
 
 Status Comm::order_after_locked(void* stream) {
   Impl& m = *impl_;
-  if (m.put_off) {
-    // Its calls run on, a confirmation perhaps for ever: the last other
-    // group's event, if it is not seen done yet (then it was not reused).
-    for (const auto& p : m.pending) {
-      if (p.ticket != m.last_call) continue;
-      if (cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), p.event, 0);
-          e != cudaSuccess) {
-        return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
-      }
+  if (m.put_off && m.confirmation_last) {
+    // Its calls run on, and the confirmation queued last may wait for ever
+    // (a peer failed before it issued its own): everything before it.
+    if (cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), m.unconfirmed, 0);
+        e != cudaSuccess) {
+      return failure(ErrorCode::kTransport, "cudaStreamWaitEvent failed: " + cuda_error(e));
     }
     return Status();
   }

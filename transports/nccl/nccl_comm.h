@@ -154,19 +154,26 @@ class Comm {
   // pinned memory even when it only revokes: its proxy's cudaFreeHost waits
   // for the whole GPU, the held stream included, holding a lock of the CUDA
   // driver that every later CUDA call of the process needs, the recovery's
-  // too: stop 52's and stop 56's stacks.) The destructor stops it (release()
-  // runs it once no gate holds a stream).
+  // too: stop 52's and stop 56's stacks.) finish_stop() or the destructor
+  // makes it, once no gate holds a stream. Not put off while a group is still
+  // being enqueued: it has no ticket to be ordered after, and could launch
+  // later on buffers the next attempt uses.
   void abort(const Status& why);
   bool aborted() const;
   // Whether abort() put the stop off: the calls in flight still run.
   bool stop_put_off() const;
+  // Makes a stop abort() put off (ncclCommRevoke: every call in flight ends,
+  // nothing is freed yet); for once no gate holds a stream. The runtime
+  // stops every such communicator before it frees any: freeing one waits
+  // for the whole GPU, the others' calls included.
+  void finish_stop();
   // The stream its calls run on.
   void* stream() const;
 
-  // Work on `stream` after this waits for every call issued so far. Once its
-  // stop was put off, for every call but a confirmation issued after the
-  // last of them: one that a peer never joined (it failed first) waits for
-  // ever, and no stop ends it until the gate opens.
+  // Work on `stream` after this waits for everything queued so far. Once its
+  // stop was put off, where a confirmation was the last work queued, for
+  // everything before it: a confirmation a peer never joined (it failed
+  // first) waits for ever, and no stop ends it until the gate opens.
   Status order_after_me(void* stream);
   // Calls issued after this wait for `event` (recorded on a caller's stream).
   Status order_after_event(void* event);

@@ -27,6 +27,7 @@ Result<bool> Comm::poll(uint64_t) { return none(); }
 void Comm::abort(const Status&) {}
 bool Comm::aborted() const { return true; }
 bool Comm::stop_put_off() const { return false; }
+void Comm::finish_stop() {}
 void* Comm::stream() const { return nullptr; }
 Status Comm::order_after_me(void*) { return none(); }
 Status Comm::order_after_event(void*) { return none(); }
