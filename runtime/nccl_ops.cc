@@ -48,11 +48,11 @@
 //     hang; stop 56 saw the same with the stop made once the next attempt
 //     was queued). The old calls run on: the recovery's attempt goes on the
 //     next communicator, on a stream of its own (NcclPlane::streams),
-//     ordered after the old attempt's calls but not after its confirmation,
+//     ordered after what the old one queued but a confirmation queued last,
 //     which may wait for ever for a peer that failed before issuing its own.
-//     The old communicator is stopped and freed at the op's end, once the
-//     gate opened (bury_nccl). Its calls that never end (a link really dead)
-//     hold the attempt behind them: it stalls, and is judged so.
+//     Once the gate opened (bury_nccl), every stop put off is made, all
+//     before any communicator is freed. Old calls that never end (a link
+//     really dead) hold the attempt behind them: it stalls, and is judged so.
 #include <algorithm>
 #include <csignal>
 #include <new>

@@ -119,8 +119,8 @@ struct NcclPlane {
     last_kept = -1;
   }
   std::atomic<uint64_t> replays{0};  // completed ops run again here for a peer
-  std::atomic<uint64_t> stops_put_off{
-      0};  // communicators stopped only at their op's end (a gate held)
+  // Communicators stopped only at their op's end (a gate held a stream).
+  std::atomic<uint64_t> stops_put_off{0};
   KeptInput* holding(uint64_t seq, size_t bytes) {
     if (backup.holds(seq, bytes)) return &backup;
     for (KeptInput& k : kept)
@@ -134,17 +134,18 @@ struct NcclPlane {
     if (retired) graveyard.push_back(std::move(retired));
     retired = std::move(comm);
   }
-  // Once no gate of the process holds a stream: stops every communicator
-  // whose stop was put off, all before any is freed (freeing one waits for
-  // the whole GPU, the others' calls included), then frees the graveyard's
-  // (with `device` current). While a gate holds one, nothing: they stay
-  // here, where stream_for_next sees them.
+  // Whether a communicator here still runs calls its stop left alone.
   bool any_put_off() const {
     if ((comm && comm->stop_put_off()) || (retired && retired->stop_put_off())) return true;
     for (const auto& c : graveyard)
       if (c->stop_put_off()) return true;
     return false;
   }
+  // Once no gate of the process holds a stream: stops every communicator
+  // whose stop was put off, all before any is freed (freeing one waits for
+  // the whole GPU, the others' calls included), then frees the graveyard's
+  // (with `device` current). While a gate holds one, nothing: they stay
+  // here, where stream_for_next sees them.
   void bury(int device) {
     if (kernels::cuda::StreamGate::any_held()) return;
     if (comm) comm->finish_stop();

@@ -240,8 +240,9 @@ struct Comm::Impl {
   // process needs: stop 47's and stop 52's stacks; stop 56's showed that a
   // revoke made once the recovery's own attempt was queued behind the old
   // calls hangs the same way). So under a held gate the stop is put off
-  // (`put_off`): nothing is asked of NCCL, the calls in flight go on, and the
-  // destructor stops them (release() runs it once no gate holds a stream).
+  // (`put_off`): nothing is asked of NCCL, the calls in flight go on, and
+  // finish_stop() (the runtime's, once no gate holds a stream) or the
+  // destructor (release(), likewise) stops them.
   //
   // A blocking communicator's group the enqueuer has begun may still be
   // inside NCCL: the stop is what makes it return (see Enqueuer).
