@@ -41,17 +41,33 @@ export RCOLL_TORCH_PYTHON=$(command -v python3)
 export OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
 
 pack() { tar czf "$out/gpu-logs.tgz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
-# step NAME SECONDS COMMAND...: runs it with a limit, logs it, notes the outcome.
+mps_start() {
+  if nvidia-cuda-mps-control -d 2>/dev/null; then mps="MPS on ($CUDA_MPS_PIPE_DIRECTORY)"; else mps="MPS did not start: ranks time-slice the GPU"; fi
+  echo "$mps" | tee -a "$out/summary.txt"
+}
+# step NAME SECONDS COMMAND...: runs it with a limit, logs it, notes the
+# outcome. Each step is a process group of its own: whatever of it is left
+# once it ends (ranks of a run that timed out, stuck in CUDA) is killed, and
+# after a step that failed, MPS starts afresh. In stop 56 a hung DDP run left
+# the GPU unusable for every later step of the call (no device memory).
 step() {
   local name=$1 limit=$2
   shift 2
   echo "=== $(date +%T) $name (limit ${limit} s): $*"
   local t0=$SECONDS
-  timeout -k 15 "$limit" "$@" >"$logs/$name.log" 2>&1
+  setsid timeout -k 15 "$limit" "$@" >"$logs/$name.log" 2>&1 &
+  local group=$!
+  wait "$group"
   local rc=$?
+  kill -KILL -- "-$group" 2>/dev/null && echo "$name: killed what was left of its process group" | tee -a "$out/summary.txt"
   local line="$name: exit $rc in $((SECONDS - t0)) s"
   echo "$line" | tee -a "$out/summary.txt"
   tail -n "${RCOLL_GPU_TAIL:-12}" "$logs/$name.log"
+  if ((rc != 0)); then
+    echo quit | nvidia-cuda-mps-control 2>/dev/null
+    sleep 2
+    mps_start
+  fi
   pack
   return 0
 }
@@ -61,8 +77,7 @@ step() {
 # a subshell: stop 34's first two runs lost it that way and time-sliced).
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p /tmp/mps /tmp/mpslog
-if nvidia-cuda-mps-control -d 2>/dev/null; then mps="MPS on ($CUDA_MPS_PIPE_DIRECTORY)"; else mps="MPS did not start: ranks time-slice the GPU"; fi
-echo "$mps" | tee -a "$out/summary.txt"
+mps_start
 trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null; pack' EXIT
 
 for s in "${steps[@]}"; do
