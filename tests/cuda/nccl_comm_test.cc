@@ -177,8 +177,8 @@ TEST(NcclComm, AbortFailsWhatComesAfter) {
 // Under a held gate an abort leaves NCCL alone: stopping it would free
 // pinned memory, a wait for the held stream (stop 52's hang). The stop is put
 // off, the call issued before it runs to its end, work ordered after the
-// communicator waits for its calls, and release() stops and frees it once
-// the gate opened.
+// communicator waits for its calls, and once the gate opened finish_stop()
+// stops it and release() frees it at once.
 TEST(NcclComm, AnAbortUnderAHeldGateIsPutOffToRelease) {
   RCOLL_REQUIRE_GPU();
   namespace cuda = kernels::cuda;

@@ -644,8 +644,6 @@ int main(int argc, char** argv) {
   long expect_recoveries = -1;     // at least this many recoveries on this rank
   long expect_nccl_replays =
       -1;  // at least this many ops replayed on NCCL for a peer, all ranks together
-  long expect_nccl_stops_put_off =
-      -1;  // at least this many NCCL stops put off under a stream gate, all ranks
   long max_recoveries = -1;        // at most this many
   bool recoveries_equal_faults = false;  // recoveries == data-plane faults injected on all ranks
   int repeat = 1;
@@ -668,8 +666,6 @@ int main(int argc, char** argv) {
     else if (k == "--expect-recoveries") expect_recoveries = std::stol(argv[i + 1]);
     else if (k == "--expect-nccl-replays")
       expect_nccl_replays = std::stol(argv[i + 1]);
-    else if (k == "--expect-nccl-stops-put-off")
-      expect_nccl_stops_put_off = std::stol(argv[i + 1]);
     else if (k == "--max-recoveries") max_recoveries = std::stol(argv[i + 1]);
     else if (k == "--recoveries-equal-faults") recoveries_equal_faults = std::string(argv[i + 1]) == "1";
     else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
@@ -878,24 +874,6 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "FAIL rank %d: expected at least %ld ops replayed on NCCL, counted %llu\n", r,
                      expect_nccl_replays, static_cast<unsigned long long>(replays[0]));
-        ++g_failures;
-      }
-    }
-    if (expect_nccl_stops_put_off >= 0) {
-      // Counted where a stream waited at the gate when the recovery came:
-      // over every rank.
-      std::vector<uint64_t> put_off{counters.nccl_stops_put_off};
-      comm.allreduce(Buffer::of(put_off), ReduceOp::kSum);
-      std::printf(
-          "rank %d: %llu NCCL stops put off to the op's end (a stream at the gate), all ranks "
-          "(%llu here)\n",
-          r, static_cast<unsigned long long>(put_off[0]),
-          static_cast<unsigned long long>(counters.nccl_stops_put_off));
-      if (put_off[0] < static_cast<uint64_t>(expect_nccl_stops_put_off)) {
-        std::fprintf(stderr,
-                     "FAIL rank %d: expected at least %ld NCCL stops put off under a stream gate, "
-                     "counted %llu\n",
-                     r, expect_nccl_stops_put_off, static_cast<unsigned long long>(put_off[0]));
         ++g_failures;
       }
     }
