@@ -270,9 +270,14 @@ class CommunicatorImpl : public ProgressGuard {
   Status end_failed_op(const OpRecord& rec, Status s);
   std::string give_input_back(const OpRecord& rec);
   void end_completed_op(OpRecord&& rec);
-  // An op on device buffers: staged through pinned host memory around run_op
-  // (runtime/device_staging.h).
+  // An op on device buffers: on NCCL, else staged through pinned host memory
+  // around run_op (runtime/device_staging.h).
   Status run_device_op(const Op& op);
+  // How a device op's wait for the caller's stream ended (await_caller_stream).
+  enum class CallerStream : uint8_t { kReached, kGaveUp, kEnded };
+  CallerStream await_caller_stream(const Op& op, Status* ended);
+  // A failure of this rank's own GPU work: for good, its peers told.
+  Status device_local_failure(const Op& op, const Status& why, const char* what);
   // At issue, on the caller's thread: the op's device is the communicator's,
   // and an event marks where the caller's stream was.
   Status prepare_device_op(Op& op);
@@ -352,7 +357,13 @@ class CommunicatorImpl : public ProgressGuard {
   // A group of sends and receives (runtime/group.cc): its members run
   // together, each from its own first slice, and are logged as ungrouped ones.
   Status run_group(const Op& carrier);
+  // Its members' attempts until done (host buffers, or device ones on NCCL).
+  Status run_group_members(const Op& carrier, bool on_nccl);
+  // A group on device buffers: one NCCL group, else staged.
+  Status run_device_group(const Op& carrier);
   Status run_group_slices(std::span<OpRecord> recs, std::span<const size_t> first);
+  // One attempt at a device group's members on NCCL (runtime/nccl_ops.cc).
+  Status run_nccl_group(std::span<OpRecord> recs, std::span<const size_t> first, const Op& carrier);
   Status end_failed_group(std::span<OpRecord> recs, const Op& carrier, Status s);
   // The recovery protocol; on success the data plane is epoch + 1. Its
   // steps (runtime/recovery.cc): announce the failure; publish this rank's

@@ -1,6 +1,8 @@
 #include "runtime/device_staging.h"
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace rcoll {
 namespace {
@@ -103,6 +105,80 @@ Status DeviceStaging::stage_out(const Op& op, const Op& host, int rank, const Li
   }
   return step(op, cuda::wait_event(done_.get(), Deadline::after(copy_time(op.out.bytes(), limits)), "copying the result to the device"),
               "the result did not reach the device");
+}
+
+Result<Op> DeviceStaging::stage_in_group(const Op& carrier, const Limits& limits) {
+  const std::vector<Op>& members = *carrier.group;
+  Op host = carrier;
+  host.device = -1;
+  host.stream_ready.reset();
+  host.group = std::make_shared<std::vector<Op>>(members);
+  cuda::ScopedDevice on;
+  if (Status s = on.enter(carrier.device); !s.ok())
+    return step(carrier, s, "making it the current device");
+  if (Status s = prepare(); !s.ok()) return step(carrier, s, "creating rcoll's stream");
+  size_t total = 0;
+  for (const Op& m : members) total += (m.out.bytes() + 63) / 64 * 64;
+  if (Status s = pinned_.reserve(total > 0 ? total : 1); !s.ok()) {
+    return step(carrier, s, "growing the pinned staging buffer");
+  }
+  if (carrier.stream_ready) {
+    if (Status s = cuda::stream_wait_event(stream_.get(), carrier.stream_ready.get()); !s.ok()) {
+      return step(carrier, s, "ordering after the caller's stream");
+    }
+  }
+  char* at = static_cast<char*>(pinned_.data());
+  size_t in_bytes = 0;
+  for (Op& m : *host.group) {
+    const void* device_in = m.in.data;
+    m.in.memory = m.out.memory = MemoryKind::kHost;
+    m.device = -1;
+    m.in.data = m.out.data = at;  // a send's or receive's one buffer
+    if (m.is_send && m.in.bytes() > 0) {
+      if (Status s = cuda::copy_async(at, device_in, m.in.bytes(), stream_.get()); !s.ok()) {
+        return step(carrier, s, "copying " + m.describe() + "'s input to host memory");
+      }
+      in_bytes += m.in.bytes();
+    }
+    at += (m.out.bytes() + 63) / 64 * 64;
+  }
+  if (Status s = cuda::event_record(done_.get(), stream_.get()); !s.ok())
+    return step(carrier, s, "recording the copies");
+  const Deadline by = Deadline::after(limits.caller_stream + copy_time(in_bytes, limits));
+  if (Status s = cuda::wait_event(done_.get(), by,
+                                  "waiting for the caller's stream and the sends' input copies");
+      !s.ok()) {
+    return step(carrier, s,
+                "the caller's stream did not reach the group, or the copies did not finish");
+  }
+  return host;
+}
+
+Status DeviceStaging::stage_out_group(const Op& carrier, const Op& host, const Limits& limits) {
+  const std::vector<Op>& members = *carrier.group;
+  const std::vector<Op>& staged = *host.group;
+  cuda::ScopedDevice on;
+  if (Status s = on.enter(carrier.device); !s.ok())
+    return step(carrier, s, "making it the current device");
+  size_t out_bytes = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Op& m = members[i];
+    if (m.is_send || m.out.bytes() == 0) continue;
+    if (Status s = cuda::copy_async(m.out.data, staged[i].out.data, m.out.bytes(), stream_.get());
+        !s.ok()) {
+      return step(carrier, s, "copying " + m.describe() + "'s result to the device");
+    }
+    out_bytes += m.out.bytes();
+  }
+  if (Status s = cuda::event_record(done_.get(), stream_.get()); !s.ok())
+    return step(carrier, s, "recording the copies");
+  if (Status s = cuda::stream_wait_event(carrier.options.cuda_stream, done_.get()); !s.ok()) {
+    return step(carrier, s, "ordering the caller's stream after the results");
+  }
+  return step(carrier,
+              cuda::wait_event(done_.get(), Deadline::after(copy_time(out_bytes, limits)),
+                               "copying the results to the device"),
+              "the results did not reach the device");
 }
 
 }  // namespace rcoll

@@ -47,6 +47,15 @@ class DeviceStaging {
   // caller's stream after it.
   Status stage_out(const Op& op, const Op& host, int rank, const Limits& limits);
 
+  // A group (Op::group) of device sends and receives: the same group on
+  // pinned host copies of its members' buffers (one buffer, members one
+  // after the other), once the caller's stream reached it, its sends'
+  // inputs copied in.
+  Result<Op> stage_in_group(const Op& carrier, const Limits& limits);
+  // Copies the host group's receives back to the device group's buffers and
+  // orders the caller's stream after them.
+  Status stage_out_group(const Op& carrier, const Op& host, const Limits& limits);
+
   size_t held() const { return pinned_.capacity(); }
   // Frees everything (at close, with the communicator's device current).
   void reset() {

@@ -32,6 +32,60 @@
 namespace rcoll {
 
 Status CommunicatorImpl::run_group(const Op& carrier) {
+  if (carrier.device >= 0) return run_device_group(carrier);
+  return run_group_members(carrier, false);
+}
+
+// A group on device buffers runs as one NCCL group (run_nccl_group, runtime/nccl_ops.cc)
+// once the caller's stream reached it, as a lone device op does; without
+// NCCL (not in the chain, or dropped by every rank, then from the start),
+// staged: its sends' inputs copied to pinned host memory, the group run
+// there, its receives' results copied back.
+Status CommunicatorImpl::run_device_group(const Op& carrier) {
+  if (!fatal_.ok()) return run_group_members(carrier, false);  // names the earlier failure
+  kernels::cuda::ScopedDevice on;
+  if (Status s = on.enter(carrier.device); !s.ok())
+    return device_local_failure(carrier, s, "making its CUDA device current");
+  Status ended;
+  switch (await_caller_stream(carrier, &ended)) {
+    case CallerStream::kReached:
+      break;
+    case CallerStream::kGaveUp:
+      return run_group_members(carrier, false);  // names the failure
+    case CallerStream::kEnded:
+      return ended;
+  }
+  if (runs_on_nccl(carrier)) {
+    Status s = run_group_members(carrier, true);
+    if (!nccl_.restart_staged) return s;
+    // Every rank dropped NCCL: the group runs again from the start, staged
+    // (its sends' inputs are intact: nothing on NCCL writes what it sends).
+    nccl_.restart_staged = false;
+    if (Status r = restore_nccl_inputs(carrier); !r.ok())
+      return device_local_failure(carrier, r,
+                                  "waiting for its NCCL calls to drain to run it again");
+    RCOLL_LOG(kWarn,
+              "%s runs again from the start, staged through pinned host memory over %s (NCCL "
+              "dropped: %s)",
+              carrier.describe().c_str(), transport_name_.load(), nccl_.off.c_str());
+  }
+  DeviceStaging::Limits limits;
+  limits.caller_stream = options_.straggler_timeout;
+  limits.copy_floor = options_.deadline_floor;
+  auto host = staging_.stage_in_group(carrier, limits);
+  if (!host.ok()) return device_local_failure(carrier, host.status(), "staging its sends' inputs");
+  if (Status s = run_group_members(host.value(), false); !s.ok()) return s;
+  // The group completed with every peer; only this rank's copy of its
+  // receives can fail here.
+  if (Status s = staging_.stage_out_group(carrier, host.value(), limits); !s.ok()) {
+    return device_local_failure(
+        carrier, s,
+        "the group completed with every peer, but copying its receives to the device failed");
+  }
+  return Status();
+}
+
+Status CommunicatorImpl::run_group_members(const Op& carrier, bool on_nccl) {
   const std::vector<Op>& members = *carrier.group;
   if (!fatal_.ok()) {
     for (const Op& m : members) recorder_.finished(m.seq, false);
@@ -45,7 +99,12 @@ Status CommunicatorImpl::run_group(const Op& carrier) {
   // An array, not a vector: records move but do not copy (their backups).
   const auto storage = std::make_unique<OpRecord[]>(members.size());
   const std::span<OpRecord> recs(storage.get(), members.size());
-  for (size_t i = 0; i < members.size(); ++i) recs[i] = new_record(members[i]);
+  for (size_t i = 0; i < members.size(); ++i) {
+    recs[i] = new_record(members[i]);
+    // On NCCL an attempt is one NCCL group, whose end is the only progress
+    // seen: each member is one slice, done with the group.
+    if (on_nccl) recs[i].total = 1;
+  }
   for (const Op& m : members) inject_late_start(m);
   in_flight_ = OpInFlight{};  // nothing of the last op's stall judging carries over
   in_flight_.record = &recs.front();
@@ -60,11 +119,17 @@ Status CommunicatorImpl::run_group(const Op& carrier) {
   publish_state(true);
   std::vector<size_t> first(recs.size(), 0);
   for (;;) {
-    Status s = run_group_slices(recs, first);
+    Status s = on_nccl ? run_nccl_group(recs, first, carrier) : run_group_slices(recs, first);
     if (!s.ok() || in_flight_.recoveries > 0) {
       for (const auto& r : recs) recorder_.progressed(r.op.seq, r.done, epoch_.load());
     }
     if (s.ok()) break;
+    if (nccl_.restart_staged) {
+      // Every rank stopped using NCCL: run_device_group runs it again, staged.
+      in_flight_ = OpInFlight{};
+      return s;
+    }
+    if (on_nccl) nccl_.failures.push_back(Clock::now());
     s = recover_after(std::move(s), recs, first);
     if (s.ok()) continue;
     return end_failed_group(recs, carrier, std::move(s));

@@ -62,6 +62,7 @@
 #include "base/log.h"
 #include "base/store_exchange.h"
 #include "runtime/communicator_impl.h"
+#include "runtime/nccl_fingerprint.h"
 #include "runtime/store/keys.h"
 
 namespace rcoll {
@@ -140,34 +141,11 @@ bool disjoint(const Op& op) {
 // confirmed one by one, as their own time dwarfs a confirmation's.
 constexpr size_t kSettleLaterBytes = size_t{1} << 20;
 
-// Folds one op's fingerprint into those of the ops before it.
-uint64_t fold(uint64_t hash, uint64_t fingerprint) {
-  return (hash ^ fingerprint) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
-}
-
-// What every rank must agree the op is (FNV-1a over the frame fingerprint's fields).
-uint64_t fingerprint(const Op& op) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(static_cast<uint64_t>(op.kind));
-  mix(static_cast<uint64_t>(op.out.dtype));
-  mix(op.out.count);
-  mix(op.in.count);
-  mix(static_cast<uint64_t>(op.kind == OpKind::kAllreduce || op.kind == OpKind::kReduceScatter ? op.reduce : ReduceOp::kSum));
-  mix(static_cast<uint64_t>(static_cast<int64_t>(op.root)));
-  mix(op.match_seq);
-  return h;
-}
-
 }  // namespace
 
 bool CommunicatorImpl::runs_on_nccl(const Op& op) const {
   if (!nccl::built() || !chain_.nccl() || !nccl_.off.empty() || op.device < 0) return false;
+  if (op.group) return true;  // sends and receives on one device: one NCCL group (run_nccl_group)
   return op.kind == OpKind::kAllreduce || op.kind == OpKind::kAllgather || op.kind == OpKind::kReduceScatter ||
          op.kind == OpKind::kBroadcast || op.kind == OpKind::kAlltoall || op.kind == OpKind::kSendRecv;
 }
@@ -438,6 +416,134 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
   ++nccl_.ops;
   // The host saw every call of the op finish: work the caller queues from
   // here on sees the result without waiting on the GPU for it.
+  return Status();
+}
+
+// A group of device sends and receives (Communicator::group_async) on NCCL:
+// every member not yet done on both ends, as one NCCL group, as NCCL users
+// write it (ncclGroupStart/End), so any set of groups NCCL completes
+// completes here. The group's end is the only progress NCCL shows: each
+// member is one slice, done with the group or run again whole (a send
+// never writes what it reads; a receive written again gets the same bytes).
+// Then a confirmation with each peer of the group, one after the other in
+// rank order (every rank goes up the ranks, so the lowest pair still open
+// is first on both its ranks: no cycle of waits). Once a peer's is done
+// here, that peer has done its side of every member between the two: the
+// members are never re-run for it, as a lone send or receive on NCCL.
+// Its fingerprint covers the members between the pair, so a peer that ran
+// other sends or receives is a desync. The peer issues its counterparts as
+// a group too (batch_isend_irecv on both sides, as with NCCL): issued one by
+// one, each would confirm on its own, and NCCL would match one side's data
+// against the other's confirmation.
+Status CommunicatorImpl::run_nccl_group(std::span<OpRecord> recs, std::span<const size_t> first,
+                                        const Op& carrier) {
+  if (!nccl_.off.empty()) {
+    // Every rank agreed (in the recovery just done) to stop using NCCL.
+    nccl_.restart_staged = true;
+    return Status(ErrorCode::kUnsupported,
+                  ErrorContext{rank_, -1, carrier.seq, epoch_.load(), "nccl"},
+                  "NCCL dropped: " + nccl_.off);
+  }
+  std::vector<OpRecord*> run;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    OpRecord& rec = recs[i];
+    // Empty ones move nothing, so NCCL is not asked (both sides skip them alike).
+    rec.done = first[i] >= rec.total || rec.op.out.count == 0 ? rec.total : 0;
+    if (rec.done < rec.total) run.push_back(&rec);
+  }
+  if (run.empty()) return Status();
+  // A stall is judged on the first receive still to run (what a pipeline
+  // stage waits for upstream), else on the first send.
+  const OpRecord* lead = run.front();
+  for (const OpRecord* r : run) {
+    if (!r->op.is_send) {
+      lead = r;
+      break;
+    }
+  }
+  if (Status s = ensure_nccl(lead->op); !s.ok()) return s;
+  nccl::Comm& comm = *nccl_.comm;
+  // A close-link fault planned for a member strikes once the group is done,
+  // before this rank counts it.
+  NcclFault fault = NcclFault::kNone;
+  if (!faults_.empty()) {
+    for (const OpRecord* r : run)
+      if (inject_nccl(r->op) != NcclFault::kNone) fault = NcclFault::kAfterLastSlice;
+  }
+  NcclWatch watch(*this, lead->op);
+  auto fail = [&](const Status& why) { return nccl_op_failure(carrier, comm, why, false); };
+
+  std::vector<Call> calls;
+  for (const OpRecord* r : run) {
+    const std::vector<Call> c = slice_calls(r->op, size_, 0, 1);
+    calls.insert(calls.end(), c.begin(), c.end());
+  }
+  auto data = comm.issue(calls, watch.waiter());
+  if (!data.ok()) return fail(data.status());
+
+  std::vector<int> peers;
+  if (options_.recovery && fault == NcclFault::kNone) {
+    for (const OpRecord* r : run) peers.push_back(r->op.peer);
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  }
+  // The caller's stream waits for the verdict, queued behind the attempt's
+  // last GPU work (run_nccl_slices says why): the last confirmation, else
+  // the group.
+  WorkState* work = carrier.work.get();
+  auto queue_verdict_if_last = [&](size_t confirmations_issued) {
+    if (!carrier.gated || work == nullptr || work->issued || confirmations_issued < peers.size())
+      return Status();
+    return queue_verdict(carrier, *work, comm);
+  };
+  auto confirm = [&](size_t k) -> Result<uint64_t> {
+    uint64_t pair = 0;
+    for (const OpRecord* r : run)
+      if (r->op.peer == peers[k]) pair += pair_term(r->op, rank_);
+    return comm.issue_confirmation(pair, watch.waiter(), peers[k]);
+  };
+  uint64_t confirmation = 0;
+  if (!peers.empty()) {
+    auto t = confirm(0);  // behind the group on the stream: no host round trip between them
+    if (!t.ok()) return fail(t.status());
+    confirmation = t.value();
+  }
+  if (Status s = queue_verdict_if_last(peers.empty() ? 0 : 1); !s.ok()) return fail(s);
+  if (Status s = watch.wait_for(comm, data.value()); !s.ok()) return fail(s);
+  watch.last_progress = Clock::now();
+  ++in_flight_.moves;
+  if (fault != NcclFault::kNone) {
+    ++tally_.injected;
+    return fail(
+        Status(ErrorCode::kTransport,
+               "the link failed once the group's calls were done, before this rank counted them "
+               "(fault injection: close-link)"));
+  }
+  for (OpRecord* r : run) r->done = r->total;
+  for (size_t k = 0; k < peers.size(); ++k) {
+    if (k > 0) {
+      // One confirmation at a time: each is read back into the same host words.
+      auto t = confirm(k);
+      if (!t.ok()) return fail(t.status());
+      confirmation = t.value();
+      if (Status s = queue_verdict_if_last(k + 1); !s.ok()) return fail(s);
+    }
+    if (Status s = watch.wait_for(comm, confirmation); !s.ok()) return fail(s);
+    watch.last_progress = Clock::now();
+    if (!comm.fingerprints_agree()) {
+      return Status(
+          ErrorCode::kDesync, ErrorContext{rank_, peers[k], carrier.seq, epoch_.load(), "nccl"},
+          carrier.describe() + " on nccl: rank " + std::to_string(rank_) + " and rank " +
+              std::to_string(peers[k]) +
+              " did not run the same sends and receives between them (their fingerprints differ: "
+              "count, dtype or the pair's numbering, or rank " +
+              std::to_string(peers[k]) +
+              " issued them outside a group); what the group received from rank " +
+              std::to_string(peers[k]) + " is not valid");
+    }
+  }
+  for (OpRecord* r : run) r->confirmed = !peers.empty();
+  ++nccl_.ops;
   return Status();
 }
 

@@ -160,20 +160,29 @@ Status validate(Op& op, int rank, int size) {
   return Status();
 }
 
+namespace {
+std::string where(const Op& op) {
+  return op.on_device() ? "CUDA device " + std::to_string(op.device) : std::string("the host");
+}
+}  // namespace
+
 Status validate_group(Op& carrier, int rank, int size) {
   std::vector<Op>& members = *carrier.group;
   for (Op& m : members) {
     if (Status s = validate(m, rank, size); !s.ok()) {
       return Status(s.code(), s.context(), "in " + carrier.describe() + ": " + s.message());
     }
-    if (m.on_device()) {
-      return Status(ErrorCode::kUnsupported, ErrorContext{rank, m.peer, m.seq, -1, ""},
-                    carrier.describe() + ": " + m.describe() +
-                        " is on a device; groups take host buffers (issue device sends and "
-                        "receives one by one); "
+    // All on the host, or all on one CUDA device (one NCCL group there).
+    const Op& first = members.front();
+    if (m.on_device() != first.on_device() || (m.on_device() && m.device != first.device)) {
+      return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, m.peer, m.seq, -1, ""},
+                    carrier.describe() + ": " + m.describe() + " is on " + where(m) + " but " +
+                        first.describe() + " is on " + where(first) +
+                        "; a group's buffers are all on the host or all on one CUDA device; "
                         "nothing was sent");
     }
   }
+  carrier.device = members.front().device;
   for (size_t i = 0; i < members.size(); ++i) {
     for (size_t j = 0; j < members.size(); ++j) {
       const Op& a = members[i];

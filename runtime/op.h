@@ -121,8 +121,9 @@ struct Op {
 // kUnsupported for device buffers where there is no CUDA. Sets op.device.
 Status validate(Op& op, int rank, int size);
 // Checks a group (Op::group) and each of its members: kInvalidArgument for a
-// bad member or a receive buffer that overlaps another member's buffer,
-// kUnsupported for device buffers.
+// bad member, a receive buffer that overlaps another member's buffer, or
+// members on different devices (the host counts as one). Sets the carrier's
+// device (its members', or -1 on the host).
 Status validate_group(Op& carrier, int rank, int size);
 
 }  // namespace rcoll

@@ -197,6 +197,70 @@ bool CommunicatorImpl::recoverable(const Status& s) {
   }
 }
 
+// A failure of this rank's own GPU work: its peers wait for it at this op,
+// so they are told (as for any failure for good) rather than left to time out.
+Status CommunicatorImpl::device_local_failure(const Op& op, const Status& why, const char* what) {
+  Status s(why.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+           op.describe() + ": " + what + ": " + why.message() +
+               "; the communicator stops here (its peers are told)");
+  fatal_ = s;
+  publish_fatal(s);
+  if (op.group) {
+    for (const Op& m : *op.group) recorder_.finished(m.seq, false);
+  } else {
+    recorder_.finished(op.seq, false);
+  }
+  RCOLL_LOG(kError, "%s", s.to_string().c_str());
+  return s;
+}
+
+// The op starts once the caller's stream reached it, waited for here: this
+// rank is in compute meanwhile (a straggler to its peers), and joins a
+// recovery another rank starts, as an idle rank does. Not behind NCCL's
+// kernels, which would hold the communicator (and an abort of it) hostage
+// to the caller's queue. (At one rank a collective is a copy queued right
+// at issue behind the caller's work, with no stream_ready: queue_one_rank_copy.)
+// kReached: go on; else `ended` is what the op returns.
+CommunicatorImpl::CallerStream CommunicatorImpl::await_caller_stream(const Op& op, Status* ended) {
+  if (!op.stream_ready) return CallerStream::kReached;
+  const Deadline until = Deadline::after(options_.straggler_timeout);
+  const int generation = shrink_generation_;
+  waiting_device_op_ = &op;
+  Status s;
+  for (;;) {
+    // Polled closely: the op (a data-parallel step's bucket, say) goes to
+    // NCCL as soon as the caller's stream gets there.
+    s = kernels::cuda::wait_event(
+        op.stream_ready.get(), Deadline::after(std::chrono::milliseconds(20)),
+        "waiting for the caller's CUDA stream to reach the op", std::chrono::microseconds(100));
+    if (s.ok() || s.code() != ErrorCode::kTimeout || until.expired()) break;
+    if (!shrink_if_peer_died()) recover_if_peer_failed();
+    if (!fatal_.ok() || shrink_generation_ != generation) break;
+  }
+  waiting_device_op_ = nullptr;
+  if (!fatal_.ok()) return CallerStream::kGaveUp;  // the op's run names the failure
+  if (shrink_generation_ != generation) {
+    // This op tells the caller of the shrink; the next one must not again.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shrink_unreported_ = Status();
+    }
+    if (op.group) {
+      for (const Op& m : *op.group) recorder_.finished(m.seq, false);
+    } else {
+      recorder_.finished(op.seq, false);
+    }
+    *ended = Status(
+        ErrorCode::kPeerDead,
+        ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
+        op.describe() + " was issued for the group before a rank died and it shrank; not run");
+    return CallerStream::kEnded;
+  }
+  if (s.ok()) return CallerStream::kReached;
+  *ended = device_local_failure(op, s, "the caller's stream");
+  return CallerStream::kEnded;
+}
+
 // Device buffers on the host transports. A failure before the op reaches the
 // wire is this rank's alone, but its peers are waiting for it at this op:
 // they are told (as for any failure for good) instead of waiting out their
@@ -204,54 +268,19 @@ bool CommunicatorImpl::recoverable(const Status& s) {
 Status CommunicatorImpl::run_device_op(const Op& op) {
   nccl_.phases.start();
   if (!fatal_.ok()) return run_op(op);  // names the earlier failure
-  // A failure of this rank's own GPU work: its peers wait for it at this op,
-  // so they are told (as for any failure for good) rather than left to time out.
-  auto local_failure = [&](const Status& why, const char* what) {
-    Status s(why.code(), ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-             op.describe() + ": " + what + ": " + why.message() + "; the communicator stops here (its peers are told)");
-    fatal_ = s;
-    publish_fatal(s);
-    recorder_.finished(op.seq, false);
-    RCOLL_LOG(kError, "%s", s.to_string().c_str());
-    return s;
-  };
   kernels::cuda::ScopedDevice on;
   if (op.device >= 0) {
-    if (Status s = on.enter(op.device); !s.ok()) return local_failure(s, "making its CUDA device current");
+    if (Status s = on.enter(op.device); !s.ok())
+      return device_local_failure(op, s, "making its CUDA device current");
   }
-  // The op starts once the caller's stream reached it, waited for here: this
-  // rank is in compute meanwhile (a straggler to its peers), and joins a
-  // recovery another rank starts, as an idle rank does. Not behind NCCL's
-  // kernels, which would hold the communicator (and an abort of it) hostage
-  // to the caller's queue. (At one rank a collective is a copy queued right
-  // at issue behind the caller's work, with no stream_ready: queue_one_rank_copy.)
-  if (op.stream_ready) {
-    const Deadline until = Deadline::after(options_.straggler_timeout);
-    const int generation = shrink_generation_;
-    waiting_device_op_ = &op;
-    Status s;
-    for (;;) {
-      // Polled closely: the op (a data-parallel step's bucket, say) goes to
-      // NCCL as soon as the caller's stream gets there.
-      s = kernels::cuda::wait_event(op.stream_ready.get(), Deadline::after(std::chrono::milliseconds(20)),
-                                    "waiting for the caller's CUDA stream to reach the op", std::chrono::microseconds(100));
-      if (s.ok() || s.code() != ErrorCode::kTimeout || until.expired()) break;
-      if (!shrink_if_peer_died()) recover_if_peer_failed();
-      if (!fatal_.ok() || shrink_generation_ != generation) break;
-    }
-    waiting_device_op_ = nullptr;
-    if (!fatal_.ok()) return run_op(op);  // names the failure
-    if (shrink_generation_ != generation) {
-      // This op tells the caller of the shrink; the next one must not again.
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        shrink_unreported_ = Status();
-      }
-      recorder_.finished(op.seq, false);
-      return Status(ErrorCode::kPeerDead, ErrorContext{rank_, -1, op.seq, epoch_.load(), transport_name_.load()},
-                    op.describe() + " was issued for the group before a rank died and it shrank; not run");
-    }
-    if (!s.ok()) return local_failure(s, "the caller's stream");
+  Status ended;
+  switch (await_caller_stream(op, &ended)) {
+    case CallerStream::kReached:
+      break;
+    case CallerStream::kGaveUp:
+      return run_op(op);  // names the failure
+    case CallerStream::kEnded:
+      return ended;
   }
   nccl_.phases.mark(NcclPhases::kCallerStream);
   if (op.one_rank || runs_on_nccl(op)) {
@@ -261,7 +290,8 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
     // NCCL never lose their inputs (in-place ones are backed up), so every
     // rank can run it again from the start, staged.
     nccl_.restart_staged = false;
-    if (Status r = restore_nccl_inputs(op); !r.ok()) return local_failure(r, "putting back its input to run it again");
+    if (Status r = restore_nccl_inputs(op); !r.ok())
+      return device_local_failure(op, r, "putting back its input to run it again");
     RCOLL_LOG(kWarn,
               "%s runs again from the start, staged through pinned host memory over %s (NCCL "
               "dropped: %s)",
@@ -271,13 +301,14 @@ Status CommunicatorImpl::run_device_op(const Op& op) {
   limits.caller_stream = options_.straggler_timeout;
   limits.copy_floor = options_.deadline_floor;
   auto host = staging_.stage_in(op, rank_, limits);
-  if (!host.ok()) return local_failure(host.status(), "staging its input");
+  if (!host.ok()) return device_local_failure(op, host.status(), "staging its input");
   if (Status s = run_op(host.value()); !s.ok()) return s;
   // The op completed on every rank; only this rank's copy of the result can
   // fail here. Its staging memory may still be in a copy's hands, so the
   // communicator cannot go on either.
   if (Status s = staging_.stage_out(op, host.value(), rank_, limits); !s.ok()) {
-    return local_failure(s, "the op completed on every rank, but copying the result to the device failed");
+    return device_local_failure(
+        op, s, "the op completed on every rank, but copying the result to the device failed");
   }
   return Status();
 }

@@ -11,6 +11,10 @@ endif()
 add_executable(rcoll-pipeline-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/pipeline_worker.cc)
 target_link_libraries(rcoll-pipeline-worker PRIVATE rcoll_static)
 target_compile_options(rcoll-pipeline-worker PRIVATE -O2)
+if(RCOLL_HAVE_CUDA)
+  target_compile_definitions(rcoll-pipeline-worker PRIVATE RCOLL_WORKER_CUDA=1)
+  target_link_libraries(rcoll-pipeline-worker PRIVATE CUDA::cudart_static)
+endif()
 
 set(RCOLL_RUN $<TARGET_FILE:rcoll-run>)
 set(RCOLL_CORRECTNESS $<TARGET_FILE:rcoll-correctness-worker>)
@@ -63,6 +67,8 @@ foreach(np 2 3 4 8)
   endforeach()
 endforeach()
 
+set(RCOLL_PIPELINE $<TARGET_FILE:rcoll-pipeline-worker>)
+
 # Device buffers (--memory cuda). Without a GPU the worker exits 77 and the
 # tests are skipped, saying why.
 #  - Staged over every host transport (RCOLL_TRANSPORT pins it, so NCCL is not
@@ -77,7 +83,14 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
            COMMAND ${RCOLL_RUN} -n 3 --timeout 600 --inject "close-link:rank=1,op=3;close-link:rank=2,op=40" --
                    ${RCOLL_CORRECTNESS} --memory cuda --sizes 4K+3,1M --dtypes float32,int64 --expect-recoveries 1)
   rcoll_transport_props(correctness_cuda_np3_close_link ${t} 700 "multiprocess;cuda")
-  set_tests_properties(correctness_cuda_np2_${t} correctness_cuda_np3_close_link_${t} PROPERTIES SKIP_RETURN_CODE 77)
+  # A device group staged: sends copied to pinned host memory, the group run
+  # over the host transport, receives copied back.
+  add_test(NAME pipeline_cuda_staged_group_np4_${t}
+           COMMAND ${RCOLL_RUN} -n 4 --timeout 300 -- ${RCOLL_PIPELINE} --memory cuda --iters 10 --topology ring
+                   --max-recoveries 0 --expect-device-transport staged)
+  rcoll_transport_props(pipeline_cuda_staged_group_np4 ${t} 300 "multiprocess;cuda;pipeline")
+  set_tests_properties(correctness_cuda_np2_${t} correctness_cuda_np3_close_link_${t} pipeline_cuda_staged_group_np4_${t}
+                       PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
 #  - On NCCL (chain nccl,tcp; the processes share the GPU as separate NCCL
 #    ranks): the suite at 1, 2 and 4 ranks; an NCCL link failure mid-op
@@ -203,6 +216,28 @@ if(RCOLL_HAVE_NCCL)
     list(APPEND RCOLL_NCCL_TESTS bench_cuda_nccl_compare)
   endif()
   list(APPEND RCOLL_NCCL_TESTS recovery_cuda_nccl_close_link fallback_cuda_nccl_fail_connect recovery_cuda_nccl_sigstop)
+  # Device groups (tests/worker/pipeline_worker.cc --memory cuda): 4 stages,
+  # each iteration one NCCL group of a send to the next stage and a receive
+  # from the previous one (1.4-7.2 MB), waited for on the stage's stream,
+  # every element checked. Around a ring (every stage sends before anything
+  # is received: one group or it waits for ever); with a link closed in
+  # iteration 10's group on stage 1 (ops 21-22), recovered on NCCL; a chain
+  # whose stage 2 computes for 4 s with a 1 s progress deadline: waited for,
+  # no recovery.
+  set(RCOLL_PIPELINE_CUDA ${RCOLL_PIPELINE} --memory cuda --iters 20)
+  add_test(NAME pipeline_cuda_nccl_group_ring_np4
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 4 --timeout 300 --
+                   ${RCOLL_PIPELINE_CUDA} --topology ring --max-recoveries 0 --expect-device-transport nccl)
+  add_test(NAME pipeline_cuda_nccl_group_close_link_np4
+           COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 4 --timeout 300 --inject "close-link:rank=1,op=21" --
+                   ${RCOLL_PIPELINE_CUDA} --topology ring --min-recoveries 1 --max-recoveries 1
+                   --expect-device-transport nccl)
+  add_test(NAME pipeline_cuda_nccl_group_straggler_np4
+           COMMAND ${RCOLL_NCCL_ENV} RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 4 --timeout 300 --
+                   ${RCOLL_PIPELINE_CUDA} --topology chain --straggler 2 --straggler-iter 5 --straggler-ms 4000
+                   --max-recoveries 0 --expect-device-transport nccl)
+  list(APPEND RCOLL_NCCL_TESTS pipeline_cuda_nccl_group_ring_np4 pipeline_cuda_nccl_group_close_link_np4
+       pipeline_cuda_nccl_group_straggler_np4)
   set_tests_properties(${RCOLL_NCCL_TESTS} PROPERTIES TIMEOUT 700 SKIP_RETURN_CODE 77 LABELS "multiprocess;cuda;nccl")
 endif()
 
@@ -696,7 +731,6 @@ endif()
 # stages, each iteration one group of a send to the next stage and a receive
 # from the previous one, 1.4-7.2 MB by stage and iteration, 30 iterations,
 # every element checked.
-set(RCOLL_PIPELINE $<TARGET_FILE:rcoll-pipeline-worker>)
 foreach(t ${RCOLL_TEST_TRANSPORTS})
   foreach(topology ring chain)
     add_test(NAME pipeline_group_${topology}_np8_${t}

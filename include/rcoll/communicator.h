@@ -82,9 +82,9 @@ struct Counters {
   uint64_t faults_at_shrink = 0;
   int64_t epoch = 0;
   std::string transport;
-  // Where collectives on device buffers run: "nccl", or "staged" (through
-  // pinned host memory over `transport`; device send/recv always are), and
-  // how many ops completed on NCCL.
+  // Where ops on device buffers run: "nccl", or "staged" (through pinned
+  // host memory over `transport`), and how many ops (a group counting once)
+  // completed on NCCL.
   std::string device_transport;
   uint64_t nccl_ops = 0;
   // Collectives this rank completed on NCCL and ran again, in a recovery,
@@ -147,8 +147,14 @@ class Communicator {
   // that each post a send before their receive (or a receive before their
   // send, around a ring) wait on each other for ever. Each send and receive
   // is numbered, kept in the ledger and resumed after a recovery as its
-  // ungrouped form would be. Host buffers only (kUnsupported for device
-  // buffers: issue those one by one). The Work completes when all of them
+  // ungrouped form would be. Buffers all on the host or all on one CUDA
+  // device (kInvalidArgument for a mix). On a device with NCCL in the chain
+  // the group is one NCCL group (op.cuda_stream orders it, Work::stream_wait
+  // waits for it, as for any device op), resumed after a recovery member by
+  // member; its peers must issue their counterparts as a group too (NCCL
+  // users write batch_isend_irecv on both sides), since a group confirms with
+  // each peer once for all the members between them. Without NCCL it is
+  // staged through pinned host memory. The Work completes when all of them
   // have; an empty group completes at once. Buffers of a group's receives
   // must not overlap each other or its sends (kInvalidArgument).
   Work group_async(std::span<const PeerOp> ops, OpOptions op = {});

@@ -303,26 +303,30 @@ void RcollBackend::startCoalescing() {
   coalesced_.clear();
 }
 
-// A batch of host tensors (batch_isend_irecv) is one core group
+// A batch (batch_isend_irecv) on the host or on one GPU is one core group
 // (Communicator::group_async): its sends and receives progress together, as
-// NCCL's group does.
+// NCCL's group does (on a GPU it is one NCCL group).
 //
-// Device tensors are sent and received one by one (groups take host buffers),
-// and rcoll runs ops one at a time in issue order, where a large send
-// completes only once its receiver takes the bytes: a batch issued as written
-// (every rank sends first, say) could wait in a cycle. Those are issued sorted
-// by the pair of ranks they connect, (min, max), the lower rank sending first
-// and the higher receiving first. Every rank sorts the same way, so the
-// smallest pair still pending is at the front of both its ranks' queues: the
-// batch always makes progress, one pair at a time. Order per peer and
-// direction is kept.
+// A batch whose tensors are on different devices cannot be one group: its
+// ops run one by one, and rcoll runs ops one at a time in issue order,
+// where a large send completes only once its receiver takes the bytes: a
+// batch issued as written (every rank sends first, say) could wait in a
+// cycle. Those are issued sorted by the pair of ranks they connect, (min,
+// max), the lower rank sending first and the higher receiving first. Every
+// rank sorts the same way, so the smallest pair still pending is at the
+// front of both its ranks' queues: the batch always makes progress, one
+// pair at a time. Order per peer and direction is kept.
 c10::intrusive_ptr<c10d::Work> RcollBackend::endCoalescing() {
   const OpName w = who("endCoalescing");
   TORCH_CHECK(coalescing_, w.str(), ": no coalescing group is open");
   coalescing_ = false;
-  const bool on_host = std::none_of(deferred_.begin(), deferred_.end(),
-                                    [](const Deferred& d) { return d.tensor.work.is_cuda(); });
-  if (on_host && !deferred_.empty()) return end_host_batch(w);
+  if (!deferred_.empty()) {
+    const c10::Device device = deferred_.front().tensor.work.device();
+    const bool one_device = std::all_of(deferred_.begin(), deferred_.end(), [&](const Deferred& d) {
+      return d.tensor.work.device() == device;
+    });
+    if (one_device) return end_group_batch(w, device);
+  }
   const int me = getRank();
   std::stable_sort(deferred_.begin(), deferred_.end(), [me](const Deferred& a, const Deferred& b) {
     auto key = [me](const Deferred& d) {
@@ -360,13 +364,14 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::endCoalescing() {
   return launch(std::move(batch));
 }
 
-c10::intrusive_ptr<c10d::Work> RcollBackend::end_host_batch(const OpName& w) {
+c10::intrusive_ptr<c10d::Work> RcollBackend::end_group_batch(const OpName& w, c10::Device device) {
   std::vector<rcoll::PeerOp> members;
   members.reserve(deferred_.size());
   for (const Deferred& d : deferred_) {
     const Buffer b = byte_buffer(d.tensor.work);
     members.push_back(d.is_send ? rcoll::PeerOp::send(b, d.peer) : rcoll::PeerOp::recv(b, d.peer));
   }
+  // On a GPU: ordered after the current stream's work, as each op is (op_options).
   const rcoll::Work group = comm(w).group_async(members, op_options(deferred_.front().tensor.work));
   Pending batch{{}, {}, nullptr, nullptr};
   for (auto& c : coalesced_) batch.ops.insert(batch.ops.end(), c.ops.begin(), c.ops.end());
@@ -382,7 +387,7 @@ c10::intrusive_ptr<c10d::Work> RcollBackend::end_host_batch(const OpName& w) {
   }
   deferred_.clear();
   coalesced_.clear();
-  batch.work = make_work(c10d::OpType::COALESCED, w, outputs, c10::Device(at::kCPU));
+  batch.work = make_work(c10d::OpType::COALESCED, w, outputs, device);
   for (auto& p : parts) launch(std::move(p));
   return launch(std::move(batch));
 }

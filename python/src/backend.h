@@ -111,8 +111,9 @@ class RcollBackend : public c10d::Backend {
                                           c10::Device device = c10::Device(at::kCPU));
   // A coalesced group of ops already launched, as one Work over `outputs`.
   Pending group_of(const OpName& w, std::vector<c10::intrusive_ptr<c10d::Work>> parts, const std::vector<at::Tensor>& outputs);
-  // endCoalescing for a batch of host tensors only: one core group.
-  c10::intrusive_ptr<c10d::Work> end_host_batch(const OpName& w);
+  // endCoalescing for a batch on one device (the host, or one GPU): one core
+  // group (on a GPU, one NCCL group).
+  c10::intrusive_ptr<c10d::Work> end_group_batch(const OpName& w, c10::Device device);
   // Hands an issued op to the completion thread.
   c10::intrusive_ptr<c10d::Work> launch(Pending p);
   void finish_pending(Pending& p);

@@ -1,10 +1,11 @@
 """A 4-stage pipeline of CUDA send/recv over rcoll waits for a live straggler instead of recovering.
 
-    python pipeline_cuda.py [--ranks 4] [--microbatches 40] [--modes blocking,isend]
+    python pipeline_cuda.py [--ranks 4] [--microbatches 40] [--modes blocking,isend,batch]
                             [--stall-stage 1] [--stall-s 12] [--stall-at 15] [--timeout 240]
 
 Runs pipeline_cuda_stage.py under torchrun (ranks sharing one GPU as separate
-NCCL hosts), once per mode: blocking send/recv, and isend/irecv + wait(). One
+NCCL hosts), once per mode: blocking send/recv, isend/irecv + wait(), and
+batch_isend_irecv of each microbatch's send with the next one's receive. One
 stage sleeps past rcoll's 10 s progress-deadline floor before one send, alive
 and heartbeating, while the stages around it wait on it.
 Asserts, per mode: every stage finished every microbatch; the last stage found
@@ -28,7 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--microbatches", type=int, default=40)
-    ap.add_argument("--modes", default="blocking,isend", help="comma list of blocking, isend")
+    ap.add_argument("--modes", default="blocking,isend,batch", help="comma list of blocking, isend, batch")
     ap.add_argument("--stall-stage", type=int, default=1)
     ap.add_argument("--stall-s", type=float, default=12)
     ap.add_argument("--stall-at", type=int, default=15)
@@ -49,7 +50,7 @@ def main():
         for mode in a.modes.split(","):
             out = os.path.join(d, mode)
             args = ["--out", out, "--microbatches", str(a.microbatches), "--stall-stage", str(a.stall_stage),
-                    "--stall-s", str(a.stall_s), "--stall-at", str(a.stall_at)] + (["--isend"] if mode == "isend" else [])
+                    "--stall-s", str(a.stall_s), "--stall-at", str(a.stall_at), "--mode", mode]
             rc, log, secs = torchrun(a.ranks, "pipeline_cuda_stage.py", args, {}, a.timeout)
             infos = rank_infos(out, a.ranks)
             print(f"--- {mode}: exit {rc}, {secs:.1f} s", flush=True)

@@ -1,15 +1,18 @@
 """One stage of a pipeline of CUDA send/recv over rcoll, with a live straggler.
 
-    torchrun --nproc-per-node 4 pipeline_cuda_stage.py --out PREFIX [--microbatches 40] [--isend]
+    torchrun --nproc-per-node 4 pipeline_cuda_stage.py --out PREFIX [--microbatches 40]
+             [--mode blocking|isend|batch]
              [--stall-stage 1] [--stall-s 12] [--stall-at 15]
 
 Rank k is stage k. For each microbatch m (float32 CUDA tensors of 1.4 to
 7.2 MB, the size cycling with m): stage 0 makes x(m) and sends it to stage 1;
 a middle stage k receives into a preallocated buffer, computes y = x * 2 + k on
 the GPU and sends y on; the last stage receives and compares, exactly and on
-the GPU, with the closed form of what the middle stages made of x(m). With
---isend the stages use isend/irecv + wait() (sends stay in flight while the
-next microbatch is received) instead of blocking send/recv. Stage --stall-stage
+the GPU, with the closed form of what the middle stages made of x(m).
+--mode blocking: send/recv; isend: isend/irecv + wait() (sends stay in flight
+while the next microbatch is received); batch: as Megatron-style pipelines
+write it, each step one batch_isend_irecv (one NCCL group) of the send of
+microbatch m and the receive of microbatch m+1. Stage --stall-stage
 sleeps --stall-s seconds before sending microbatch --stall-at: a straggler that
 is alive (heartbeating) but late, longer than rcoll's 10 s progress-deadline
 floor, which rcoll must wait for rather than recover from.
@@ -51,11 +54,17 @@ def expected(m, middle_stages, device):
     return source(m, device) * 2 ** n + (2 ** (n + 1) - n - 2)
 
 
+def batch(ops):
+    """One batch_isend_irecv, waited for (on the current stream)."""
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--microbatches", type=int, default=40)
-    ap.add_argument("--isend", action="store_true")
+    ap.add_argument("--mode", choices=("blocking", "isend", "batch"), default="blocking")
     ap.add_argument("--stall-stage", type=int, default=1)
     ap.add_argument("--stall-s", type=float, default=12)
     ap.add_argument("--stall-at", type=int, default=15)
@@ -72,23 +81,38 @@ def main():
     in_flight, done_events = [], []
     dist.barrier()
     t0 = time.perf_counter()
+    nxt = None
+    if a.mode == "batch" and not first:
+        nxt = bufs[numel(0)]
+        batch([dist.P2POp(dist.irecv, nxt, k - 1)])
     for m in range(a.microbatches):
         if first:
             y = source(m, device)
         else:
             x = bufs[numel(m)]
-            if a.isend:
+            if a.mode == "batch":
+                x = nxt  # received in the step before
+            elif a.mode == "isend":
                 dist.irecv(x, src=k - 1).wait()
             else:
                 dist.recv(x, src=k - 1)
             y = x if last else x * 2 + k
         if last:
             wrong += (y != expected(m, p - 2, device)).sum()
-        else:
-            if k == a.stall_stage and m == a.stall_at and a.stall_s > 0:
-                print(f"stage {k}: stalling {a.stall_s} s before sending microbatch {m}", flush=True)
-                time.sleep(a.stall_s)
-            if a.isend:
+        if not last and k == a.stall_stage and m == a.stall_at and a.stall_s > 0:
+            print(f"stage {k}: stalling {a.stall_s} s before sending microbatch {m}", flush=True)
+            time.sleep(a.stall_s)
+        if a.mode == "batch":
+            # This microbatch's send and the next one's receive, one group
+            # (consecutive microbatches differ in size: other buffers).
+            ops = [] if last else [dist.P2POp(dist.isend, y, k + 1)]
+            if not first and m + 1 < a.microbatches:
+                nxt = bufs[numel(m + 1)]
+                ops.append(dist.P2POp(dist.irecv, nxt, k - 1))
+            if ops:
+                batch(ops)
+        elif not last:
+            if a.mode == "isend":
                 # The tensor stays referenced until its send is waited for.
                 in_flight.append((dist.isend(y, dst=k + 1), y))
                 while len(in_flight) > IN_FLIGHT:
@@ -108,7 +132,7 @@ def main():
             "wrong": int(wrong) if last else None, "counters": rcoll.torch.counters(device="cuda")}
     with open(f"{a.out}.rank{k}", "w") as f:
         json.dump(info, f)
-    print(f"stage {k}: {info['microbatches']} microbatches ({'isend/irecv' if a.isend else 'send/recv'}) in "
+    print(f"stage {k}: {info['microbatches']} microbatches ({a.mode}) in "
           f"{wall:.2f} s, longest gap {info['max_gap_ms']:.0f} ms before microbatch {info['max_gap_before_mb']}"
           + (f", {info['wrong']} wrong elements" if last else "") + f", counters {info['counters']}", flush=True)
     dist.destroy_process_group()
