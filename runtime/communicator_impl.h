@@ -358,7 +358,9 @@ class CommunicatorImpl : public ProgressGuard {
   // together, each from its own first slice, and are logged as ungrouped ones.
   Status run_group(const Op& carrier);
   // Its members' attempts until done (host buffers, or device ones on NCCL).
-  Status run_group_members(const Op& carrier, bool on_nccl);
+  // Where every rank dropped NCCL meanwhile (nccl_.restart_staged), `open`
+  // says which members are still open on both ends.
+  Status run_group_members(const Op& carrier, bool on_nccl, std::vector<bool>* open = nullptr);
   // A group on device buffers: one NCCL group, else staged.
   Status run_device_group(const Op& carrier);
   Status run_group_slices(std::span<OpRecord> recs, std::span<const size_t> first);

@@ -55,29 +55,39 @@ Status CommunicatorImpl::run_device_group(const Op& carrier) {
     case CallerStream::kEnded:
       return ended;
   }
+  Op staged = carrier;
   if (runs_on_nccl(carrier)) {
-    Status s = run_group_members(carrier, true);
+    std::vector<bool> open;
+    Status s = run_group_members(carrier, true, &open);
     if (!nccl_.restart_staged) return s;
-    // Every rank dropped NCCL: the group runs again from the start, staged
-    // (its sends' inputs are intact: nothing on NCCL writes what it sends).
+    // Every rank dropped NCCL: the members still open on both ends (all of
+    // them, if NCCL was dropped before the first attempt) run again from the
+    // start, staged (a send's input is intact: nothing on NCCL writes what
+    // it sends); the others are done, here and at their peers.
     nccl_.restart_staged = false;
     if (Status r = restore_nccl_inputs(carrier); !r.ok())
       return device_local_failure(carrier, r,
                                   "waiting for its NCCL calls to drain to run it again");
-    RCOLL_LOG(kWarn,
-              "%s runs again from the start, staged through pinned host memory over %s (NCCL "
-              "dropped: %s)",
-              carrier.describe().c_str(), transport_name_.load(), nccl_.off.c_str());
+    staged.group = std::make_shared<std::vector<Op>>();
+    for (size_t i = 0; i < carrier.group->size(); ++i)
+      if (open[i]) staged.group->push_back((*carrier.group)[i]);
+    RCOLL_LOG(
+        kWarn,
+        "%s: %zu of its %zu members run again from the start, staged through pinned host memory "
+        "over %s (NCCL dropped: %s)",
+        carrier.describe().c_str(), staged.group->size(), carrier.group->size(),
+        transport_name_.load(), nccl_.off.c_str());
+    if (staged.group->empty()) return Status();
   }
   DeviceStaging::Limits limits;
   limits.caller_stream = options_.straggler_timeout;
   limits.copy_floor = options_.deadline_floor;
-  auto host = staging_.stage_in_group(carrier, limits);
+  auto host = staging_.stage_in_group(staged, limits);
   if (!host.ok()) return device_local_failure(carrier, host.status(), "staging its sends' inputs");
   if (Status s = run_group_members(host.value(), false); !s.ok()) return s;
   // The group completed with every peer; only this rank's copy of its
   // receives can fail here.
-  if (Status s = staging_.stage_out_group(carrier, host.value(), limits); !s.ok()) {
+  if (Status s = staging_.stage_out_group(staged, host.value(), limits); !s.ok()) {
     return device_local_failure(
         carrier, s,
         "the group completed with every peer, but copying its receives to the device failed");
@@ -85,7 +95,8 @@ Status CommunicatorImpl::run_device_group(const Op& carrier) {
   return Status();
 }
 
-Status CommunicatorImpl::run_group_members(const Op& carrier, bool on_nccl) {
+Status CommunicatorImpl::run_group_members(const Op& carrier, bool on_nccl,
+                                           std::vector<bool>* open) {
   const std::vector<Op>& members = *carrier.group;
   if (!fatal_.ok()) {
     for (const Op& m : members) recorder_.finished(m.seq, false);
@@ -125,7 +136,12 @@ Status CommunicatorImpl::run_group_members(const Op& carrier, bool on_nccl) {
     }
     if (s.ok()) break;
     if (nccl_.restart_staged) {
-      // Every rank stopped using NCCL: run_device_group runs it again, staged.
+      // Every rank stopped using NCCL: run_device_group runs the members
+      // still open again, staged.
+      if (open != nullptr) {
+        open->assign(recs.size(), false);
+        for (size_t i = 0; i < recs.size(); ++i) (*open)[i] = first[i] < recs[i].total;
+      }
       in_flight_ = OpInFlight{};
       return s;
     }
@@ -140,6 +156,7 @@ Status CommunicatorImpl::run_group_members(const Op& carrier, bool on_nccl) {
               std::chrono::duration<double>(Clock::now() - in_flight_.started).count());
   }
   in_flight_ = OpInFlight{};
+  if (on_nccl) ++nccl_.ops;  // the group, once (its last attempt may have had nothing left to run)
   const Clock::time_point ended = Clock::now();
   for (auto& r : recs) {
     recorder_.finished(r.op.seq, true, ended);

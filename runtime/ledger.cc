@@ -360,6 +360,16 @@ struct Ledgers {
     return seq <= through ? total : 0;
   }
 
+  // Whether the rank that wrote `l` completed the op it calls `theirs` and
+  // no longer holds it (past its through count, not in its ledger).
+  static bool completed_on(const ParsedLedger& l, const OpKey& theirs) {
+    if (l.done.count(theirs) != 0) return false;
+    auto [kind, peer, seq] = theirs;
+    if (kind == 'C') return seq <= l.collective_through;
+    const auto t = l.p2p_through.find({kind, peer});
+    return t != l.p2p_through.end() && seq <= t->second;
+  }
+
   // The slice this rank's op `r` resumes at: the same on every rank in it.
   size_t resume_point(const OpRecord& r) const {
     const OpKey key = key_of(r.op);
@@ -369,7 +379,16 @@ struct Ledgers {
       // both sides must resume at the same slice.
       return done_on(of(r.op.peer), key, r.total);
     }
-    if (std::get<0>(key) == 'R') return r.done;  // a receive: its own count, which the sender adopts too
+    if (std::get<0>(key) == 'R') {
+      // A receive: its own count, which the sender adopts too. On NCCL a
+      // send completes only once the pair's confirmation is through, which
+      // the receiver queued behind the receive: a sender that completed it
+      // (and so logs it no more) means the bytes landed here, even where
+      // this rank was stopped before it saw its own receive end (the sender
+      // would never send them again).
+      if (r.nccl && completed_on(of(r.op.peer), {'S', rank, std::get<2>(key)})) return r.total;
+      return r.done;
+    }
     size_t resume = r.done;
     for (int d = 0; d < texts->distinct(); ++d)
       if (others(d))

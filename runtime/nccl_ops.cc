@@ -215,6 +215,11 @@ struct CommunicatorImpl::NcclWatch {
   Clock::duration budget;
   int awaited;  // the other side of a send or receive, else the ring neighbour (what a collective waits on most)
   Clock::time_point last_progress = Clock::now();
+  // A device group's members still running, receives first (`op` is the
+  // first): a stall is judged on the member whose peer's chain of waits
+  // leads to a rank in compute, if one does (NCCL shows no member's
+  // progress, so the group cannot tell which member it is stuck on).
+  std::vector<const Op*> group;
 
   NcclWatch(CommunicatorImpl& impl, const Op& o)
       : c(impl), op(o),
@@ -226,11 +231,24 @@ struct CommunicatorImpl::NcclWatch {
   // (DESIGN.md: a silent peer is suspect after the liveness budget).
   bool silent_participant() const {
     if (!c.liveness_) return false;
+    auto in_op = [this](int q) {
+      if (op.kind != OpKind::kSendRecv) return true;
+      if (q == op.peer) return true;
+      return std::any_of(group.begin(), group.end(), [q](const Op* m) { return m->peer == q; });
+    };
     for (int q = 0; q < c.size_; ++q) {
-      if (q == c.rank_ || (op.kind == OpKind::kSendRecv && q != op.peer)) continue;
+      if (q == c.rank_ || !in_op(q)) continue;
       if (c.liveness_->peer(q).health == PeerHealth::kSilent) return true;
     }
     return false;
+  }
+  // What a stall is judged on (see `group`).
+  const Op& judged() const {
+    if (c.liveness_) {
+      for (const Op* m : group)
+        if (holds_up(c.stall_view(*m, m->peer), m->peer) >= 0) return *m;
+    }
+    return op;
   }
   Status keep_waiting() {
     if (Status s = c.interrupted(); !s.ok()) return s;
@@ -238,7 +256,8 @@ struct CommunicatorImpl::NcclWatch {
     if (now - last_progress < budget && !(now - last_progress >= c.options_.liveness_budget && silent_participant())) {
       return Status();
     }
-    Status verdict = c.on_stall(op, awaited, now - last_progress);
+    const Op& on = judged();
+    Status verdict = c.on_stall(on, &on == &op ? awaited : on.peer, now - last_progress);
     if (verdict.ok()) last_progress = c.restart_stall_clock(now, budget);
     return verdict;
   }
@@ -437,21 +456,28 @@ Status CommunicatorImpl::run_nccl_slices(OpRecord& rec, size_t first) {
 // against the other's confirmation.
 Status CommunicatorImpl::run_nccl_group(std::span<OpRecord> recs, std::span<const size_t> first,
                                         const Op& carrier) {
+  std::vector<OpRecord*> run;
+  size_t bytes = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    OpRecord& rec = recs[i];
+    // Empty ones move nothing, so NCCL is not asked (both sides skip them alike).
+    rec.done = first[i] >= rec.total || rec.op.out.count == 0 ? rec.total : 0;
+    if (rec.done < rec.total) {
+      run.push_back(&rec);
+      bytes += rec.op.out.bytes();
+    }
+  }
+  // Done on both ends (a recovery may find every member so): nothing to run,
+  // on NCCL or staged.
+  if (run.empty()) return Status();
   if (!nccl_.off.empty()) {
-    // Every rank agreed (in the recovery just done) to stop using NCCL.
+    // Every rank agreed (in the recovery just done) to stop using NCCL: the
+    // members still open run again from the start, staged (run_device_group).
     nccl_.restart_staged = true;
     return Status(ErrorCode::kUnsupported,
                   ErrorContext{rank_, -1, carrier.seq, epoch_.load(), "nccl"},
                   "NCCL dropped: " + nccl_.off);
   }
-  std::vector<OpRecord*> run;
-  for (size_t i = 0; i < recs.size(); ++i) {
-    OpRecord& rec = recs[i];
-    // Empty ones move nothing, so NCCL is not asked (both sides skip them alike).
-    rec.done = first[i] >= rec.total || rec.op.out.count == 0 ? rec.total : 0;
-    if (rec.done < rec.total) run.push_back(&rec);
-  }
-  if (run.empty()) return Status();
   // A stall is judged on the first receive still to run (what a pipeline
   // stage waits for upstream), else on the first send.
   const OpRecord* lead = run.front();
@@ -471,6 +497,11 @@ Status CommunicatorImpl::run_nccl_group(std::span<OpRecord> recs, std::span<cons
       if (inject_nccl(r->op) != NcclFault::kNone) fault = NcclFault::kAfterLastSlice;
   }
   NcclWatch watch(*this, lead->op);
+  // The group's one sign of progress is its end: its budget is for all its bytes.
+  watch.budget = progress_budget(lead->op, bytes, 1);
+  for (const bool sends : {false, true})
+    for (const OpRecord* r : run)
+      if (r->op.is_send == sends) watch.group.push_back(&r->op);
   auto fail = [&](const Status& why) { return nccl_op_failure(carrier, comm, why, false); };
 
   std::vector<Call> calls;
@@ -543,7 +574,6 @@ Status CommunicatorImpl::run_nccl_group(std::span<OpRecord> recs, std::span<cons
     }
   }
   for (OpRecord* r : run) r->confirmed = !peers.empty();
-  ++nccl_.ops;
   return Status();
 }
 

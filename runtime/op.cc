@@ -168,21 +168,30 @@ std::string where(const Op& op) {
 
 Status validate_group(Op& carrier, int rank, int size) {
   std::vector<Op>& members = *carrier.group;
+  const Op* placed = nullptr;  // the first member whose buffer is somewhere
   for (Op& m : members) {
     if (Status s = validate(m, rank, size); !s.ok()) {
       return Status(s.code(), s.context(), "in " + carrier.describe() + ": " + s.message());
     }
-    // All on the host, or all on one CUDA device (one NCCL group there).
-    const Op& first = members.front();
-    if (m.on_device() != first.on_device() || (m.on_device() && m.device != first.device)) {
+    // All on the host, or all on one CUDA device (one NCCL group there). An
+    // empty device buffer is on no device (validate): it goes with the rest.
+    if (m.on_device() && m.device < 0) continue;
+    if (placed == nullptr) {
+      placed = &m;
+    } else if (m.on_device() != placed->on_device() || m.device != placed->device) {
       return Status(ErrorCode::kInvalidArgument, ErrorContext{rank, m.peer, m.seq, -1, ""},
                     carrier.describe() + ": " + m.describe() + " is on " + where(m) + " but " +
-                        first.describe() + " is on " + where(first) +
+                        placed->describe() + " is on " + where(*placed) +
                         "; a group's buffers are all on the host or all on one CUDA device; "
                         "nothing was sent");
     }
   }
-  carrier.device = members.front().device;
+  carrier.device = placed != nullptr ? placed->device : -1;
+  for (Op& m : members) {
+    if (!m.on_device() || m.device >= 0) continue;
+    m.device = carrier.device;
+    if (carrier.device < 0) m.in.memory = m.out.memory = MemoryKind::kHost;  // moves nothing
+  }
   for (size_t i = 0; i < members.size(); ++i) {
     for (size_t j = 0; j < members.size(); ++j) {
       const Op& a = members[i];

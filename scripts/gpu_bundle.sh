@@ -20,7 +20,7 @@ mkdir -p "$dst/lib"
   while read -r f; do mkdir -p "$dst/$(dirname "$f")" && cp "$src/$f" "$dst/$f"; done
 
 # The executables (linked with the static librcoll), without debug information.
-bins=(tests/cuda_kernels_test tests/nccl_comm_test tests/rcoll-nccl-worker tests/rcoll-correctness-worker
+bins=(tests/cuda_kernels_test tests/nccl_comm_test tests/rcoll-nccl-worker tests/rcoll-correctness-worker tests/rcoll-pipeline-worker
       tools/rcoll-run bench/rcoll-bench bench/rcoll-nccl-bench bench/rcoll-cuda-kernels-bench)
 for b in "${bins[@]}"; do
   [[ -x $src/$b ]] || { echo "gpu_bundle: $src/$b was not built" >&2; exit 1; }

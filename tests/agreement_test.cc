@@ -327,6 +327,49 @@ TEST(Agreement, GroupMembersResumeEachAtItsOwnReceiversCount) {
   EXPECT_EQ(at(p1.value(), 2), 5u);
 }
 
+// On NCCL a send completes only once the pair's confirmation is through,
+// behind the receive on the receiver's stream: a receiver stopped before it
+// saw its receive end (done 0) while the sender completed and moved on has
+// the bytes. Resuming at 0 would wait for ever for a send never made again.
+TEST(Agreement, AReceiveOnNcclWhoseSenderCompletedItIsDone) {
+  std::vector<uint8_t> data(4096, 7);
+  for (const bool sender_completed : {true, false}) {
+    ReplayLog log0(64u << 20, 16u << 20), log1(64u << 20, 16u << 20);
+    log0.reset(2);
+    log1.reset(2);
+    OpRecord sender, receiver;
+    for (OpRecord* r : {&sender, &receiver}) {
+      r->op.kind = OpKind::kSendRecv;
+      r->op.in = r->op.out = Buffer::of(data);
+      r->op.seq = r->op.match_seq = kSeq;
+      r->nccl = true;
+      r->total = 1;
+    }
+    sender.op.is_send = true;
+    sender.op.peer = 1;
+    receiver.op.peer = 0;
+    std::unique_ptr<OpRecord> current0;
+    if (sender_completed) {
+      log0.send_through[1] = kSeq;  // an NCCL send is not logged once complete (record_completion)
+    } else {
+      sender.done = 1;  // its group ended on the GPU, its confirmation not yet
+      current0 = std::make_unique<OpRecord>(std::move(sender));
+    }
+    const std::vector<std::string> texts = {serialize_ledger(log0, one_record(current0.get()), 2),
+                                            serialize_ledger(log1, one_record(&receiver), 2)};
+    auto p1 = agree_resume(1, 2, log1, one_record(&receiver), texts);
+    ASSERT_TRUE(p1.ok()) << p1.status().to_string();
+    // Still in flight on the sender: both run it again, from the receiver's count.
+    EXPECT_EQ(resume_of(p1.value(), 1), sender_completed ? 1u : 0u)
+        << "sender completed " << sender_completed;
+    if (!sender_completed) {
+      auto p0 = agree_resume(0, 2, log0, one_record(current0.get()), texts);
+      ASSERT_TRUE(p0.ok()) << p0.status().to_string();
+      EXPECT_EQ(resume_of(p0.value(), 1), 0u);
+    }
+  }
+}
+
 TEST(Agreement, AMalformedLedgerIsAnErrorNamingTheRank) {
   ReplayLog log(1u << 20, 1u << 20);
   log.reset(2);

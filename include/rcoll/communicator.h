@@ -153,8 +153,13 @@ class Communicator {
   // waits for it, as for any device op), resumed after a recovery member by
   // member; its peers must issue their counterparts as a group too (NCCL
   // users write batch_isend_irecv on both sides), since a group confirms with
-  // each peer once for all the members between them. Without NCCL it is
-  // staged through pinned host memory. The Work completes when all of them
+  // each peer once for all the members between them (counterparts issued
+  // one by one hang, and fail once the recoveries an op allows are spent).
+  // And it completes only once each peer's group holding the counterparts
+  // moved all its data: a peer group that also waits on a third rank which
+  // waits on this rank's next op hangs here where raw NCCL completes; rings,
+  // pipelines and halo exchanges, grouped alike on every rank, do not.
+  // Without NCCL it is staged through pinned host memory. The Work completes when all of them
   // have; an empty group completes at once. Buffers of a group's receives
   // must not overlap each other or its sends (kInvalidArgument).
   Work group_async(std::span<const PeerOp> ops, OpOptions op = {});

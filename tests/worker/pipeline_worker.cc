@@ -27,7 +27,6 @@
 //
 // Exit code 0 = as expected; 1 = not (printed); 77 = --memory cuda without a
 // usable GPU (skipped).
-// Exit code 0 = as expected; 1 = not (printed).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
