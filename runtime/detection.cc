@@ -406,6 +406,13 @@ Status CommunicatorImpl::interrupted() {
       in_flight_.views_wanted = now;
       const int published = liveness_->peer(rank_).state.waiting_on;
       want_views(op, op.kind != OpKind::kSendRecv ? -1 : published >= 0 ? published : op.peer);
+      // A device group on NCCL cannot tell which member holds it up (its
+      // stall is judged on any member's chain: NcclWatch::judged): every
+      // open member's chain of waits.
+      if (in_flight_.record->nccl) {
+        for (const OpRecord& r : in_flight_.group)
+          if (r.done < r.total && r.op.peer != published) want_views(r.op, r.op.peer);
+      }
     }
   }
   // Log a straggler as soon as it is clearly late: for a collective any live

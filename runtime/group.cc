@@ -33,7 +33,16 @@ namespace rcoll {
 
 Status CommunicatorImpl::run_group(const Op& carrier) {
   if (carrier.device >= 0) return run_device_group(carrier);
-  return run_group_members(carrier, false);
+  if (!carrier.group->front().on_device()) return run_group_members(carrier, false);
+  // Only empty device buffers (on no device: validate_group): they move
+  // nothing. Where device groups run on NCCL, the peers' groups skip such
+  // members (NCCL is not asked): done at once, logged as theirs are.
+  if (nccl::built() && chain_.nccl() && nccl_.off.empty()) return run_group_members(carrier, true);
+  // Else their counterparts run staged, as empty host frames.
+  Op host = carrier;
+  host.group = std::make_shared<std::vector<Op>>(*carrier.group);
+  for (Op& m : *host.group) m.in.memory = m.out.memory = MemoryKind::kHost;
+  return run_group_members(host, false);
 }
 
 // A group on device buffers runs as one NCCL group (run_nccl_group, runtime/nccl_ops.cc)
@@ -77,7 +86,6 @@ Status CommunicatorImpl::run_device_group(const Op& carrier) {
         "over %s (NCCL dropped: %s)",
         carrier.describe().c_str(), staged.group->size(), carrier.group->size(),
         transport_name_.load(), nccl_.off.c_str());
-    if (staged.group->empty()) return Status();
   }
   DeviceStaging::Limits limits;
   limits.caller_stream = options_.straggler_timeout;
@@ -143,6 +151,12 @@ Status CommunicatorImpl::run_group_members(const Op& carrier, bool on_nccl,
         for (size_t i = 0; i < recs.size(); ++i) (*open)[i] = first[i] < recs[i].total;
       }
       in_flight_ = OpInFlight{};
+      // The others are done here and at their peers: logged as completed.
+      for (size_t i = 0; i < recs.size(); ++i) {
+        if (first[i] < recs[i].total) continue;
+        recorder_.finished(recs[i].op.seq, true);
+        record_completion(std::move(recs[i]));
+      }
       return s;
     }
     if (on_nccl) nccl_.failures.push_back(Clock::now());

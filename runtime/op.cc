@@ -186,11 +186,15 @@ Status validate_group(Op& carrier, int rank, int size) {
                         "nothing was sent");
     }
   }
+  // Where every member is an empty device buffer, the carrier stays on no
+  // device: the runtime completes it as the peers' device groups do
+  // (CommunicatorImpl::run_group).
   carrier.device = placed != nullptr ? placed->device : -1;
   for (Op& m : members) {
-    if (!m.on_device() || m.device >= 0) continue;
+    if (!m.on_device() || m.device >= 0 || placed == nullptr) continue;
     m.device = carrier.device;
-    if (carrier.device < 0) m.in.memory = m.out.memory = MemoryKind::kHost;  // moves nothing
+    if (carrier.device < 0)
+      m.in.memory = m.out.memory = MemoryKind::kHost;  // with the host members
   }
   for (size_t i = 0; i < members.size(); ++i) {
     for (size_t j = 0; j < members.size(); ++j) {
