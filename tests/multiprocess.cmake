@@ -222,8 +222,9 @@ if(RCOLL_HAVE_NCCL)
   # every element checked. Around a ring (every stage sends before anything
   # is received: one group or it waits for ever); with a link closed in
   # iteration 10's group on stage 1 (ops 21-22), recovered on NCCL; a chain
-  # whose stage 2 computes for 4 s with a 1 s progress deadline: waited for,
-  # no recovery.
+  # whose stage 2 (a middle one), then 3 (the last: stage 1 waits on it two
+  # hops down), computes for 4 s with a 1 s progress deadline: waited for, no
+  # recovery.
   set(RCOLL_PIPELINE_CUDA ${RCOLL_PIPELINE} --memory cuda --iters 20)
   add_test(NAME pipeline_cuda_nccl_group_ring_np4
            COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 4 --timeout 300 --
@@ -232,12 +233,14 @@ if(RCOLL_HAVE_NCCL)
            COMMAND ${RCOLL_NCCL_ENV} ${RCOLL_RUN} -n 4 --timeout 300 --inject "close-link:rank=1,op=21" --
                    ${RCOLL_PIPELINE_CUDA} --topology ring --min-recoveries 1 --max-recoveries 1
                    --expect-device-transport nccl)
-  add_test(NAME pipeline_cuda_nccl_group_straggler_np4
-           COMMAND ${RCOLL_NCCL_ENV} RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 4 --timeout 300 --
-                   ${RCOLL_PIPELINE_CUDA} --topology chain --straggler 2 --straggler-iter 5 --straggler-ms 4000
-                   --max-recoveries 0 --expect-device-transport nccl)
-  list(APPEND RCOLL_NCCL_TESTS pipeline_cuda_nccl_group_ring_np4 pipeline_cuda_nccl_group_close_link_np4
-       pipeline_cuda_nccl_group_straggler_np4)
+  foreach(stage 2 3)
+    add_test(NAME pipeline_cuda_nccl_group_straggler${stage}_np4
+             COMMAND ${RCOLL_NCCL_ENV} RCOLL_OP_TIMEOUT_MS=1000 ${RCOLL_RUN} -n 4 --timeout 300 --
+                     ${RCOLL_PIPELINE_CUDA} --topology chain --straggler ${stage} --straggler-iter 5
+                     --straggler-ms 4000 --max-recoveries 0 --expect-device-transport nccl)
+    list(APPEND RCOLL_NCCL_TESTS pipeline_cuda_nccl_group_straggler${stage}_np4)
+  endforeach()
+  list(APPEND RCOLL_NCCL_TESTS pipeline_cuda_nccl_group_ring_np4 pipeline_cuda_nccl_group_close_link_np4)
   set_tests_properties(${RCOLL_NCCL_TESTS} PROPERTIES TIMEOUT 700 SKIP_RETURN_CODE 77 LABELS "multiprocess;cuda;nccl")
 endif()
 
