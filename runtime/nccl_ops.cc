@@ -478,16 +478,15 @@ Status CommunicatorImpl::run_nccl_group(std::span<OpRecord> recs, std::span<cons
                   ErrorContext{rank_, -1, carrier.seq, epoch_.load(), "nccl"},
                   "NCCL dropped: " + nccl_.off);
   }
-  // A stall is judged on the first receive still to run (what a pipeline
-  // stage waits for upstream), else on the first send.
-  const OpRecord* lead = run.front();
-  for (const OpRecord* r : run) {
-    if (!r->op.is_send) {
-      lead = r;
-      break;
-    }
-  }
-  if (Status s = ensure_nccl(lead->op); !s.ok()) return s;
+  // Receives first: the first is what a pipeline stage most often waits
+  // for (upstream), and what a stall is judged on unless another member's
+  // chain of waits reaches a rank in compute (NcclWatch::judged).
+  std::vector<const Op*> ordered;
+  for (const bool sends : {false, true})
+    for (const OpRecord* r : run)
+      if (r->op.is_send == sends) ordered.push_back(&r->op);
+  const Op& lead = *ordered.front();
+  if (Status s = ensure_nccl(lead); !s.ok()) return s;
   nccl::Comm& comm = *nccl_.comm;
   // A close-link fault planned for a member strikes once the group is done,
   // before this rank counts it.
@@ -496,12 +495,10 @@ Status CommunicatorImpl::run_nccl_group(std::span<OpRecord> recs, std::span<cons
     for (const OpRecord* r : run)
       if (inject_nccl(r->op) != NcclFault::kNone) fault = NcclFault::kAfterLastSlice;
   }
-  NcclWatch watch(*this, lead->op);
+  NcclWatch watch(*this, lead);
   // The group's one sign of progress is its end: its budget is for all its bytes.
-  watch.budget = progress_budget(lead->op, bytes, 1);
-  for (const bool sends : {false, true})
-    for (const OpRecord* r : run)
-      if (r->op.is_send == sends) watch.group.push_back(&r->op);
+  watch.budget = progress_budget(lead, bytes, 1);
+  watch.group = std::move(ordered);
   auto fail = [&](const Status& why) { return nccl_op_failure(carrier, comm, why, false); };
 
   std::vector<Call> calls;
