@@ -16,7 +16,7 @@
 #include <thread>
 #include <utility>
 
-#include "tools/launcher/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace rcoll::bench {
 namespace {
@@ -116,7 +116,7 @@ ChildProcess ChildProcess::start(const std::vector<std::string>& argv, int outpu
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const std::string failure = "rcoll-bench: cannot execute " + argv.front() + ": ";
-  launcher::UniqueFd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  UniqueFd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!null_in.valid())
     throw std::runtime_error(std::string("cannot open /dev/null: ") + std::strerror(errno));
 

@@ -15,9 +15,9 @@
 #include <initializer_list>
 #include <stdexcept>
 
+#include "base/unique_fd.h"
 #include "bench/child_process.h"
 #include "bench/row_json.h"
-#include "tools/launcher/unique_fd.h"
 
 namespace rcoll::bench {
 namespace {
@@ -122,8 +122,7 @@ BaselineResult run_one(const CompareOptions& o, const std::string& library, Work
   result.log = dir.file(library + ".log");
   const std::string json = dir.file(library + ".json");
   ::unlink(json.c_str());  // a file left by an earlier run must not pass for this one's
-  launcher::UniqueFd log(
-      ::open(result.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd log(::open(result.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!log.valid())
     throw std::runtime_error("cannot create " + result.log + ": " + std::strerror(errno));
 

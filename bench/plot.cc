@@ -12,8 +12,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "base/unique_fd.h"
 #include "bench/child_process.h"
-#include "tools/launcher/unique_fd.h"
 
 namespace rcoll::bench {
 namespace {
@@ -150,7 +150,7 @@ void write_plot(const PlotOptions& o, const std::vector<Row>& rows) {
   const char* tmp = std::getenv("TMPDIR");
   std::string path =
       std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/rcoll-bench-plot-XXXXXX.gp";
-  launcher::UniqueFd fd(::mkstemps(path.data(), 3));
+  UniqueFd fd(::mkstemps(path.data(), 3));
   if (!fd.valid())
     throw std::runtime_error("--plot: cannot create a script file " + path + ": " +
                              std::strerror(errno));

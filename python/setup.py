@@ -26,7 +26,9 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build_dir = os.path.abspath(os.environ.get("RCOLL_BUILD_DIR") or os.path.join(self.build_temp, "cmake"))
         configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                     f"-DRCOLL_TORCH_PYTHON={sys.executable}", "-DRCOLL_BUILD_TESTS=OFF", "-DRCOLL_BUILD_BENCH=OFF"]
+                     f"-DRCOLL_TORCH_PYTHON={sys.executable}", "-DRCOLL_BUILD_TESTS=OFF", "-DRCOLL_BUILD_BENCH=OFF",
+                     # several sources compiled as one: a third less time for a build made once
+                     "-DCMAKE_UNITY_BUILD=ON"]
         if shutil.which("ninja"):
             configure += ["-G", "Ninja"]
         subprocess.check_call(configure)

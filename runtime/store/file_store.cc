@@ -28,8 +28,10 @@
 #include <utility>
 #include <vector>
 
-#include "rcoll/store.h"
 #include "base/deadline.h"
+#include "base/unique_fd.h"
+#include "rcoll/store.h"
+#include "runtime/store/store_text.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {
@@ -41,11 +43,8 @@ constexpr Millis kMaxPoll{20};
 // How long add() waits for another process's lock before giving up.
 constexpr Millis kLockTimeout{30000};
 
-std::string key_text(const std::string& key) {
-  constexpr size_t kShown = 200;
-  if (key.size() <= kShown) return "\"" + key + "\"";
-  return "\"" + key.substr(0, kShown) + "...\" (" + std::to_string(key.size()) + " bytes)";
-}
+using store::errno_text;
+using store::key_text;
 
 uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
   x ^= x >> 30;
@@ -86,23 +85,6 @@ std::string file_name(const std::string& key) {
                 static_cast<unsigned long long>(fnv1a(key, 0x84222325cbf29ce4ULL)));
   return buf;
 }
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 
 // Sleeps between polls: 1 ms, growing by half each time to 20 ms, never past the deadline.
 class Backoff {
@@ -156,7 +138,7 @@ class FileStore final : public Store {
   Result<int64_t> add(const std::string& key, int64_t delta) override {
     if (Status s = check_key(key); !s.ok()) return s;
     auto lock_path = dir_ / ("l." + file_name(key));
-    Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (!lock.valid()) return io_error("cannot open the lock file for add(" + key_text(key) + ")");
     Deadline d = Deadline::after(kLockTimeout);
     Backoff backoff;
@@ -267,7 +249,7 @@ class FileStore final : public Store {
   Status read(const std::string& key, Bytes& out, bool& found) const {
     found = false;
     auto path = dir_ / file_name(key);
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) {
       if (errno == ENOENT) return Status();
       return io_error("cannot open " + path.string());
@@ -302,7 +284,7 @@ class FileStore final : public Store {
     auto tmp = dir_ / tmp_name;
     auto path = dir_ / file_name(key);
     {
-      Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+      UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
       if (!fd.valid()) return io_error("cannot create " + tmp.string() + " for " + key_text(key));
       size_t done = 0;
       while (done < value.size()) {

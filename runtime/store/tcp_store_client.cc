@@ -30,13 +30,21 @@
 #include "base/deadline.h"
 #include "base/log.h"
 #include "base/store_exchange.h"
+#include "base/unique_fd.h"
 #include "rcoll/store.h"
 #include "runtime/store/call_deadline.h"
+#include "runtime/store/store_text.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {
+// The client's names, kept out of rcoll's own (rcoll::Op is an op; here Op is
+// a store request's), in a build of one file or of several as one (unity).
+namespace tcp_store_client {
 namespace {
 
+using store::errno_text;
+using store::host_port;
+using store::key_text;
 using store_wire::Op;
 using store_wire::Reply;
 using store_wire::Request;
@@ -54,17 +62,6 @@ constexpr size_t kMaxIdle = 8;
 constexpr Millis kFirstBackoff{10};
 constexpr Millis kMaxBackoff{500};
 
-std::string host_port(const std::string& host, uint16_t port) {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
-
-std::string key_text(const std::string& key) {
-  constexpr size_t kShown = 200;
-  if (key.size() <= kShown) return "\"" + key + "\"";
-  return "\"" + key.substr(0, kShown) + "...\" (" + std::to_string(key.size()) + " bytes)";
-}
-
 std::string key_list(const std::vector<std::string>& keys) {
   constexpr size_t kShown = 16;
   std::string out;
@@ -75,32 +72,6 @@ std::string key_list(const std::vector<std::string>& keys) {
   if (keys.size() > kShown) out += " and " + std::to_string(keys.size() - kShown) + " more";
   return out;
 }
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 int poll_ms(const Deadline& d) {
   auto ms = d.remaining_ms().count();
@@ -228,7 +199,7 @@ Result<Response> exchange(int fd, const Bytes& frame, const Deadline& header_dea
 }
 
 // One TCP connection attempt (every address the host resolves to), no retry.
-Result<Fd> connect_once(const std::string& host, uint16_t port, const Deadline& d) {
+Result<UniqueFd> connect_once(const std::string& host, uint16_t port, const Deadline& d) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -243,7 +214,8 @@ Result<Fd> connect_once(const std::string& host, uint16_t port, const Deadline& 
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(list, &::freeaddrinfo);
   std::string last = "no address";
   for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
     if (!fd.valid()) {
       last = "socket() failed: " + errno_text(errno);
       continue;
@@ -291,7 +263,7 @@ class TcpStoreClient final : public Store {
 
   // Connects, retrying refused and failed attempts with backoff until
   // `budget` (retry = false: one attempt), and says hello.
-  Result<Fd> open(Millis budget, bool retry) {
+  Result<UniqueFd> open(Millis budget, bool retry) {
     Deadline deadline = Deadline::after(budget);
     Millis backoff = kFirstBackoff;
     std::string last;
@@ -488,7 +460,7 @@ class TcpStoreClient final : public Store {
     return out;
   }
 
-  void adopt(Fd fd) { checkin(std::move(fd)); }
+  void adopt(UniqueFd fd) { checkin(std::move(fd)); }
 
  private:
   static int64_t clamp_timeout(Millis timeout) {
@@ -531,11 +503,11 @@ class TcpStoreClient final : public Store {
   }
 
   // A pooled connection, or a new one (reused = false).
-  Result<Fd> checkout(const Deadline& d, bool& reused) {
+  Result<UniqueFd> checkout(const Deadline& d, bool& reused) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       while (!idle_.empty()) {
-        Fd fd = std::move(idle_.back());
+        UniqueFd fd = std::move(idle_.back());
         idle_.pop_back();
         // An idle connection has nothing to read; if it has (EOF, reset), it is dead.
         pollfd p{fd.get(), POLLIN, 0};
@@ -550,7 +522,7 @@ class TcpStoreClient final : public Store {
     return open(std::max(budget, Millis(1)), /*retry=*/true);
   }
 
-  void checkin(Fd fd) {
+  void checkin(UniqueFd fd) {
     std::lock_guard<std::mutex> lock(mu_);
     if (idle_.size() < kMaxIdle) idle_.push_back(std::move(fd));
   }
@@ -565,7 +537,7 @@ class TcpStoreClient final : public Store {
     std::string first_failure;
     for (int attempt = 0; attempt < 2; ++attempt) {
       bool reused = false;
-      Result<Fd> fd =
+      Result<UniqueFd> fd =
           attempt == 0
               ? checkout(d, reused)
               : open(std::max(std::min(options_.connect_timeout, d.remaining_ms()), Millis(1)),
@@ -616,10 +588,11 @@ class TcpStoreClient final : public Store {
   TcpStoreOptions options_;
   std::string address_;
   std::mutex mu_;
-  std::vector<Fd> idle_;
+  std::vector<UniqueFd> idle_;
 };
 
 }  // namespace
+}  // namespace tcp_store_client
 
 Result<std::shared_ptr<Store>> connect_tcp_store(const TcpStoreOptions& options) {
   if (options.host.empty()) {
@@ -634,7 +607,7 @@ Result<std::shared_ptr<Store>> connect_tcp_store(const TcpStoreOptions& options)
                                                    std::to_string(store_wire::kMaxKeyLength) +
                                                    " bytes");
   }
-  auto client = std::make_shared<TcpStoreClient>(options);
+  auto client = std::make_shared<tcp_store_client::TcpStoreClient>(options);
   auto fd = client->open(std::max(options.connect_timeout, Millis(0)), /*retry=*/true);
   if (!fd.ok()) return fd.status();
   client->adopt(std::move(fd).value());

@@ -28,13 +28,18 @@
 #include "base/log.h"
 #include "base/store_exchange.h"
 #include "rcoll/store.h"
+#include "runtime/store/store_text.h"
 #include "runtime/store/tcp_store_protocol.h"
 
 namespace rcoll {
+// The server's names, kept out of rcoll's own (rcoll::Op is an op; here Op is
+// a store request's), in a build of one file or of several as one (unity).
+namespace tcp_store_server {
 namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using store::host_port;
 using store_wire::Op;
 using store_wire::Reply;
 using store_wire::Request;
@@ -44,11 +49,6 @@ using store_wire::Response;
 // bytes that actually arrived, not what a header claims.
 constexpr size_t kFirstBodyChunk = size_t{64} << 10;
 constexpr size_t kMaxBodyChunk = size_t{4} << 20;
-
-std::string host_port(const std::string& host, uint16_t port) {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
 
 std::string endpoint_string(const tcp::endpoint& ep) {
   return host_port(ep.address().to_string(), ep.port());
@@ -633,6 +633,7 @@ void ServerImpl::cancel(Waiter* w) {
 }
 
 }  // namespace
+}  // namespace tcp_store_server
 
 Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const TcpStoreOptions& options) {
   if (options.host.empty()) {
@@ -643,7 +644,7 @@ Result<std::unique_ptr<TcpStoreServer>> start_tcp_store_server(const TcpStoreOpt
                                                    std::to_string(store_wire::kMaxKeyLength) +
                                                    " bytes");
   }
-  auto server = std::make_unique<ServerImpl>(options);
+  auto server = std::make_unique<tcp_store_server::ServerImpl>(options);
   if (Status s = server->bind(); !s.ok()) return s;
   server->start();
   return std::unique_ptr<TcpStoreServer>(std::move(server));

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "base/deadline.h"
+#include "base/unique_fd.h"
 #include "tools/launcher/options.h"
 #include "tools/launcher/output_relay.h"
 #include "tools/launcher/rank_process.h"
 #include "tools/launcher/signals.h"
-#include "tools/launcher/unique_fd.h"
 
 namespace rcoll::launcher {
 

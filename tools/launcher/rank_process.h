@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "rcoll/status.h"
 #include "tools/launcher/signals.h"
-#include "tools/launcher/unique_fd.h"
 
 namespace rcoll::launcher {
 

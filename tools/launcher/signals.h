@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "rcoll/status.h"
-#include "tools/launcher/unique_fd.h"
 
 namespace rcoll::launcher {
 
