@@ -87,8 +87,12 @@ add_test(NAME torch_exit_without_destroy_np4
                               echo \"$out\" | tail -30; echo \"FAIL: run $i exited $rc\"; exit 1; fi
                           done; echo '5 runs: exit 0, no ERROR'"
                  run ${torchrun} --nproc-per-node 4 ${here}/startup_exit_check.py --mode exit)
+# The first three mostly wait (a late rank, a straggler, a hang: 12-25 s of
+# sleep) and check times in windows of seconds: one at a time, beside the
+# other tests. The exit runs start 4 interpreters 5 times: alone.
 set_tests_properties(torch_late_rank_joins_np4 torch_straggler_past_pg_timeout_np2 torch_hang_within_pg_timeout_np2
-                     torch_exit_without_destroy_np4
+                     PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RESOURCE_LOCK torch_waits)
+set_tests_properties(torch_exit_without_destroy_np4
                      PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RUN_SERIAL TRUE)
 
 # The README's install (pip install --no-build-isolation ./python, in the venv
