@@ -106,3 +106,11 @@ add_test(NAME torch_readme_install_ddp
          COMMAND ${here}/installed_package_check.sh ${RCOLL_TORCH_PYTHON} ${PROJECT_SOURCE_DIR} ${installed_dir})
 set_tests_properties(torch_readme_install_ddp PROPERTIES TIMEOUT 900 LABELS torch FIXTURES_SETUP rcoll_installed)
 set_tests_properties(${torch_tests} PROPERTIES FIXTURES_REQUIRED rcoll_installed WORKING_DIRECTORY ${installed_dir})
+# A clean checkout has no timing history (Testing/Temporary/CTestCostData.txt),
+# so CTest would start these last, in the order they are defined, and the
+# ones that mostly wait would run with nothing beside them: COST (seconds on
+# the 2-vCPU CI VM) starts the long ones first.
+set_tests_properties(torch_readme_install_ddp PROPERTIES COST 150)
+set_tests_properties(torch_ddp_parity_faults_np2 torch_ddp_parity_faults_np4 PROPERTIES COST 50)
+set_tests_properties(torch_straggler_past_pg_timeout_np2 torch_hang_within_pg_timeout_np2 torch_late_rank_joins_np4
+                     PROPERTIES COST 25)
