@@ -64,9 +64,6 @@ foreach(np 2 3 4 8)
              COMMAND ${RCOLL_RUN} -n ${np} --timeout 1500 -- ${RCOLL_CORRECTNESS} --sizes 0,1,7,4K+3,1M,${largest}
                                --big-dtypes ${big_here} --big-bytes ${big_bytes})
     rcoll_transport_props(correctness_np${np} ${t} 1600 multiprocess)
-    # The longest runs here (15-35 s): started first even without a timing
-    # history (a clean checkout), so that they overlap the short tests.
-    set_tests_properties(correctness_np${np}_${t} PROPERTIES COST 20)
   endforeach()
 endforeach()
 
@@ -594,7 +591,6 @@ foreach(t ${RCOLL_TEST_TRANSPORTS})
                  env RCOLL_OP_TIMEOUT_MS=2000 RCOLL_RECOVERY_TIMEOUT_MS=4000 ${RCOLL_RUN} -n 4 --linger 15 --grace 1 --
                  ${RCOLL_FAULT_RUN} --sizes 64M --ops allreduce)
   rcoll_transport_props(recovery_sigstop_forever_named ${t} 620 "faults;recovery")
-  set_tests_properties(recovery_sigstop_forever_named_${t} PROPERTIES COST 25)  # started first (above)
 endforeach()
 # SIGKILL of a rank: the survivors name it within the liveness budget; rcoll-run names it too.
 foreach(t ${RCOLL_TEST_TRANSPORTS})

@@ -87,12 +87,8 @@ add_test(NAME torch_exit_without_destroy_np4
                               echo \"$out\" | tail -30; echo \"FAIL: run $i exited $rc\"; exit 1; fi
                           done; echo '5 runs: exit 0, no ERROR'"
                  run ${torchrun} --nproc-per-node 4 ${here}/startup_exit_check.py --mode exit)
-# The first three mostly wait (a late rank, a straggler, a hang: 12-25 s of
-# sleep) and check times in windows of seconds: one at a time, beside the
-# other tests. The exit runs start 4 interpreters 5 times: alone.
 set_tests_properties(torch_late_rank_joins_np4 torch_straggler_past_pg_timeout_np2 torch_hang_within_pg_timeout_np2
-                     PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RESOURCE_LOCK torch_waits)
-set_tests_properties(torch_exit_without_destroy_np4
+                     torch_exit_without_destroy_np4
                      PROPERTIES TIMEOUT 200 ENVIRONMENT "${torch_env}" LABELS torch RUN_SERIAL TRUE)
 
 # The README's install (pip install --no-build-isolation ./python, in the venv
@@ -106,11 +102,3 @@ add_test(NAME torch_readme_install_ddp
          COMMAND ${here}/installed_package_check.sh ${RCOLL_TORCH_PYTHON} ${PROJECT_SOURCE_DIR} ${installed_dir})
 set_tests_properties(torch_readme_install_ddp PROPERTIES TIMEOUT 900 LABELS torch FIXTURES_SETUP rcoll_installed)
 set_tests_properties(${torch_tests} PROPERTIES FIXTURES_REQUIRED rcoll_installed WORKING_DIRECTORY ${installed_dir})
-# A clean checkout has no timing history (Testing/Temporary/CTestCostData.txt),
-# so CTest would start these last, in the order they are defined, and the
-# ones that mostly wait would run with nothing beside them: COST (seconds on
-# the 2-vCPU CI VM) starts the long ones first.
-set_tests_properties(torch_readme_install_ddp PROPERTIES COST 150)
-set_tests_properties(torch_ddp_parity_faults_np2 torch_ddp_parity_faults_np4 PROPERTIES COST 50)
-set_tests_properties(torch_straggler_past_pg_timeout_np2 torch_hang_within_pg_timeout_np2 torch_late_rank_joins_np4
-                     PROPERTIES COST 25)
