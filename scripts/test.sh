@@ -41,71 +41,90 @@ stage() {
 if [[ $hardening != 1 ]]; then exit 0; fi
 failed=()
 
-# ---- chaos suite; beside it, at a lower priority, the fuzzers and then the
-# sanitizer builds (the suite mostly waits on the network and the clock:
+# ---- chaos suite; beside it, at a lower priority, the fuzzers (nice 10) and
+# then the sanitizer builds (nice 15) (the suite mostly waits on the network and the clock:
 # its scenarios passed with both cores busy fuzzing for their first minute)
 stage "building the fuzzers (clang, libFuzzer + ASan/UBSan)"
 scripts/fuzz.sh build
-# The sanitizer builds compile their library as a unity build (several sources
-# as one: a third less compile time; the main build above compiles every file
-# on its own, which also shows a source that leans on another's includes).
+# The sanitizer builds are unity builds (a target's sources compiled a few at a
+# time as one: the library in a third less time; the main build above compiles
+# every file on its own, which also shows a source that leans on another's
+# includes). A failed build fails the job and skips its run, with its log shown.
 # UCX stays on in build-asan (the UCX transport is sanitized too: the
 # communicator tests run on ucx and tcp); build-tsan builds without it
 # (libucp is uninstrumented). Line tables only (-g1, in place of Debug's -g):
 # reports keep file:line, and the builds take a quarter less time.
-sanitizer_build() {  # sanitizer_build DIR SANITIZERS EXTRA_CMAKE_ARGS TARGETS...
-  local dir=$1 sanitize=$2 extra=$3
-  shift 3
+sanitizer_build() {  # sanitizer_build DIR SANITIZERS TARGETS... (extra CMake arguments in $cmake_extra)
+  local dir=$1 sanitize=$2
+  shift 2
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
     -DCMAKE_UNITY_BUILD=ON -DRCOLL_SANITIZE="$sanitize" -DRCOLL_BUILD_BENCH=OFF -DRCOLL_BUILD_PYTHON=OFF \
-    -DRCOLL_WITH_CUDA=OFF $extra >/dev/null &&
+    -DRCOLL_WITH_CUDA=OFF "${cmake_extra[@]}" >/dev/null &&
     ninja -C "$dir" -j "$jobs" "$@"
 }
 asan_targets=(communicator_test store_test liveness_test bootstrap_test frame_test inject_test launcher_test
               kernels_test security_test transport_chain_test rcoll-correctness-worker rcoll-pipeline-worker rcoll-run)
 tsan_targets=(communicator_test liveness_test store_test security_test hand_off_test rcoll-correctness-worker rcoll-pipeline-worker
               rcoll-run)
+# Ends the side job's processes (it is not a process group of its own), if the script ends first.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
 stage "chaos suite (ctest -L chaos); beside it the fuzzers for ${RCOLL_FUZZ_SECONDS:-60} s each, then the sanitizer builds"
-rm -f "$build_dir/chaos-results.txt" "$root/build-side-failed.txt"
+side_failed=$root/build-side-failed.txt
+rm -f "$build_dir/chaos-results.txt" "$side_failed"
 (
-  scripts/fuzz.sh run >"$root/build-fuzz-report.txt" 2>&1 || echo fuzz >>"$root/build-side-failed.txt"
+  scripts/fuzz.sh run >"$root/build-fuzz-report.txt" 2>&1 || echo fuzz >>"$side_failed"
   renice -n 15 -p "$BASHPID" >/dev/null || true  # the builds: after the chaos suite's processes
   building=$(date +%s)
-  { sanitizer_build build-asan address,undefined "" "${asan_targets[@]}" &&
-    sanitizer_build build-tsan thread -DRCOLL_WITH_UCX=OFF "${tsan_targets[@]}"; } >"$root/build-sanitizers.log" 2>&1 ||
-    echo sanitizer-builds >>"$root/build-side-failed.txt"
-  echo "sanitizer builds: $(( $(date +%s) - building )) s" >>"$root/build-sanitizers.log"
+  cmake_extra=()
+  sanitizer_build build-asan address,undefined "${asan_targets[@]}" >"$root/build-asan.log" 2>&1 ||
+    echo asan-build >>"$side_failed"
+  cmake_extra=(-DRCOLL_WITH_UCX=OFF)
+  sanitizer_build build-tsan thread "${tsan_targets[@]}" >"$root/build-tsan.log" 2>&1 ||
+    echo tsan-build >>"$side_failed"
+  echo "sanitizer builds: $(( $(date +%s) - building )) s" >>"$root/build-tsan.log"
 ) &
 side_pid=$!
+trap 'kill_tree "$side_pid"' EXIT
 (cd "$build_dir" && ctest --output-on-failure --timeout 300 -L chaos) || failed+=(chaos)
 if [[ -f $build_dir/chaos-results.txt ]]; then
   echo "fault scenarios (measured by this run):"
-  tests/chaos/fault_table.sh "$build_dir/chaos-results.txt"
+  tests/chaos/fault_table.sh "$build_dir/chaos-results.txt" || true
 fi
 stage "waiting for the fuzzers and the sanitizer builds beside the chaos suite"
-wait "$side_pid"
+wait "$side_pid" || echo side-job >>"$side_failed"
+trap - EXIT
+side_step_failed() { grep -qx "$1" "$side_failed" 2>/dev/null; }
 grep -E '^fuzz:|ERROR|SUMMARY|runtime error' "$root/build-fuzz-report.txt" || true
-if grep -qx fuzz "$root/build-side-failed.txt" 2>/dev/null; then failed+=(fuzz); fi
-tail -n 1 "$root/build-sanitizers.log"
-if grep -qx sanitizer-builds "$root/build-side-failed.txt" 2>/dev/null; then
-  cat "$root/build-sanitizers.log"
-  failed+=(sanitizer-builds)
-fi
-rm -f "$root/build-fuzz-report.txt" "$root/build-sanitizers.log" "$root/build-side-failed.txt"
+if side_step_failed fuzz; then failed+=(fuzz); fi
+if side_step_failed side-job; then failed+=(side-job); fi
+tail -n 1 "$root/build-tsan.log" || true
+for san in asan tsan; do
+  if side_step_failed $san-build; then
+    echo "test.sh: the $san build failed:"
+    cat "$root/build-$san.log"
+    failed+=($san-build)
+  fi
+done
+rm -f "$root/build-fuzz-report.txt" "$root/build-asan.log" "$root/build-tsan.log"
 
 # ---- AddressSanitizer + UBSan
 stage "AddressSanitizer + UBSan run (ctest -L 'unit|sanitize')"
-(cd build-asan &&
+side_step_failed asan-build || (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   RCOLL_SANITIZED=1 ctest --output-on-failure --timeout 600 -j "$jobs" -L "unit|sanitize") || failed+=(asan)
 
 # ---- ThreadSanitizer
 stage "ThreadSanitizer run (ctest -L 'unit|tsan')"
-(cd build-tsan &&
+side_step_failed tsan-build || (cd build-tsan &&
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   RCOLL_SANITIZED=1 ctest --output-on-failure --timeout 600 -j "$jobs" -L "unit|tsan") || failed+=(tsan)
 
+rm -f "$side_failed"
 stage "hardening stages done in $(( $(date +%s) - t0 )) s"
 if ((${#failed[@]} > 0)); then
   echo "test.sh: FAILED stages: ${failed[*]}"
