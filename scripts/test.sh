@@ -6,6 +6,7 @@
 #   chaos      the chaos suite (ctest -L chaos: network namespaces, netem/nft/tbf,
 #              SIGSTOP/SIGKILL, a frozen store host), the fuzzers running beside it
 #              (scripts/fuzz.sh: frame, store, env; RCOLL_FUZZ_SECONDS each, default 60)
+#              and then the two sanitizer builds below (unity builds, niced)
 #   asan       AddressSanitizer + UBSan build of the unit tests and a small
 #              multi-process subset (ctest -L "unit|sanitize")
 #   tsan       ThreadSanitizer build of the concurrency tests (communicator,
